@@ -1,0 +1,9 @@
+"""adcore: reverse-mode automatic differentiation of Numba kernels at the LLVM IR level."""
+from .errors import ADError, UnsupportedError, ActivityError
+from .annotations import Active, Const, Duplicated, Reverse, ReverseWithPrimal
+from .tree import make_zero
+
+__all__ = [
+    "ADError", "UnsupportedError", "ActivityError",
+    "Active", "Const", "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero",
+]

@@ -1,0 +1,54 @@
+"""Activity annotations and modes, with Enzyme.jl's names and semantics."""
+from .tree import make_zero
+
+
+class Mode:
+    """A differentiation mode; use the singletons ``Reverse`` and ``ReverseWithPrimal``."""
+
+    def __init__(self, name, with_primal):
+        self.name = name
+        self.with_primal = with_primal
+
+    def __repr__(self):
+        return self.name
+
+
+Reverse = Mode("Reverse", False)
+ReverseWithPrimal = Mode("ReverseWithPrimal", True)
+
+
+class Annotation:
+    """Base class of activity annotations; ``val`` is the primal value."""
+
+    __slots__ = ("val",)
+
+    def __init__(self, val):
+        self.val = val
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.val!r})"
+
+
+class Const(Annotation):
+    """An argument that is not differentiated."""
+
+
+class Active(Annotation):
+    """A float argument whose derivative ``autodiff`` returns."""
+
+
+class Duplicated(Annotation):
+    """A value paired with a shadow of the same structure that accumulates its derivative.
+
+    ``Duplicated(x, dx)`` uses ``dx`` as the shadow; ``Duplicated(x)`` makes one with
+    ``adcore.make_zero(x)``.  ``dup.val`` is the primal and ``dup.dval`` the shadow.
+    """
+
+    __slots__ = ("dval",)
+
+    def __init__(self, val, dval=None):
+        super().__init__(val)
+        self.dval = make_zero(val) if dval is None else dval
+
+    def __repr__(self):
+        return f"Duplicated({self.val!r}, {self.dval!r})"

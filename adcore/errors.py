@@ -1,0 +1,22 @@
+"""Exceptions raised by adcore."""
+
+
+class ADError(Exception):
+    """Base class of every error adcore raises on purpose."""
+
+
+class UnsupportedError(ADError):
+    """The differentiator met IR (an instruction or a callee) it has no rule for."""
+
+    def __init__(self, what, function=None, detail=""):
+        self.what = what
+        self.function = function
+        where = f" in Python function {function!r}" if function else ""
+        msg = f"cannot differentiate {what}{where}"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+
+class ActivityError(ADError):
+    """Misuse of activity annotations, detected before anything runs."""

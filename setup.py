@@ -1,0 +1,22 @@
+from setuptools import setup, find_packages
+
+setup(
+    name="adcore",
+    version="0.1.0",
+    description="Reverse-mode automatic differentiation of Numba kernels at the LLVM IR level, "
+                "with a tape engine and a Flux-like layers/optim API",
+    packages=find_packages(include=["adcore", "adcore.*", "layers", "layers.*",
+                                    "optim", "optim.*", "bench", "bench.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "numba>=0.68,<0.69",
+        "llvmlite>=0.50,<0.51",
+        "numpy>=1.24",
+        "tqdm",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        "peers": ["autograd", "matplotlib"],
+        "plot": ["matplotlib"],
+    },
+)
