@@ -1,0 +1,188 @@
+"""Optimiser state trees: ``setup``, ``update``, ``adjust``, ``freeze`` and ``thaw``.
+
+``setup(rule, model)`` mirrors the model (see ``adcore.tree.mirror``): a ``Leaf``
+at every float array, ``None`` elsewhere, dicts for layer fields and tuples for
+``Chain.layers``.  Gradients have the same shape, so ``update`` walks the model,
+the state and the gradient together.
+"""
+import numpy as np
+
+from adcore.annotations import Duplicated
+from adcore.tree import child, children, is_float_array, mirror
+
+from .rules import Rule
+
+
+class Leaf:
+    """The state of one array: its ``rule``, the rule's ``state`` and a ``frozen`` flag."""
+
+    __slots__ = ("rule", "state", "frozen")
+
+    def __init__(self, rule, state, frozen=False):
+        self.rule, self.state, self.frozen = rule, state, frozen
+
+    def __eq__(self, other):
+        return (isinstance(other, Leaf) and self.rule == other.rule
+                and self.frozen == other.frozen and _same_state(self.state, other.state))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        frozen = ", frozen=True" if self.frozen else ""
+        return f"Leaf({self.rule!r}, {_state_repr(self.state)}{frozen})"
+
+
+def _same_state(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.shape == b.shape and np.array_equal(a, b))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(map(_same_state, a, b))
+    return a == b
+
+
+def _state_repr(s):
+    if isinstance(s, np.ndarray):
+        if s.size <= 3:
+            return repr([round(float(v), 6) for v in s])
+        return f"<{s.dtype} array of {s.size}>"
+    if isinstance(s, tuple):
+        return "(" + ", ".join(map(_state_repr, s)) + ("," if len(s) == 1 else "") + ")"
+    return repr(s)
+
+
+class StateTree(dict):
+    """The dict at the top of a state tree, with a readable indented ``repr``."""
+
+    def __repr__(self):
+        return _pformat(self, 0)
+
+
+def _pformat(t, indent):
+    pad = "  " * (indent + 1)
+    if isinstance(t, dict):
+        if not t:
+            return "{}"
+        body = "".join(f"{pad}{k!r}: {_pformat(v, indent + 1)},\n" for k, v in t.items())
+        return "{\n" + body + "  " * indent + "}"
+    if isinstance(t, (tuple, list)):
+        if not t:
+            return repr(t)
+        o, c = ("(", ")") if isinstance(t, tuple) else ("[", "]")
+        body = "".join(f"{pad}{_pformat(v, indent + 1)},\n" for v in t)
+        return o + "\n" + body + "  " * indent + c
+    return repr(t)
+
+
+def _model(model):
+    return model.val if isinstance(model, Duplicated) else model
+
+
+def check_state(tree, fname):
+    if isinstance(tree, Rule):
+        raise TypeError(
+            f"{fname} expects the optimiser state, but got the rule {tree!r}; "
+            f"make the state first with  state = optim.setup({tree!r}, model)")
+
+
+def setup(rule, model):
+    """The optimiser state for ``model`` (a model, a ``Duplicated`` model or any tree)."""
+    if not isinstance(rule, Rule):
+        raise TypeError(f"setup expects a rule such as optim.Adam() first, got {rule!r}")
+    seen = {}
+
+    def leaf(x):   # an array appearing twice (tied weights) shares one Leaf
+        if id(x) not in seen:
+            seen[id(x)] = Leaf(rule, rule.init(x))
+        return seen[id(x)]
+
+    tree = mirror(leaf, _model(model))
+    return StateTree(tree) if isinstance(tree, dict) else tree
+
+
+def update(state, model, grad=None):
+    """Apply one optimiser step to ``model``'s arrays in place; returns ``(state, model)``.
+
+    ``grad`` mirrors the model (as from ``layers.gradient``); for a ``Duplicated``
+    model it defaults to the gradient stored in its shadow.  ``None`` gradients and
+    frozen leaves are skipped.
+    """
+    check_state(state, "update")
+    if grad is None:
+        if not isinstance(model, Duplicated):
+            raise TypeError("update(state, model) without a gradient needs a Duplicated model")
+        grad = model.dval
+    pending = {}
+    _collect(state, _model(model), grad, (), pending)
+    for leaf, x, g in pending.values():
+        leaf.rule.apply(leaf.state, x.reshape(-1), g)
+        x -= g.reshape(x.shape)
+    return state, model
+
+
+def _collect(s, x, dx, path, pending):
+    """Gather ``{id(leaf): [leaf, array, gradient]}``, summing the gradients of an array
+    that appears more than once (tied weights share one Leaf)."""
+    if is_float_array(x):
+        if dx is None or s is None:
+            return
+        if not isinstance(s, Leaf):
+            raise TypeError(f"optimiser state at {_where(path)} is {s!r}, not a Leaf; "
+                            "was the state made by setup for this model?")
+        if s.frozen:
+            return
+        dx = np.asarray(dx)
+        if dx.shape != x.shape:
+            raise ValueError(f"gradient at {_where(path)} has shape {dx.shape}, "
+                             f"the parameter {x.shape}")
+        if id(s) in pending:
+            pending[id(s)][2] += dx.reshape(-1)
+        else:
+            pending[id(s)] = [s, x, np.array(dx, dtype=x.dtype, order="C").reshape(-1)]
+        return
+    for k, c in children(x):
+        _collect(child(s, k), c, child(dx, k), path + (k,), pending)
+
+
+def _where(path):
+    return ".".join(map(str, path)) or "the top"
+
+
+def _leaves(tree):
+    if isinstance(tree, Leaf):
+        yield tree
+    for _, c in children(tree):
+        yield from _leaves(c)
+
+
+def adjust(tree, eta=None, **kw):
+    """Change hyperparameters in place for every leaf of ``tree`` (a state or a subtree):
+    ``adjust(state, 0.01)``, ``adjust(state["layers"][0], beta=(0.8, 0.99))``."""
+    check_state(tree, "adjust")
+    if eta is not None:
+        kw["eta"] = eta
+    leaves = list(_leaves(tree))
+    known = set().union(*(l.rule.hyperparameters() for l in leaves))
+    unknown = set(kw) - known
+    if unknown:
+        raise TypeError(f"adjust: no rule in this state has hyperparameter(s) "
+                        f"{sorted(unknown)}; they have {sorted(known)}")
+    for l in leaves:
+        l.rule = l.rule.adjust(**kw)
+    return tree
+
+
+def freeze(tree):
+    """Stop updating every array under ``tree`` (a state or a subtree), in place."""
+    check_state(tree, "freeze")
+    for l in _leaves(tree):
+        l.frozen = True
+    return tree
+
+
+def thaw(tree):
+    """Undo ``freeze`` for every array under ``tree``, in place."""
+    check_state(tree, "thaw")
+    for l in _leaves(tree):
+        l.frozen = False
+    return tree
