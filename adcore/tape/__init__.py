@@ -1,0 +1,65 @@
+"""adcore.tape: reverse-mode AD of plain numpy code by operator overloading.
+
+Usage::
+
+    import numpy as np
+    from adcore import tape, Const
+
+    loss = lambda w, x: np.sum(np.tanh(x @ w) ** 2)
+    dw, dx = tape.gradient(loss, w, x)            # one gradient per argument
+    dw, none = tape.gradient(loss, w, Const(x))   # Const arguments get None
+    val, (dw, dx) = tape.withgradient(loss, w, x)
+
+Arguments are trees: float arrays and floats are differentiated; tuples, lists,
+dicts and nodes (objects whose class declares ``__tree_fields__``) are walked;
+``Const(...)``, ints, integer/bool arrays and other objects are not.  The
+gradient mirrors each argument: an array (same dtype, zeros if unused) per float
+array, a float per float, a tuple per tuple/list, a dict per dict, a
+``{field: gradient}`` dict per node, ``None`` for everything else.  So
+``tape.gradient(loss, model, x, y)`` returns ``(model_grad_dict, dx, dy)``.
+``withgradient`` returns ``ValueAndGradient(val, grad)``; when ``f`` returns a
+tuple or dict its first element is the loss and ``val`` is the whole output.
+The loss must have exactly one element (else ``ADError``).
+
+Inside ``f`` the float leaves are ``Tracked`` arrays.  Operators (``+ - * / **
+@``, unary ``-``, reflected forms, broadcasting), indexing (basic, integer
+arrays, ``np.take``), methods (``sum mean max min var std reshape ravel squeeze
+transpose .T astype copy dot clip take``) and numpy functions and ufuncs are
+recorded; the supported names are the keys of ``rules.RULES`` plus the
+numpy functions in ``numpy_api.FUNCTIONS``.  A numpy function without a rule
+raises ``adcore.UnsupportedError`` naming it.  Comparisons, ``argmax``,
+``np.sign``/``floor`` etc. give plain arrays; ``float(x)`` and ``x.item()`` give
+plain Python numbers (and so are not differentiated through, e.g. by ``math.sin``).
+``np.asarray(x)`` on a tracked array raises (use ``tape.primal(x)`` to stop the
+gradient on purpose).  In-place updates (``x += y``, ``x[i] = v``) of intermediate
+arrays are recorded functionally; on arguments of ``f``, views and arrays with
+views they raise ``UnsupportedError``.  float32 stays float32, and so do its
+gradients.
+
+Stable building blocks, for plain and tracked arrays alike: ``sigmoid``,
+``softplus``, ``relu``, ``softmax(x, axis=-1)``, ``logsoftmax(x, axis=-1)``,
+``logsumexp(x, axis=None, keepdims=False)``.
+
+The recording is public (for the compiled path): ``rec = tape.record(f, *args)``
+gives ``Recording(tape, args, out)``; ``rec.tape.records`` is a list of
+``Record(op, inputs, args, out, value, attrs)`` in execution order where ``op``
+is a key of ``RULES`` (``"input"`` for leaves, listed in ``rec.tape.inputs``),
+``inputs`` the ids of tracked operands (``None`` for constants), ``args`` all
+operand values, ``out`` the output id (= index in ``records``) and ``attrs``
+the op's options (``axis`` as ``None`` or a sorted tuple of non-negative ints,
+``keepdims``, ``shape``, ``axes``, ``index``, ``dtype``).
+``rec.tape.backward(out_id, seed)`` returns the adjoints indexed by id.
+"""
+from .api import Recording, ValueAndGradient, gradient, record, withgradient
+from .functions import logsoftmax, logsumexp, relu, sigmoid, softmax, softplus
+from .recording import Record, Tape
+from .rules import RULES
+from .tracked import Tracked, primal
+from .trees import grad_tree, track
+from . import numpy_api  # noqa: F401  (registers the numpy function table)
+
+__all__ = [
+    "gradient", "withgradient", "record", "Recording", "ValueAndGradient",
+    "sigmoid", "softplus", "relu", "softmax", "logsoftmax", "logsumexp",
+    "Tape", "Record", "Tracked", "RULES", "primal", "track", "grad_tree",
+]

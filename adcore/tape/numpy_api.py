@@ -1,0 +1,247 @@
+"""numpy dispatch: which ufuncs and numpy functions map to which rules.
+
+``ufunc_call`` serves ``Tracked.__array_ufunc__`` and ``function_call`` serves
+``Tracked.__array_function__``.  Anything not listed here raises
+``UnsupportedError`` naming the numpy function, so no gradient is silently wrong.
+"""
+import numpy as np
+
+from ..errors import UnsupportedError
+from .tracked import Tracked, apply, primal, _norm_axis
+
+# ufunc -> rule name (same name as the ufunc, except true_divide/abs aliases)
+UFUNC_OPS = {u: u.__name__ for u in (
+    np.add, np.subtract, np.multiply, np.divide, np.power, np.negative, np.positive,
+    np.maximum, np.minimum, np.logaddexp, np.matmul,
+    np.exp, np.expm1, np.exp2, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.square,
+    np.reciprocal, np.absolute, np.sin, np.cos, np.tan, np.arctan, np.sinh, np.cosh, np.tanh,
+)}
+
+# ufuncs with boolean/integer results or zero derivative almost everywhere: plain results
+PLAIN_UFUNCS = {
+    np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal,
+    np.isfinite, np.isnan, np.isinf, np.signbit, np.sign, np.floor, np.ceil, np.rint,
+    np.trunc, np.logical_and, np.logical_or, np.logical_not, np.logical_xor,
+}
+
+REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
+
+
+def _name(f):
+    mod = getattr(f, "__module__", None) or "numpy"
+    return f"{'numpy' if mod.startswith('numpy._') else mod}.{f.__name__}"
+
+
+def ufunc_call(ufunc, method, inputs, kwargs):
+    """Record ``ufunc.method(*inputs, **kwargs)`` or raise ``UnsupportedError``."""
+    name = f"numpy.{ufunc.__name__}"
+    if kwargs.get("out") is not None and ufunc not in PLAIN_UFUNCS:
+        raise UnsupportedError(
+            f"{name} with out=",
+            detail="writing a tracked result into an existing array (including `a += x` on a "
+                   "plain array a) would drop its gradient; use the returned value instead")
+    if method == "__call__":
+        if ufunc in PLAIN_UFUNCS:
+            return ufunc(*[primal(i) for i in inputs], **kwargs)
+        op = UFUNC_OPS.get(ufunc)
+        if op is not None:
+            if kwargs:
+                raise UnsupportedError(f"{name} with keyword arguments {sorted(kwargs)}")
+            return apply(op, inputs)
+    elif method == "reduce" and ufunc in REDUCE_OPS and len(inputs) == 1:
+        extra = set(kwargs) - {"axis", "keepdims"}
+        if not extra:
+            x = inputs[0]
+            return apply(REDUCE_OPS[ufunc], (x,), {"axis": _norm_axis(kwargs.get("axis", 0), np.ndim(x.value)),
+                                                   "keepdims": kwargs.get("keepdims", False)})
+    raise UnsupportedError(f"{name}" + ("" if method == "__call__" else f".{method}"),
+                           detail="adcore.tape has no rule for it")
+
+
+FUNCTIONS = {}
+
+
+def implements(*funcs):
+    """Register the decorated function as the tracked implementation of numpy ``funcs``."""
+    def register(handler):
+        for f in funcs:
+            FUNCTIONS[f] = handler
+        return handler
+    return register
+
+
+def function_call(func, args, kwargs):
+    """Run the tracked implementation of numpy function ``func`` or raise ``UnsupportedError``."""
+    handler = FUNCTIONS.get(func)
+    if handler is None:
+        raise UnsupportedError(_name(func), detail="adcore.tape has no rule for it")
+    return handler(*args, **kwargs)
+
+
+def _only(func, options, **allowed):
+    """Refuse options of ``func`` the tape does not record (beyond their default values)."""
+    for k, v in options.items():
+        if k not in allowed or v is not allowed[k]:
+            raise UnsupportedError(f"{_name(func)} with {k}={v!r}", detail="adcore.tape does not record this option")
+
+
+def _reduction(func, op):
+    def handler(a, axis=None, keepdims=False, **options):
+        _only(func, options, dtype=None, out=None)
+        return apply(op, (a,), {"axis": _norm_axis(axis, np.ndim(primal(a))), "keepdims": keepdims})
+    FUNCTIONS[func] = handler
+
+
+_reduction(np.sum, "sum")
+_reduction(np.mean, "mean")
+_reduction(np.max, "max")
+_reduction(np.amax, "max")
+_reduction(np.min, "min")
+_reduction(np.amin, "min")
+
+
+@implements(np.var)
+def _var(a, axis=None, ddof=0, keepdims=False, **options):
+    """Mean squared deviation, composed from recorded ops."""
+    _only(np.var, options, dtype=None, out=None)
+    d = a - np.mean(a, axis=axis, keepdims=True)
+    n = np.size(primal(a)) // np.size(np.mean(primal(a), axis=axis))
+    return np.sum(d * d, axis=axis, keepdims=keepdims) / (n - ddof)
+
+
+@implements(np.std)
+def _std(a, axis=None, ddof=0, keepdims=False, **options):
+    _only(np.std, options, dtype=None, out=None)
+    return np.sqrt(_var(a, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
+@implements(np.reshape)
+def _reshape(a, shape=None, order="C", **options):
+    shape = options.pop("newshape", shape)
+    _only(np.reshape, options, copy=None)
+    return a.reshape(shape, order=order) if type(a) is Tracked else np.reshape(a, shape, order=order)
+
+
+@implements(np.ravel)
+def _ravel(a, order="C"):
+    return np.reshape(a, -1, order=order)
+
+
+@implements(np.squeeze)
+def _squeeze(a, axis=None):
+    return a.squeeze(axis) if type(a) is Tracked else np.squeeze(a, axis)
+
+
+@implements(np.expand_dims)
+def _expand_dims(a, axis):
+    shape = np.expand_dims(np.empty(np.shape(primal(a)), dtype=bool), axis).shape
+    return apply("reshape", (a,), {"shape": shape})
+
+
+@implements(np.transpose)
+def _transpose(a, axes=None):
+    return a.transpose(axes) if type(a) is Tracked else np.transpose(a, axes)
+
+
+@implements(np.swapaxes)
+def _swapaxes(a, axis1, axis2):
+    return a.swapaxes(axis1, axis2) if type(a) is Tracked else np.swapaxes(a, axis1, axis2)
+
+
+@implements(np.moveaxis)
+def _moveaxis(a, source, destination):
+    ndim = np.ndim(primal(a))
+    source = _norm_axis(source, ndim) if isinstance(source, (int, np.integer)) else [int(s) % ndim for s in source]
+    destination = [destination] if isinstance(destination, (int, np.integer)) else destination
+    destination = [int(d) % ndim for d in destination]
+    perm = [n for n in range(ndim) if n not in source]
+    for dest, src in sorted(zip(destination, source)):
+        perm.insert(dest, src)
+    return _transpose(a, tuple(perm))
+
+
+@implements(np.broadcast_to)
+def _broadcast_to(a, shape, subok=False):
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return apply("broadcast_to", (a,), {"shape": shape})
+
+
+@implements(np.copy)
+def _copy(a, order="K", subok=False):
+    return apply("copy", (a,))
+
+
+@implements(np.take)
+def _take(a, indices, axis=None, **options):
+    _only(np.take, options, out=None, mode="raise")
+    return apply("take", (a, primal(indices)), {"axis": axis})
+
+
+@implements(np.concatenate)
+def _concatenate(arrays, axis=0, **options):
+    _only(np.concatenate, options, out=None, dtype=None, casting="same_kind")
+    return apply("concatenate", tuple(arrays), {"axis": axis})
+
+
+@implements(np.stack)
+def _stack(arrays, axis=0, **options):
+    _only(np.stack, options, out=None, dtype=None, casting="same_kind")
+    arrays = tuple(arrays)
+    return apply("stack", arrays, {"axis": axis % (np.ndim(primal(arrays[0])) + 1)})
+
+
+@implements(np.where)
+def _where(condition, *xy):
+    if not xy:
+        return np.where(primal(condition))
+    if len(xy) != 2:
+        raise TypeError("np.where takes 1 or 3 arguments")
+    return apply("where", (primal(condition),) + xy)
+
+
+@implements(np.clip)
+def _clip(a, a_min=None, a_max=None, **options):
+    a_min = options.pop("min", a_min)
+    a_max = options.pop("max", a_max)
+    _only(np.clip, options, out=None)
+    return apply("clip", (a, a_min, a_max))
+
+
+@implements(np.dot)
+def _dot(a, b, out=None):
+    _only(np.dot, {"out": out}, out=None)
+    if np.ndim(primal(a)) == 0 or np.ndim(primal(b)) == 0:
+        return apply("multiply", (a, b))
+    if np.ndim(primal(a)) > 2 or np.ndim(primal(b)) > 2:
+        raise UnsupportedError("numpy.dot of arrays with more than 2 dimensions",
+                               detail="use np.matmul / @ (batched) instead")
+    return apply("matmul", (a, b))
+
+
+@implements(np.outer)
+def _outer(a, b, out=None):
+    _only(np.outer, {"out": out}, out=None)
+    return np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, (1, -1)))
+
+
+def _plain(func):
+    def handler(*args, **kwargs):
+        return func(*[primal(a) for a in args], **{k: primal(v) for k, v in kwargs.items()})
+    FUNCTIONS[func] = handler
+
+
+# integer/boolean results, or a derivative that is zero almost everywhere
+for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.nonzero,
+           np.count_nonzero, np.any, np.all, np.isclose, np.allclose, np.array_equal,
+           np.result_type, np.zeros_like, np.ones_like, np.empty_like, np.round, np.around):
+    _plain(_f)
+
+
+@implements(np.full_like)
+def _full_like(a, fill_value, *args, **kwargs):
+    if type(fill_value) is Tracked:
+        raise UnsupportedError("numpy.full_like with a tracked fill_value")
+    return np.full_like(primal(a), fill_value, *args, **kwargs)
+
+
+del _f

@@ -1,0 +1,129 @@
+"""The tape: a public list of records, and the reverse sweep over it.
+
+Every tracked value is the output of exactly one record, and its id is the index
+of that record in ``Tape.records``, so a recording is a straight-line program
+that other tools (the compiled path of ``layers``) can read and lower.
+"""
+import numpy as np
+
+from ..errors import ADError
+
+
+class Record:
+    """One recorded operation.
+
+    ``op``      the rule name in ``adcore.tape.rules.RULES`` (``"input"`` for a leaf);
+    ``inputs``  a tuple with, per operand, the id of a tracked operand or ``None``
+                for a constant;
+    ``args``    the operands' primal values (constants included), same order;
+    ``out``     the id of the output (its index in ``Tape.records``);
+    ``value``   the output's primal value;
+    ``attrs``   keyword attributes of the op (``axis``, ``keepdims``, ``index``, ...).
+    """
+
+    __slots__ = ("op", "inputs", "args", "out", "value", "attrs")
+
+    def __init__(self, op, inputs, args, out, value, attrs):
+        self.op = op
+        self.inputs = inputs
+        self.args = args
+        self.out = out
+        self.value = value
+        self.attrs = attrs
+
+    def __repr__(self):
+        ins = ", ".join("const" if i is None else f"%{i}" for i in self.inputs)
+        attrs = "".join(f", {k}={v!r}" for k, v in self.attrs.items())
+        shape = np.shape(self.value)
+        return f"%{self.out} = {self.op}({ins}{attrs})  # {shape} {np.result_type(self.value)}"
+
+
+class Tape:
+    """A recording: ``records`` in execution order; ``inputs`` are the ids of the leaves.
+
+    ``print(tape)`` shows the program one record per line.
+    """
+
+    def __init__(self):
+        self.records = []
+        self.inputs = []
+
+    def __len__(self):
+        return len(self.records)
+
+    def __repr__(self):
+        return "\n".join(repr(r) for r in self.records)
+
+    def push(self, op, inputs, args, value, attrs):
+        """Append a record and return the id of its output."""
+        out = len(self.records)
+        self.records.append(Record(op, inputs, args, out, value, attrs))
+        return out
+
+    def leaf(self, value):
+        """Record a leaf (an input being differentiated) and return its id."""
+        out = self.push("input", (), (), value, {})
+        self.inputs.append(out)
+        return out
+
+    def backward(self, out, seed=None):
+        """Reverse sweep from the output id ``out``.
+
+        ``seed`` is the cotangent of the output (default ones).  Returns a list
+        indexed by id holding the adjoint of every leaf (``None`` where no path
+        from the output reaches it); adjoints of intermediate values are dropped
+        as soon as they have been propagated.
+        """
+        from .rules import RULES
+
+        records = self.records
+        value = records[out].value
+        if seed is None:
+            seed = np.ones_like(value)
+        elif np.shape(seed) != np.shape(value):
+            raise ADError(f"seed of shape {np.shape(seed)} for an output of shape {np.shape(value)}")
+        adj = [None] * len(records)
+        owned = bytearray(len(records))  # adj[i] is a private buffer we may add into
+        adj[out] = seed
+        for k in range(out, -1, -1):
+            rec = records[k]
+            g = adj[k]
+            if g is None or not rec.inputs:
+                continue
+            adj[k] = None
+            contribs = RULES[rec.op].vjp(g, rec)
+            for i, c, arg in zip(rec.inputs, contribs, rec.args):
+                if i is None or c is None:
+                    continue
+                c = fit(c, arg)
+                old = adj[i]
+                if old is None:
+                    adj[i] = c
+                elif owned[i]:
+                    np.add(old, c, out=old)
+                else:
+                    adj[i] = old + c
+                    owned[i] = isinstance(adj[i], np.ndarray)
+        return [adj[i] if owned[i] or adj[i] is None else np.array(adj[i]) for i in range(len(adj))]
+
+
+def unbroadcast(g, shape):
+    """Sum ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
+    extra = g.ndim - len(shape)
+    if extra:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g
+
+
+def fit(c, like):
+    """Bring a cotangent ``c`` to the shape and float dtype of the primal ``like``."""
+    shape = np.shape(like)
+    if np.shape(c) != shape:
+        c = unbroadcast(np.asarray(c), shape)
+    dtype = like.dtype if hasattr(like, "dtype") else np.float64
+    if c.dtype != dtype:
+        c = c.astype(dtype)
+    return c

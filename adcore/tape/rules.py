@@ -1,0 +1,519 @@
+"""The rule table: for every op, its forward computation and its vector-Jacobian product.
+
+``RULES[name]`` is a ``Rule(name, forward, vjp, view)``.  ``forward(*args, **attrs)``
+computes the primal on plain numpy values; ``vjp(g, rec)`` receives the output
+cotangent ``g`` and the ``Record`` (operands ``rec.args``, output ``rec.value``,
+``rec.attrs``) and returns one cotangent per operand (``None`` allowed for
+constants).  Cotangents may have the broadcast shape; the tape sums them back to
+the operand's shape and casts them to its dtype.  ``view`` marks ops whose numpy
+result may share memory with the operand (in-place updates are refused there).
+"""
+import numpy as np
+
+from .recording import unbroadcast
+
+
+class Rule:
+    __slots__ = ("name", "forward", "vjp", "view")
+
+    def __init__(self, name, forward, vjp, view):
+        self.name = name
+        self.forward = forward
+        self.vjp = vjp
+        self.view = view
+
+
+RULES = {}
+
+
+def rule(name, forward, view=False):
+    """Register the decorated function as the VJP of op ``name``."""
+    def register(vjp):
+        RULES[name] = Rule(name, forward, vjp, view)
+        return vjp
+    return register
+
+
+def _expand(g, axis, keepdims, ndim):
+    """Re-insert the reduced axes into a reduction's cotangent so it broadcasts."""
+    if keepdims or axis is None:
+        return g
+    axes = (axis,) if np.isscalar(axis) else tuple(axis)
+    return np.expand_dims(g, tuple(a % ndim for a in axes))
+
+
+def _log_where_positive(x):
+    """log(x) where x > 0 and 0 elsewhere (the exponent's partial of x**p at x <= 0)."""
+    x = np.asarray(x)
+    return np.log(np.where(x > 0, x, 1))
+
+
+# ---------------------------------------------------------------- arithmetic
+
+@rule("add", np.add)
+def _add(g, r):
+    """out = a + b:  da = g,  db = g."""
+    return g, g
+
+
+@rule("subtract", np.subtract)
+def _subtract(g, r):
+    """out = a - b:  da = g,  db = -g."""
+    return g, (-g if r.inputs[1] is not None else None)
+
+
+@rule("multiply", np.multiply)
+def _multiply(g, r):
+    """out = a * b:  da = g * b,  db = g * a."""
+    a, b = r.args
+    return (g * b if r.inputs[0] is not None else None,
+            g * a if r.inputs[1] is not None else None)
+
+
+@rule("divide", np.divide)
+def _divide(g, r):
+    """out = a / b:  da = g / b,  db = -g * a / b**2 = -g * out / b."""
+    a, b = r.args
+    ga = g / b
+    return ga, (-ga * r.value if r.inputs[1] is not None else None)
+
+
+@rule("power", np.power)
+def _power(g, r):
+    """out = a ** b:  da = g * b * a**(b-1),  db = g * out * log(a)  (0 where a <= 0)."""
+    a, b = r.args
+    ga = g * b * a ** (b - 1) if r.inputs[0] is not None else None
+    gb = g * r.value * _log_where_positive(a) if r.inputs[1] is not None else None
+    return ga, gb
+
+
+@rule("negative", np.negative)
+def _negative(g, r):
+    """out = -x:  dx = -g."""
+    return (-g,)
+
+
+@rule("positive", np.positive)
+def _positive(g, r):
+    """out = +x:  dx = g."""
+    return (g,)
+
+
+@rule("maximum", np.maximum)
+def _maximum(g, r):
+    """out = max(a, b):  da = g [a >= b],  db = g [a < b]."""
+    a, b = r.args
+    pick_a = np.greater_equal(a, b)
+    return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
+
+
+@rule("minimum", np.minimum)
+def _minimum(g, r):
+    """out = min(a, b):  da = g [a <= b],  db = g [a > b]."""
+    a, b = r.args
+    pick_a = np.less_equal(a, b)
+    return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
+
+
+@rule("logaddexp", np.logaddexp)
+def _logaddexp(g, r):
+    """out = log(e**a + e**b):  da = g e**(a - out),  db = g e**(b - out)."""
+    a, b = r.args
+    return g * np.exp(a - r.value), g * np.exp(b - r.value)
+
+
+# ---------------------------------------------------------------- elementwise functions
+
+@rule("exp", np.exp)
+def _exp(g, r):
+    """out = e**x:  dx = g out."""
+    return (g * r.value,)
+
+
+@rule("expm1", np.expm1)
+def _expm1(g, r):
+    """out = e**x - 1:  dx = g (out + 1)."""
+    return (g * (r.value + 1),)
+
+
+@rule("exp2", np.exp2)
+def _exp2(g, r):
+    """out = 2**x:  dx = g out ln 2."""
+    return (g * r.value * np.log(2.0),)
+
+
+@rule("log", np.log)
+def _log(g, r):
+    """out = log x:  dx = g / x."""
+    return (g / r.args[0],)
+
+
+@rule("log1p", np.log1p)
+def _log1p(g, r):
+    """out = log(1 + x):  dx = g / (1 + x)."""
+    return (g / (1 + r.args[0]),)
+
+
+@rule("log2", np.log2)
+def _log2(g, r):
+    """out = log2 x:  dx = g / (x ln 2)."""
+    return (g / (r.args[0] * np.log(2.0)),)
+
+
+@rule("log10", np.log10)
+def _log10(g, r):
+    """out = log10 x:  dx = g / (x ln 10)."""
+    return (g / (r.args[0] * np.log(10.0)),)
+
+
+@rule("sqrt", np.sqrt)
+def _sqrt(g, r):
+    """out = sqrt x:  dx = g / (2 out)."""
+    return (g / (2 * r.value),)
+
+
+@rule("square", np.square)
+def _square(g, r):
+    """out = x**2:  dx = 2 g x."""
+    return (2 * g * r.args[0],)
+
+
+@rule("reciprocal", np.reciprocal)
+def _reciprocal(g, r):
+    """out = 1 / x:  dx = -g out**2."""
+    return (-g * r.value * r.value,)
+
+
+@rule("absolute", np.absolute)
+def _absolute(g, r):
+    """out = |x|:  dx = g sign(x)."""
+    return (g * np.sign(r.args[0]),)
+
+
+@rule("sin", np.sin)
+def _sin(g, r):
+    """out = sin x:  dx = g cos x."""
+    return (g * np.cos(r.args[0]),)
+
+
+@rule("cos", np.cos)
+def _cos(g, r):
+    """out = cos x:  dx = -g sin x."""
+    return (-g * np.sin(r.args[0]),)
+
+
+@rule("tan", np.tan)
+def _tan(g, r):
+    """out = tan x:  dx = g (1 + out**2)."""
+    return (g * (1 + r.value * r.value),)
+
+
+@rule("arctan", np.arctan)
+def _arctan(g, r):
+    """out = atan x:  dx = g / (1 + x**2)."""
+    x = r.args[0]
+    return (g / (1 + x * x),)
+
+
+@rule("sinh", np.sinh)
+def _sinh(g, r):
+    """out = sinh x:  dx = g cosh x."""
+    return (g * np.cosh(r.args[0]),)
+
+
+@rule("cosh", np.cosh)
+def _cosh(g, r):
+    """out = cosh x:  dx = g sinh x."""
+    return (g * np.sinh(r.args[0]),)
+
+
+@rule("tanh", np.tanh)
+def _tanh(g, r):
+    """out = tanh x:  dx = g (1 - out**2)."""
+    return (g * (1 - r.value * r.value),)
+
+
+# ---------------------------------------------------------------- activations (stable)
+
+def sigmoid_forward(x):
+    """1 / (1 + e**-x), evaluated without overflow for either sign of x."""
+    x = np.asarray(x)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1, e) / (1 + e)
+
+
+def softplus_forward(x):
+    """log(1 + e**x) = max(x, 0) + log1p(e**-|x|)."""
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def logsumexp_forward(x, axis=None, keepdims=False):
+    """log(sum(e**x)) along ``axis``, shifted by the maximum so it cannot overflow."""
+    x = np.asarray(x)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def softmax_forward(x, axis=-1):
+    """e**x / sum(e**x) along ``axis``, shifted by the maximum."""
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def logsoftmax_forward(x, axis=-1):
+    """x - logsumexp(x) along ``axis``."""
+    return x - logsumexp_forward(x, axis=axis, keepdims=True)
+
+
+def relu_forward(x):
+    """max(x, 0)."""
+    return np.maximum(x, 0)
+
+
+@rule("sigmoid", sigmoid_forward)
+def _sigmoid(g, r):
+    """out = 1 / (1 + e**-x):  dx = g out (1 - out)."""
+    s = r.value
+    return (g * s * (1 - s),)
+
+
+@rule("softplus", softplus_forward)
+def _softplus(g, r):
+    """out = log(1 + e**x):  dx = g sigmoid(x)."""
+    return (g * sigmoid_forward(r.args[0]),)
+
+
+@rule("relu", relu_forward)
+def _relu(g, r):
+    """out = max(x, 0):  dx = g [x > 0]."""
+    return (np.where(r.args[0] > 0, g, 0),)
+
+
+@rule("logsumexp", logsumexp_forward)
+def _logsumexp(g, r):
+    """out = log sum_i e**x_i:  dx_i = g e**(x_i - out)."""
+    x = r.args[0]
+    axis, keepdims = r.attrs.get("axis"), r.attrs.get("keepdims", False)
+    out = _expand(r.value, axis, keepdims, x.ndim)
+    return (_expand(g, axis, keepdims, x.ndim) * np.exp(x - out),)
+
+
+@rule("softmax", softmax_forward)
+def _softmax(g, r):
+    """s = softmax(x):  dx = s (g - sum(g s))  (sums along the softmax axis)."""
+    s = r.value
+    axis = r.attrs.get("axis", -1)
+    return (s * (g - np.sum(g * s, axis=axis, keepdims=True)),)
+
+
+@rule("logsoftmax", logsoftmax_forward)
+def _logsoftmax(g, r):
+    """out = x - logsumexp(x):  dx = g - e**out sum(g)  (sums along the axis)."""
+    axis = r.attrs.get("axis", -1)
+    return (g - np.exp(r.value) * np.sum(g, axis=axis, keepdims=True),)
+
+
+# ---------------------------------------------------------------- reductions
+
+@rule("sum", np.sum)
+def _sum(g, r):
+    """out = sum x (over axis):  dx = g broadcast back over the summed axes."""
+    x = r.args[0]
+    a = r.attrs
+    return (np.broadcast_to(_expand(g, a.get("axis"), a.get("keepdims", False), x.ndim), x.shape),)
+
+
+@rule("mean", np.mean)
+def _mean(g, r):
+    """out = sum x / n (over axis):  dx = g / n broadcast back, n = x.size / out.size."""
+    x = r.args[0]
+    a = r.attrs
+    n = x.size // max(np.size(r.value), 1)
+    g = _expand(g, a.get("axis"), a.get("keepdims", False), x.ndim) / n
+    return (np.broadcast_to(g, x.shape),)
+
+
+def _extremum_vjp(g, r):
+    """out = max x (or min x):  dx = g [x == out] / (number of ties)."""
+    x = r.args[0]
+    axis, keepdims = r.attrs.get("axis"), r.attrs.get("keepdims", False)
+    hit = x == _expand(r.value, axis, keepdims, x.ndim)
+    share = hit / np.sum(hit, axis=axis, keepdims=True)
+    return (_expand(g, axis, keepdims, x.ndim) * share,)
+
+
+rule("max", np.max)(_extremum_vjp)
+rule("min", np.min)(_extremum_vjp)
+
+
+# ---------------------------------------------------------------- linear algebra
+
+def _matmul_vjp(g, r):
+    """out = a @ b:  da = g @ b^T,  db = a^T @ g  (1-D operands promoted, batch dims summed)."""
+    a, b = r.args
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    g2 = g
+    if a.ndim == 1:
+        g2 = np.expand_dims(g2, -2 if b.ndim > 1 else -1)
+    if b.ndim == 1:
+        g2 = np.expand_dims(g2, -1)
+    ga = gb = None
+    if r.inputs[0] is not None:
+        ga = g2 @ np.swapaxes(b2, -1, -2)
+        ga = unbroadcast(ga, a2.shape).reshape(a.shape)
+    if r.inputs[1] is not None:
+        gb = np.swapaxes(a2, -1, -2) @ g2
+        gb = unbroadcast(gb, b2.shape).reshape(b.shape)
+    return ga, gb
+
+
+rule("matmul", np.matmul)(_matmul_vjp)
+
+
+# ---------------------------------------------------------------- shape and copies
+
+@rule("reshape", lambda x, shape: np.reshape(x, shape), view=True)
+def _reshape(g, r):
+    """out = x reshaped:  dx = g reshaped back to x.shape."""
+    return (np.reshape(g, np.shape(r.args[0])),)
+
+
+@rule("transpose", lambda x, axes=None: np.transpose(x, axes), view=True)
+def _transpose(g, r):
+    """out = x with axes permuted by p:  dx = g permuted by the inverse of p."""
+    axes = r.attrs.get("axes")
+    return (np.transpose(g, None if axes is None else np.argsort(axes)),)
+
+
+@rule("broadcast_to", lambda x, shape: np.broadcast_to(x, shape), view=True)
+def _broadcast_to(g, r):
+    """out = x broadcast to shape:  dx = g summed over the broadcast axes (done by the tape)."""
+    return (g,)
+
+
+@rule("astype", lambda x, dtype: x.astype(dtype))
+def _astype(g, r):
+    """out = x cast to another float dtype:  dx = g cast back (done by the tape)."""
+    return (g,)
+
+
+@rule("copy", np.copy)
+def _copy(g, r):
+    """out = copy of x:  dx = g."""
+    return (g,)
+
+
+# ---------------------------------------------------------------- indexing
+
+def _is_advanced(index):
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, (list, np.ndarray)) for i in items)
+
+
+def _scatter_add(shape, dtype, index, g):
+    """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices accumulate)."""
+    z = np.zeros(shape, dtype=dtype)
+    if _is_advanced(index):
+        np.add.at(z, index, g)
+    else:
+        z[index] = g
+    return z
+
+
+def getitem_forward(x, index):
+    return x[index]
+
+
+@rule("getitem", getitem_forward, view=True)
+def _getitem(g, r):
+    """out = x[index]:  dx = zeros with g added at index (accumulating repeats)."""
+    x = r.args[0]
+    return (_scatter_add(x.shape, x.dtype, r.attrs["index"], g),)
+
+
+def take_forward(x, indices, axis=None):
+    return np.take(x, indices, axis=axis)
+
+
+@rule("take", take_forward)
+def _take(g, r):
+    """out = take(x, idx, axis):  dx = zeros with g added at idx along axis."""
+    x, idx = r.args[0], r.args[1]
+    axis = r.attrs.get("axis")
+    if axis is None:
+        return _scatter_add(x.size, x.dtype, (np.asarray(idx),), g).reshape(x.shape), None
+    axis %= x.ndim
+    index = (slice(None),) * axis + (np.asarray(idx),)
+    return _scatter_add(x.shape, x.dtype, index, g), None
+
+
+def setitem_forward(x, v, index):
+    out = np.array(x, copy=True)
+    out[index] = v
+    return out
+
+
+@rule("setitem", setitem_forward)
+def _setitem(g, r):
+    """out = x with out[index] = v:  dx = g with g[index] = 0,  dv = g[index]."""
+    index = r.attrs["index"]
+    gx = np.array(g, copy=True)
+    gx[index] = 0
+    return gx, g[index]
+
+
+# ---------------------------------------------------------------- joining and selection
+
+def concatenate_forward(*xs, axis=0):
+    return np.concatenate(xs, axis=axis)
+
+
+@rule("concatenate", concatenate_forward)
+def _concatenate(g, r):
+    """out = concat(x_1..x_n, axis):  dx_i = the slice of g where x_i sits."""
+    axis = r.attrs.get("axis", 0)
+    if axis is None:
+        sizes = [np.size(x) for x in r.args]
+        parts = np.split(g, np.cumsum(sizes)[:-1])
+        return tuple(p.reshape(np.shape(x)) for p, x in zip(parts, r.args))
+    sizes = [np.shape(x)[axis] for x in r.args]
+    return tuple(np.split(g, np.cumsum(sizes)[:-1], axis=axis))
+
+
+def stack_forward(*xs, axis=0):
+    return np.stack(xs, axis=axis)
+
+
+@rule("stack", stack_forward)
+def _stack(g, r):
+    """out = stack(x_1..x_n, axis):  dx_i = g[..., i, ...] (index i along axis)."""
+    axis = r.attrs.get("axis", 0)
+    g = np.moveaxis(g, axis, 0)
+    return tuple(g[i] for i in range(len(r.args)))
+
+
+@rule("where", np.where)
+def _where(g, r):
+    """out = where(c, a, b):  da = g [c],  db = g [not c]."""
+    c = r.args[0]
+    return None, np.where(c, g, 0), np.where(c, 0, g)
+
+
+def clip_forward(x, lo, hi):
+    return np.clip(x, lo, hi)
+
+
+@rule("clip", clip_forward)
+def _clip(g, r):
+    """out = min(max(x, lo), hi):  dx = g [lo <= x <= hi],  dlo = g [x < lo <= hi],  dhi = g [max(x, lo) > hi]."""
+    x, lo, hi = r.args
+    t = x if lo is None else np.maximum(x, lo)
+    to_hi = np.zeros(np.shape(r.value), bool) if hi is None else t > hi
+    to_lo = np.zeros(np.shape(r.value), bool) if lo is None else (x < lo) & ~to_hi
+    gx = np.where(to_lo | to_hi, 0, g)
+    glo = np.where(to_lo, g, 0) if r.inputs[1] is not None else None
+    ghi = np.where(to_hi, g, 0) if r.inputs[2] is not None else None
+    return gx, glo, ghi

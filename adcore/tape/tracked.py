@@ -1,0 +1,317 @@
+"""The tracked array: a numpy value plus its id on a tape; every op on it is recorded."""
+import numpy as np
+
+from ..errors import ADError, UnsupportedError
+from .rules import RULES
+
+EMPTY = {}
+
+
+def apply(op, args, attrs=EMPTY):
+    """Run op ``op`` of the rule table on ``args``; record it when an operand is tracked.
+
+    Returns a ``Tracked`` when some operand is tracked and the result is a float
+    array, otherwise the plain numpy result (so every public function of
+    ``adcore.tape`` also works on plain arrays).
+    """
+    tape = None
+    ids = []
+    vals = []
+    for a in args:
+        if type(a) is Tracked:
+            if tape is None:
+                tape = a._tape
+            elif a._tape is not tape:
+                raise ADError("an operation mixes tracked arrays of two different tapes "
+                              "(nested adcore.tape.gradient calls are not supported)")
+            ids.append(a._id)
+            vals.append(a.value)
+        else:
+            ids.append(None)
+            vals.append(a)
+    rule = RULES[op]
+    out = rule.forward(*vals, **attrs)
+    if tape is None or out.dtype.kind != "f":
+        return out
+    t = Tracked.__new__(Tracked)
+    t.value = out
+    t._tape = tape
+    t._alias = False
+    t._id = tape.push(op, tuple(ids), tuple(vals), out, attrs)
+    if rule.view:
+        _mark_alias(t, args)
+    return t
+
+
+def _mark_alias(out, args):
+    """``out`` may share memory with its tracked operands: in-place updates of either are refused."""
+    out._alias = True
+    for a in args:
+        if type(a) is Tracked:
+            a._alias = True
+
+
+def primal(x):
+    """The plain value of ``x``: tracked arrays inside tuples, lists and dicts are replaced by their values."""
+    if type(x) is Tracked:
+        return x.value
+    if isinstance(x, (tuple, list)):
+        items = [primal(v) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+    if isinstance(x, dict):
+        return type(x)((k, primal(v)) for k, v in x.items())
+    return x
+
+
+def _norm_axis(axis, ndim):
+    """``axis`` as given to numpy -> ``None`` or a sorted tuple of non-negative ints."""
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    try:
+        return tuple(sorted(int(a) % ndim if ndim else int(a) for a in axes))
+    except TypeError:
+        raise TypeError(f"axis must be an int or a tuple of ints, not {axis!r}") from None
+
+
+def _resolve_shape(shape, size):
+    """A reshape target as a tuple of ints, with a ``-1`` entry resolved against ``size``."""
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if -1 in shape:
+        known = int(np.prod([n for n in shape if n != -1]))
+        shape = tuple(size // known if known and n == -1 else n for n in shape)
+    if int(np.prod(shape)) != size:
+        raise ValueError(f"cannot reshape an array of size {size} into shape {shape}")
+    return shape
+
+
+def _binary(op):
+    def method(self, other):
+        return apply(op, (self, other))
+
+    def reflected(self, other):
+        return apply(op, (other, self))
+
+    def inplace(self, other):
+        return self._update(apply(op, (self, other)))
+
+    method.__name__ = reflected.__name__ = inplace.__name__ = op
+    return method, reflected, inplace
+
+
+class Tracked:
+    """A numpy float value recorded on a tape.
+
+    ``x.value`` is the plain value.  Arithmetic operators, ``@``, indexing, the
+    common array methods and numpy functions/ufuncs (through ``__array_ufunc__``
+    and ``__array_function__``) are recorded; numpy functions without a rule raise
+    ``UnsupportedError`` naming them.  Comparisons and ``float(x)`` give plain values.
+    """
+
+    __slots__ = ("value", "_tape", "_id", "_alias")
+    __hash__ = None
+
+    def __init__(self, value, tape):
+        """Track ``value`` (a float array or float) as a new leaf of ``tape``."""
+        self.value = value
+        self._tape = tape
+        self._id = tape.leaf(value)
+        self._alias = True  # the caller holds the array: never update it in place
+
+    @property
+    def id(self):
+        """The id of the record that produced this value on its tape."""
+        return self._id
+
+    @property
+    def tape(self):
+        return self._tape
+
+    # ------------------------------------------------------------ attributes
+    shape = property(lambda self: np.shape(self.value))
+    ndim = property(lambda self: np.ndim(self.value))
+    size = property(lambda self: np.size(self.value))
+    dtype = property(lambda self: self.value.dtype)
+    T = property(lambda self: self.transpose())
+
+    def __len__(self):
+        return len(self.value)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.value)))
+
+    def __repr__(self):
+        return f"Tracked({self.value!r}, id={self._id})"
+
+    def __float__(self):
+        return float(self.value)
+
+    def __int__(self):
+        return int(self.value)
+
+    def __bool__(self):
+        return bool(self.value)
+
+    def item(self, *args):
+        """The value as a Python scalar (not tracked)."""
+        return self.value.item(*args)
+
+    def tolist(self):
+        return np.asarray(self.value).tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        raise UnsupportedError(
+            "conversion of a tracked array to a plain numpy array (np.asarray, np.array, "
+            "assignment into a plain array)",
+            detail="it would drop the gradient; use numpy functions on the tracked array, "
+                   "or adcore.tape.primal(x) to stop differentiating on purpose")
+
+    # ------------------------------------------------------------ arithmetic
+    __add__, __radd__, __iadd__ = _binary("add")
+    __sub__, __rsub__, __isub__ = _binary("subtract")
+    __mul__, __rmul__, __imul__ = _binary("multiply")
+    __truediv__, __rtruediv__, __itruediv__ = _binary("divide")
+    __pow__, __rpow__, __ipow__ = _binary("power")
+    __matmul__, __rmatmul__, __imatmul__ = _binary("matmul")
+
+    def __neg__(self):
+        return apply("negative", (self,))
+
+    def __pos__(self):
+        return apply("positive", (self,))
+
+    def __abs__(self):
+        return apply("absolute", (self,))
+
+    # comparisons are not differentiable: plain boolean arrays
+    def __lt__(self, other):
+        return self.value < primal(other)
+
+    def __le__(self, other):
+        return self.value <= primal(other)
+
+    def __gt__(self, other):
+        return self.value > primal(other)
+
+    def __ge__(self, other):
+        return self.value >= primal(other)
+
+    def __eq__(self, other):
+        return self.value == primal(other)
+
+    def __ne__(self, other):
+        return self.value != primal(other)
+
+    # ------------------------------------------------------------ in place
+    def _update(self, new):
+        """Make this handle refer to ``new`` (the functional result of an in-place op)."""
+        if self._alias:
+            raise UnsupportedError(
+                "an in-place update of a tracked array that shares memory with another "
+                "(an argument of the differentiated function, a view, or an array that has views)",
+                detail="write `x = x + y` instead of `x += y`, or update a copy (`x = x.copy()`)")
+        if new.shape != self.shape:
+            raise ValueError(f"in-place update cannot change the shape {self.shape} to {new.shape}")
+        if new.dtype != self.dtype:
+            new = apply("astype", (new,), {"dtype": self.dtype})
+        self.value = new.value
+        self._id = new._id
+        return self
+
+    def __setitem__(self, index, v):
+        index = primal(index)
+        self._update(apply("setitem", (self, v), {"index": index}))
+
+    # ------------------------------------------------------------ indexing
+    def __getitem__(self, index):
+        index = primal(index)
+        if type(index) is Tracked:
+            raise TypeError("a tracked float array cannot be used as an index")
+        return apply("getitem", (self,), {"index": index})
+
+    # ------------------------------------------------------------ methods
+    def sum(self, axis=None, keepdims=False):
+        return apply("sum", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+
+    def mean(self, axis=None, keepdims=False):
+        return apply("mean", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+
+    def max(self, axis=None, keepdims=False):
+        return apply("max", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+
+    def min(self, axis=None, keepdims=False):
+        return apply("min", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+
+    def var(self, axis=None, ddof=0, keepdims=False):
+        return np.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis=None, ddof=0, keepdims=False):
+        return np.std(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    def reshape(self, *shape, order="C"):
+        if order != "C":
+            raise UnsupportedError(f"reshape with order={order!r}", detail="only order='C' is recorded")
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return apply("reshape", (self,), {"shape": _resolve_shape(shape, self.size)})
+
+    def ravel(self):
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        shape = self.shape
+        axes = [a for a, n in enumerate(shape) if n == 1] if axis is None else _norm_axis(axis, len(shape))
+        for a in axes:
+            if shape[a] != 1:
+                raise ValueError(f"cannot squeeze axis {a} of length {shape[a]}")
+        return self.reshape(tuple(n for a, n in enumerate(shape) if a not in axes))
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = axes[0]
+        axes = None if not axes else tuple(int(a) % self.ndim for a in axes)
+        if axes is None:
+            axes = tuple(range(self.ndim))[::-1]
+        return apply("transpose", (self,), {"axes": axes})
+
+    def swapaxes(self, a, b):
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return self.transpose(axes)
+
+    def astype(self, dtype, copy=True):
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
+            return self.copy() if copy else self
+        if dtype.kind != "f":
+            return self.value.astype(dtype)
+        return apply("astype", (self,), {"dtype": dtype})
+
+    def copy(self):
+        return apply("copy", (self,))
+
+    def dot(self, other):
+        return np.dot(self, other)
+
+    def clip(self, a_min=None, a_max=None):
+        return apply("clip", (self, a_min, a_max))
+
+    def take(self, indices, axis=None):
+        return np.take(self, indices, axis=axis)
+
+    def argmax(self, axis=None):
+        return np.argmax(self.value, axis=axis)
+
+    def argmin(self, axis=None):
+        return np.argmin(self.value, axis=axis)
+
+    # ------------------------------------------------------------ numpy protocols
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .numpy_api import ufunc_call
+        return ufunc_call(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from .numpy_api import function_call
+        return function_call(func, args, kwargs)
