@@ -1,0 +1,26 @@
+"""layers: Flux-like models (``Dense``, ``Chain``, ``Embedding``), losses and training.
+
+A model is a tree (``adcore.tree``): layers name their trainable arrays in
+``__tree_fields__``, and gradients, optimiser state, printing and saving walk it.
+"""
+from .activations import (identity, relu, leakyrelu, elu, gelu, swish, softplus, sigmoid, σ,
+                          logsigmoid, tanh, softmax, logsoftmax, logsumexp)
+from .core import Layer, Dense, Embedding, Chain
+from .grad import gradient, withgradient
+from .init import glorot_uniform
+from .io import state, loadmodel, save, load
+from .losses import (mse, mae, crossentropy, logitcrossentropy, binarycrossentropy,
+                     logitbinarycrossentropy, huber_loss, kldivergence)
+from .train import train, NonFiniteLossError
+from .utils import only, onehot, onehotbatch, onecold, f32, f64, destructure, batches
+
+__all__ = [
+    "identity", "relu", "leakyrelu", "elu", "gelu", "swish", "softplus", "sigmoid", "σ",
+    "logsigmoid", "tanh", "softmax", "logsoftmax", "logsumexp",
+    "Layer", "Dense", "Embedding", "Chain", "gradient", "withgradient", "glorot_uniform",
+    "state", "loadmodel", "save", "load",
+    "mse", "mae", "crossentropy", "logitcrossentropy", "binarycrossentropy",
+    "logitbinarycrossentropy", "huber_loss", "kldivergence",
+    "train", "NonFiniteLossError",
+    "only", "onehot", "onehotbatch", "onecold", "f32", "f64", "destructure", "batches",
+]

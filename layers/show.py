@@ -1,0 +1,91 @@
+"""Flux-style printing of models.
+
+A layer prints as one line, ``Dense(784 => 32, σ)``, followed by a comment with its
+parameter count aligned at a fixed column; a ``Chain`` prints one element per line
+and, at the top level when it holds more than two arrays, a total line
+``# Total: 4 arrays, 25_450 parameters, 99.414 KiB.`` (the bytes of the arrays).
+"""
+from adcore.tree import is_node, leaves
+
+_NAMES = {"sigmoid": "σ"}
+
+
+def function_name(f):
+    """How a plain callable prints: its name (``σ`` for sigmoid), else its ``repr``."""
+    name = getattr(f, "__name__", None)
+    return _NAMES.get(name, name) if name else repr(f)
+
+
+def count(x):
+    """``(arrays, parameters, bytes)`` of the float arrays in ``x``."""
+    ls = [a for _, a in leaves(x)]
+    return len(ls), sum(a.size for a in ls), sum(a.nbytes for a in ls)
+
+
+def format_bytes(n):
+    """Julia's ``Base.format_bytes``: ``"512 bytes"``, ``"99.414 KiB"``."""
+    units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
+    k = 0
+    while k < len(units) - 1 and n > 1024 ** (k + 1):
+        k += 1
+    if k == 0:
+        return f"{n} byte" + ("" if n == 1 else "s")
+    return f"{n / 1024 ** k:.3f} {units[k]}"
+
+
+def _is_container(x):
+    return hasattr(x, "layers") and is_node(x)
+
+
+def _one_line(x):
+    if hasattr(x, "show_string"):
+        return x.show_string()
+    if _is_container(x):
+        return f"{type(x).__name__}(" + ", ".join(map(_one_line, x)) + ")"
+    if callable(x) and not is_node(x):
+        return function_name(x)
+    return repr(x)
+
+
+def _layer_lines(x, indent, name):
+    s = ("" if name is None else f"{name} = ") + _one_line(x)
+    line = " " * indent + s + ("," if indent else "")
+    _, n, _ = count(x)
+    if n:
+        line += " " * max(2, (39 if indent else 20) - indent - len(s))
+        line += f"# {n:_} parameters"
+    return [line]
+
+
+def lines(x, indent=0, name=None):
+    """The printed form of ``x`` as a list of lines, at ``indent`` spaces.
+
+    A container prints its elements one per line; the total line is added only at
+    the top level (``indent == 0``), so wrappers can embed these lines.
+    """
+    if not _is_container(x):
+        return _layer_lines(x, indent, name)
+    pre = ("" if name is None else f"{name} = ") + f"{type(x).__name__}("
+    out = [" " * indent + pre]
+    items = x.layers.items() if isinstance(x.layers, dict) else ((None, l) for l in x.layers)
+    for k, l in items:
+        out += lines(l, indent + 2, k)
+    out.append(" " * indent + ")" + ("," if indent else ""))
+    return out
+
+
+def total_comment(x):
+    """``# Total: ...`` for a model with more than two arrays, else ``""``."""
+    arrays, n, nbytes = count(x)
+    if arrays <= 2:
+        return ""
+    return f"# Total: {arrays} arrays, {n:_} parameters, {format_bytes(nbytes)}."
+
+
+def show(x):
+    """The multi-line Flux-style ``repr`` of a model."""
+    out = lines(x)
+    total = total_comment(x)
+    if total and _is_container(x):
+        out[-1] = out[-1].ljust(2) + " " * 18 + total
+    return "\n".join(out)
