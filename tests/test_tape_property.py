@@ -1,0 +1,129 @@
+"""Random expression graphs over the tape's ops, with random shapes and broadcasting,
+checked against central finite differences."""
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from adcore import tape
+from test_tape_rules import numeric_grad
+
+# unary ops (smooth, or with kinks that random inputs do not hit); all keep the shape
+UNARY = {
+    "tanh": np.tanh,
+    "sin": np.sin,
+    "cos": np.cos,
+    "square": np.square,
+    "neg": lambda a: -a,
+    "abs": np.abs,
+    "arctan": np.arctan,
+    "exp_tanh": lambda a: np.exp(np.tanh(a)),
+    "log1p_square": lambda a: np.log1p(a * a),
+    "sqrt": lambda a: np.sqrt(1.0 + a ** 2),
+    "sigmoid": tape.sigmoid,
+    "softplus": tape.softplus,
+    "scale": lambda a: 0.5 * a - 1.5,
+    "rdiv": lambda a: 1.0 / (2.0 + np.cos(a)),
+    "flip": lambda a: a[..., ::-1] if np.ndim(a) else a,
+    "softmax": lambda a: tape.softmax(a) if np.ndim(a) else a,
+    "logsoftmax": lambda a: tape.logsoftmax(a) if np.ndim(a) else a,
+}
+# binary ops with numpy broadcasting
+BINARY = {
+    "add": np.add,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / (1.0 + b * b),
+    "pow": lambda a, b: (1.0 + a * a) ** np.tanh(b),
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "logaddexp": np.logaddexp,
+    "where": lambda a, b: np.where(a > b, a, 2 * b),
+    "clip": lambda a, b: np.clip(a, -0.5, 0.5) * b,
+}
+# reductions over one axis with keepdims (so results still broadcast against the rest)
+REDUCE = {
+    "sum": lambda a, ax: np.sum(a, axis=ax, keepdims=True),
+    "mean": lambda a, ax: a.mean(axis=ax, keepdims=True),
+    "max": lambda a, ax: np.max(a, axis=ax, keepdims=True),
+    "min": lambda a, ax: a.min(axis=ax, keepdims=True),
+    "logsumexp": lambda a, ax: tape.logsumexp(a, axis=ax, keepdims=True),
+}
+
+
+@st.composite
+def programs(draw):
+    base = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=3)))
+    n_in = draw(st.integers(1, 3))
+    shapes = []
+    for _ in range(n_in):
+        drop = draw(st.integers(0, len(base)))
+        shapes.append(tuple(n if draw(st.booleans()) else 1 for n in base[drop:]))
+    steps = []
+    for k in range(draw(st.integers(1, 8))):
+        n_vals = n_in + k
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "matmul"]))
+        a = draw(st.integers(0, n_vals - 1))
+        if kind == "unary":
+            steps.append(("unary", draw(st.sampled_from(sorted(UNARY))), a))
+        elif kind == "binary":
+            steps.append(("binary", draw(st.sampled_from(sorted(BINARY))), a, draw(st.integers(0, n_vals - 1))))
+        elif kind == "reduce":
+            steps.append(("reduce", draw(st.sampled_from(sorted(REDUCE))), a, draw(st.integers(-3, 2))))
+        else:
+            steps.append(("matmul", None, a))
+    return shapes, steps, draw(st.integers(0, 2 ** 32 - 1))
+
+
+def run(steps, consts, *inputs):
+    """Evaluate a program; the same code runs on plain and on tracked arrays."""
+    vals = list(inputs)
+    for (kind, name, a, *rest), c in zip(steps, consts):
+        x = vals[a]
+        if kind == "unary":
+            vals.append(UNARY[name](x))
+        elif kind == "binary":
+            vals.append(BINARY[name](x, vals[rest[0]]))
+        elif kind == "reduce":
+            nd = np.ndim(x.value if isinstance(x, tape.Tracked) else x)
+            vals.append(REDUCE[name](x, rest[0] % nd) if nd else x)
+        else:
+            vals.append(x @ c if c is not None else x)
+    return vals[-1]
+
+
+@settings(max_examples=50, deadline=None)
+@given(programs())
+def test_random_graphs_match_finite_differences(program):
+    shapes, steps, seed = program
+    rng = np.random.default_rng(seed)
+    inputs = [rng.uniform(-1.5, 1.5, s) for s in shapes]
+    # matmul constants: square matrices on the operand's last axis
+    consts, plain = [], list(inputs)
+    for kind, name, a, *rest in steps:
+        c = None
+        if kind == "matmul" and np.ndim(plain[a]):
+            n = np.shape(plain[a])[-1]
+            c = rng.standard_normal((n, n)) / n
+        consts.append(c)
+        plain.append(run([(kind, name, a, *rest)], [c], *plain))
+    weights = rng.standard_normal(np.shape(plain[-1]))
+
+    def loss(*xs):
+        return np.sum(run(steps, consts, *xs) * weights)
+
+    val, grads = tape.withgradient(loss, *inputs)
+    assert np.isclose(val, loss(*inputs))
+    for k, (x, g) in enumerate(zip(inputs, grads)):
+        assert g.shape == x.shape and g.dtype == x.dtype
+        np.testing.assert_allclose(g, numeric_grad(loss, inputs, k), rtol=1e-4, atol=1e-6)
+
+
+@settings(max_examples=20, deadline=None)
+@given(programs())
+def test_random_graphs_keep_float32(program):
+    shapes, steps, seed = program
+    rng = np.random.default_rng(seed)
+    inputs = [rng.uniform(-1.5, 1.5, s).astype(np.float32) for s in shapes]
+    consts = [None] * len(steps)
+    grads = tape.gradient(lambda *xs: np.sum(run(steps, consts, *xs)), *inputs)
+    for x, g in zip(inputs, grads):
+        assert g.dtype == np.float32 and g.shape == x.shape
