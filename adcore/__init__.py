@@ -7,3 +7,6 @@ __all__ = [
     "ADError", "UnsupportedError", "ActivityError",
     "Active", "Const", "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero",
 ]
+from .api import autodiff, gradient, primal_ir, adjoint_ir, last_cached_bytes
+
+__all__ += ["autodiff", "gradient", "primal_ir", "adjoint_ir", "last_cached_bytes"]

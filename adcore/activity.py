@@ -1,0 +1,159 @@
+"""Pointer-base, activity and read-only analyses.
+
+* Pointer bases: every pointer value is traced through GEPs, casts, phis and selects
+  to the function argument it points into (``UNKNOWN`` when it cannot be).
+* Activity (Enzyme's two directions): a value is *varied* when derivative-carrying data
+  can flow into it (Active arguments, float loads from shadowed memory), *useful* when it
+  can flow to a differentiated output (stores into shadowed memory, the active return);
+  it is *active* when both.  Integer and pointer values are never active.
+* Read-only bases: arguments whose memory no instruction of the function writes, so a
+  load from them can be repeated in the reverse pass instead of being cached.
+"""
+from .errors import UnsupportedError
+from .ir import Arg, FLOAT_TYPES
+
+UNKNOWN = "unknown"
+NOWHERE = "nowhere"              # constants, globals: not derived from any argument
+
+PURE_CASTS = ("bitcast", "addrspacecast")
+FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
+             "select", "phi", "freeze", "call")
+INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
+MEMORY_WRITERS = ("store", "atomicrmw", "cmpxchg")
+
+
+class Activity:
+    def __init__(self, func, kernel_name, active_args, shadow_args, retptr, ret_active,
+                 is_differentiable_call, is_pure_call, data_args=(), distinct_arrays=True):
+        self.func, self.kernel_name = func, kernel_name
+        self.active_args, self.shadow_args = set(active_args), set(shadow_args)
+        self.retptr, self.ret_active = retptr, ret_active
+        self.base = self._pointer_bases()
+        self.varied = self._varied(is_differentiable_call)
+        self.useful = self._useful()
+        self.active = self.varied & self.useful
+        self.is_pure_call = is_pure_call
+        self.distinct_arrays = distinct_arrays
+        self.data_args = set(data_args)
+        self.written = self._written_bases()
+
+    def unsupported(self, instr, detail=""):
+        return UnsupportedError(f"'{instr.text}'", self.kernel_name, detail)
+
+    # -- pointers ---------------------------------------------------------------------
+    def _pointer_bases(self):
+        base = {a: a for a in self.func.args if a.type == "ptr"}
+
+        def of(op):
+            if op.defn is None:
+                return NOWHERE
+            return base.get(op.defn)
+
+        changed = True
+        while changed:
+            changed = False
+            for instr in self.func.instructions():
+                if instr.type != "ptr":
+                    continue
+                if instr.opcode in ("getelementptr",) + PURE_CASTS:
+                    new = of(instr.operands[0])
+                elif instr.opcode in ("phi", "select"):
+                    ops = instr.operands if instr.opcode == "phi" else instr.operands[1:]
+                    seen = {of(o) for o in ops} - {None, NOWHERE}
+                    new = seen.pop() if len(seen) == 1 else (UNKNOWN if seen else None)
+                else:
+                    new = UNKNOWN
+                if new is not None and base.get(instr) != new:
+                    if base.get(instr) is not None and base[instr] != new:
+                        new = UNKNOWN
+                    if base.get(instr) != new:
+                        base[instr] = new
+                        changed = True
+        return base
+
+    def base_of(self, op):
+        if op.defn is None:
+            return NOWHERE
+        return self.base.get(op.defn, UNKNOWN)
+
+    def is_shadowed(self, op):
+        """True when pointer operand ``op`` points into a Duplicated array."""
+        b = self.base_of(op)
+        if b == UNKNOWN and self.shadow_args:
+            raise UnsupportedError(f"pointer {op.ref}", self.kernel_name,
+                                   "cannot tell which array argument it points into")
+        return b in self.shadow_args
+
+    # -- activity ---------------------------------------------------------------------
+    def _varied(self, is_differentiable_call):
+        varied = set(self.active_args)
+        changed = True
+        while changed:
+            changed = False
+            for instr in self.func.instructions():
+                if instr in varied:
+                    continue
+                op = instr.opcode
+                if op == "load":
+                    hit = instr.is_float and self.is_shadowed(instr.operands[0])
+                else:
+                    srcs = instr.operands[1:] if op == "select" else instr.operands
+                    hit = any(o.defn in varied for o in srcs)
+                    if hit and (op not in FLOAT_OPS or not instr.is_float):
+                        if op in INACTIVE_RESULTS or op in MEMORY_WRITERS or instr.is_float is False and op in ("select", "phi", "freeze"):
+                            hit = False
+                        else:
+                            raise self.unsupported(instr, "no derivative rule for this instruction")
+                    if hit and op == "call" and not is_differentiable_call(instr):
+                        raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
+                if hit:
+                    varied.add(instr)
+                    changed = True
+        for instr in self.func.instructions():
+            if instr.opcode in MEMORY_WRITERS[1:] and any(o.defn in varied for o in instr.operands):
+                raise self.unsupported(instr, "atomic update of a differentiable value")
+            if instr.opcode == "call" and instr not in varied:
+                if any(o.defn in varied for o in instr.operands):
+                    raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
+                if not is_differentiable_call(instr) and any(
+                        o.type == "ptr" and self.base_of(o) in self.shadow_args for o in instr.operands):
+                    raise self.unsupported(instr, f"callee '{instr.callee}' receives a differentiable array")
+        return varied
+
+    def _useful(self):
+        useful = set()
+        work = []
+        for instr in self.func.instructions():
+            if instr.opcode == "store":
+                value, ptr = instr.operands
+                if value.defn in self.varied:
+                    if self.is_shadowed(ptr) or (self.ret_active and ptr.defn is self.retptr):
+                        work.append(value.defn)
+        while work:
+            v = work.pop()
+            if v in useful:
+                continue
+            useful.add(v)
+            if not isinstance(v, Arg) and v.opcode != "load":
+                work.extend(o.defn for o in v.operands if o.defn in self.varied)
+        return useful
+
+    # -- memory -----------------------------------------------------------------------
+    def _written_bases(self):
+        written = set()
+        for instr in self.func.instructions():
+            if instr.opcode in MEMORY_WRITERS:
+                written.add(self.base_of(instr.operands[1] if instr.opcode == "store" else instr.operands[0]))
+            elif instr.opcode == "call" and not self.is_pure_call(instr):
+                written.update(self.base_of(o) for o in instr.operands if o.type == "ptr")
+        return written
+
+    def is_read_only(self, ptr_op):
+        b = self.base_of(ptr_op)
+        if b == NOWHERE:
+            return True
+        if b == UNKNOWN or UNKNOWN in self.written:
+            return False
+        if not self.distinct_arrays:
+            return not (self.written & self.data_args)
+        return b not in self.written

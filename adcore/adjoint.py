@@ -1,0 +1,410 @@
+"""Adjoint generation: from one cleaned primal function to one gradient function.
+
+The gradient function has Numba's calling convention: ``i32 @grad(ptr retptr,
+ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
+
+1. the *augmented forward pass*: the primal blocks, copied, plus stores of the values
+   the reverse pass needs into registers (stack slots).  A register of a block inside a
+   loop is saved on the value stack before it is overwritten; loop counters with a
+   constant step are not saved but run backwards.  Blocks with several predecessors
+   push which one they were entered from, unless a loop counter tells.
+2. a check of the primal's status: an exception returns it at once, shadows untouched.
+3. the *reverse pass*: one reverse block per primal block, instructions in reverse
+   order, each applying its rule from :mod:`adcore.rules` and ``+=`` into adjoint slots
+   and shadow memory; then the block's saved registers are restored and control goes
+   back to the reverse of the predecessor, through an edge block that moves phi
+   adjoints to the incoming values.
+
+Values the reverse pass needs are recomputed from registers where the instruction is
+pure (arithmetic, casts, compares, GEPs, math calls, loads of memory nothing writes);
+only the rest is kept in registers.
+"""
+import re
+
+from .activity import Activity
+from .cfg import ControlFlow, step_of
+from .emit import Emitter, Expr, float_const
+from .errors import UnsupportedError
+from .ir import Arg, FLOAT_TYPES, Operand, label, local, rename
+from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
+from . import tape_stack
+
+PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
+            "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
+            "getelementptr", "extractvalue", "insertvalue", "zext", "sext", "trunc", "fpext",
+            "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "ptrtoint", "inttoptr",
+            "addrspacecast", "freeze"}
+_ATTACHED_METADATA = re.compile(r",\s*![-a-zA-Z_.0-9]+\s+!(?:[0-9]+|\{[^}]*\})")
+
+
+class Spec:
+    """What to differentiate: which LLVM arguments are Active or shadowed, and the
+    layout of the result struct that ``retptr`` points to."""
+
+    def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
+                 active_fields, bytes_field, data_args=(), distinct_arrays=True):
+        self.symbol, self.pyname = symbol, pyname
+        self.active = active                  # [arg index] of Active float arguments
+        self.shadows = shadows                # [(data arg index, [flattened types], data position)]
+        self.ret_active = ret_active
+        self.result_type = result_type        # LLVM struct text
+        self.active_fields = active_fields    # result field of each Active argument
+        self.bytes_field = bytes_field        # result field for the bytes cached
+        self.data_args = data_args            # arg indices of all array data pointers
+        self.distinct_arrays = distinct_arrays
+
+
+class Lazy:
+    """An operand whose reverse-pass value is materialised on first ``str``."""
+
+    def __init__(self, gen, op):
+        self.gen, self.op, self.type = gen, op, op.type
+        self._ref = None
+
+    def __str__(self):
+        if self._ref is None:
+            self._ref = self.gen.materialise(self.op)
+        return self._ref
+
+
+class AdjointGenerator:
+    def __init__(self, func, spec):
+        self.func, self.spec = func, spec
+        self.cfg = ControlFlow(func)
+        args = func.args
+        self.retptr = args[0]
+        self.shadow_ref = {}
+        self.shadow_params = []
+        for k, (data_index, types, data_pos) in enumerate(spec.shadows):
+            names = [f"%ad.sh{k}.{j}" for j in range(len(types))]
+            self.shadow_params += [f"{t} {n}" for t, n in zip(types, names)]
+            self.shadow_ref[args[data_index]] = names[data_pos]
+        self.act = Activity(func, spec.pyname, [args[i] for i in spec.active],
+                            list(self.shadow_ref), self.retptr, spec.ret_active,
+                            is_differentiable_call, is_pure_call,
+                            data_args=[args[i] for i in spec.data_args],
+                            distinct_arrays=spec.distinct_arrays)
+        taken = {a.name for a in args} | {b.name for b in func.blocks}
+        taken |= {i.name for i in func.instructions() if i.name}
+        self.e = Emitter(taken)
+        self.allocas = []            # lines of the entry block
+        self.registers = {}          # value -> alloca ref
+        self.slots = {}              # active value -> adjoint alloca ref
+        self.stack_types = set()
+        self.memo = {}
+        self.iv_of = {iv.phi: iv for iv in self.cfg.ivs.values()}
+        self.ret_blocks = []         # (block, status operand)
+
+    # -- small helpers ---------------------------------------------------------------
+    def unsupported(self, instr, detail):
+        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail)
+
+    def alloca(self, type_, hint):
+        ref = self.e.fresh(hint)
+        self.allocas.append(f"  {ref} = alloca {type_}")
+        return ref
+
+    def register(self, value):
+        if value not in self.registers:
+            self.registers[value] = self.alloca(value.type, "reg")
+        return self.registers[value]
+
+    def slot(self, value):
+        if value not in self.slots:
+            ref = self.alloca(value.type, "d")
+            self.allocas.append(f"  store {value.type} {float_const(value.type, 0)}, ptr {ref}")
+            self.slots[value] = ref
+        return self.slots[value]
+
+    def accumulate(self, value, contribution):
+        """d(value) += contribution."""
+        s, t = self.slot(value), value.type
+        old = self.e(f"load {t}, ptr {s}")
+        self.e.line(f"store {t} {self.e(f'fadd {t} {old}, {contribution}')}, ptr {s}")
+
+    def take_adjoint(self, value):
+        """Read d(value) and reset it to zero."""
+        s, t = self.slot(value), value.type
+        dy = self.e(f"load {t}, ptr {s}", "dy")
+        self.e.line(f"store {t} {float_const(t, 0)}, ptr {s}")
+        return dy
+
+    def push(self, type_, ref):
+        self.stack_types.add(type_)
+        self.e.line(f"call void @ad.push.{tape_stack.type_tag(type_)}(ptr %ad.stack, {type_} {ref})")
+
+    def pop(self, type_):
+        self.stack_types.add(type_)
+        return self.e(f"call {type_} @ad.pop.{tape_stack.type_tag(type_)}(ptr %ad.stack)", "pop")
+
+    # -- reverse-pass values ---------------------------------------------------------
+    def recomputable(self, instr):
+        if instr.opcode in PURE_OPS:
+            return True
+        if instr.opcode == "call":
+            return math_name(instr.callee) is not None
+        if instr.opcode == "load":
+            return " atomic " not in instr.text and " volatile " not in instr.text \
+                and self.act.is_read_only(instr.operands[0])
+        return False
+
+    def materialise(self, op):
+        """The value of ``op`` at the current point of the reverse pass."""
+        d = op.defn
+        if d is None or isinstance(d, Arg):
+            return op.ref
+        if d in self.memo:
+            return self.memo[d]
+        if self.recomputable(d):
+            mapping = {o.ref: self.materialise(o) for o in d.operands
+                       if o.defn is not None and not isinstance(o.defn, Arg)}
+            ref = self.e.fresh("re")
+            mapping[d.ref] = ref
+            self.e.line(_ATTACHED_METADATA.sub("", rename(d.text, mapping)))
+        else:
+            ref = self.e(f"load {d.type}, ptr {self.register(d)}", "ld")
+        self.memo[d] = ref
+        return ref
+
+    def shadow(self, op):
+        """The shadow address of pointer ``op`` (which points into a Duplicated array)."""
+        d = op.defn
+        if isinstance(d, Arg):
+            return self.shadow_ref[d]
+        key = ("shadow", d)
+        if key in self.memo:
+            return self.memo[key]
+        if d.opcode in ("getelementptr", "bitcast", "addrspacecast"):
+            base = d.operands[0]
+            mapping = {o.ref: self.materialise(o) for o in d.operands[1:]
+                       if o.defn is not None and not isinstance(o.defn, Arg)}
+            mapping[base.ref] = self.shadow(base)
+            ref = self.e.fresh("sh")
+            mapping[d.ref] = ref
+            self.e.line(_ATTACHED_METADATA.sub("", rename(d.text, mapping)))
+        else:
+            primal = self.materialise(op)
+            ref = self.e(f"getelementptr i8, ptr {primal}, i64 {self.delta[self.act.base_of(op)]}", "sh")
+        self.memo[key] = ref
+        return ref
+
+    # -- reverse of one instruction ------------------------------------------------------
+    def reverse_instruction(self, instr):
+        act = self.act
+        if instr.opcode == "store":
+            value, ptr = instr.operands
+            if ptr.defn is self.retptr:
+                if self.spec.ret_active and value.defn in act.active:
+                    self.accumulate(value.defn, float_const(value.type, 1.0))
+                return
+            if not act.is_shadowed(ptr):
+                return
+            t = value.type
+            sp = self.shadow(ptr)
+            if t in FLOAT_TYPES:
+                if value.defn in act.active:
+                    self.accumulate(value.defn, self.e(f"load {t}, ptr {sp}"))
+                self.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}")
+            elif value.is_const and t.startswith("i"):
+                self.e.line(f"store {t} 0, ptr {sp}")
+            else:
+                raise self.unsupported(instr, "a non-float value is stored into a differentiable array")
+            return
+        if instr not in act.active or instr.opcode == "phi":
+            return
+        dy = self.take_adjoint(instr)
+        if instr.opcode == "load":
+            sp = self.shadow(instr.operands[0])
+            old = self.e(f"load {instr.type}, ptr {sp}")
+            self.e.line(f"store {instr.type} {self.e(f'fadd {instr.type} {old}, {dy}')}, ptr {sp}")
+            return
+        X = Expr(self.e, instr.type)
+        ops = [Lazy(self, o) for o in instr.operands]
+        result = Lazy(self, Operand(instr.ref, instr.type, instr))
+        for o, c in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):
+            if c is not None and o.defn in act.active:
+                self.accumulate(o.defn, c)
+
+    # -- the saving plan -------------------------------------------------------------
+    def saves(self, block):
+        """What the forward pass of ``block`` pushes, in order."""
+        cyclic = block in self.cfg.cyclic
+        events = []
+        if len(block.preds) > 1 and block not in self.cfg.ivs:
+            events.append(("pred", None))
+        for instr in block.instrs:
+            if instr in self.registers and cyclic and instr not in self.iv_of:
+                events.append(("reg", instr))
+        for header, iv in self.cfg.ivs.items():
+            if iv.outside is block and cyclic:
+                events.append(("iv", iv.phi))
+        return events
+
+    # -- emission --------------------------------------------------------------------
+    def build(self):
+        """The gradient function and its helpers, as IR text."""
+        blocks = self.cfg.rpo
+        self.delta = {}
+        for base in self.shadow_ref:
+            ref = self.e.fresh("delta")
+            self.allocas.append(f"  {ref}.p = ptrtoint ptr {base.ref} to i64")
+            self.allocas.append(f"  {ref}.s = ptrtoint ptr {self.shadow_ref[base]} to i64")
+            self.allocas.append(f"  {ref} = sub i64 {ref}.s, {ref}.p")
+            self.delta[base] = ref
+        for iv in self.cfg.ivs.values():
+            self.register(iv.phi)
+        reverse_bodies, iv_inits = {}, {}
+        for block in blocks:
+            self.e.lines, self.memo = [], {}
+            for instr in reversed(block.instrs):
+                self.reverse_instruction(instr)
+            if block in self.cfg.ivs:
+                iv_inits[block] = self.materialise(self.cfg.ivs[block].init)
+            reverse_bodies[block] = (self.e.lines, self.memo)
+        plans = {b: self.saves(b) for b in blocks}
+        forward = []
+        for block in blocks:
+            self.e.lines = []
+            self.forward_block(block, plans[block])
+            forward += self.e.lines
+        reverse = []
+        for block in blocks:
+            self.e.lines, self.memo = reverse_bodies[block]
+            self.reverse_tail(block, plans[block], iv_inits.get(block))
+            reverse += [label("ad.r." + block.name)] + self.e.lines
+        self.e.lines = []
+        self.exits()
+        exits = self.e.lines
+        params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params)
+        entry = ["ad.entry:", f"  %ad.stack = alloca {tape_stack.STACK_TYPE}",
+                 f"  store {tape_stack.STACK_TYPE} zeroinitializer, ptr %ad.stack"]
+        entry += self.allocas + [f"  br label {self.func.entry.ref}"]
+        body = "\n".join(entry + forward + exits + reverse)
+        text = f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
+        return text + tape_stack.helpers(self.stack_types or {"i8"})
+
+    def forward_block(self, block, plan):
+        e = self.e
+        e.label(block.name)
+        for phi in block.phis:
+            e.line(phi.text)
+        kinds = [k for k, _ in plan]
+        if "pred" in kinds:
+            entries = []
+            for k, p in enumerate(block.preds):
+                entries += [f"[ {k}, {p.ref} ]"] * p.term.succ.count(block)
+            pid = e(f"phi i32 {', '.join(entries)}", "pid")
+            self.push("i32", pid)
+        saved = {v for k, v in plan if k == "reg"}
+        for instr in block.instrs:
+            if instr.opcode == "phi":
+                self.save_register(instr, saved)
+        for instr in block.instrs:
+            if instr.opcode == "phi":
+                continue
+            if instr is block.term:
+                for kind, phi in plan:
+                    if kind == "iv":
+                        self.push(phi.type, e(f"load {phi.type}, ptr {self.registers[phi]}"))
+                if instr.opcode == "ret":
+                    self.ret_blocks.append((block, instr.operands[0]))
+                    e.line("br label %ad.fwdexit")
+                    continue
+            e.line(instr.text)
+            self.save_register(instr, saved)
+
+    def save_register(self, instr, saved):
+        if instr not in self.registers:
+            return
+        reg = self.registers[instr]
+        if instr in saved:
+            self.push(instr.type, self.e(f"load {instr.type}, ptr {reg}"))
+        self.e.line(f"store {instr.type} {instr.ref}, ptr {reg}")
+
+    def reverse_tail(self, block, plan, iv_init):
+        e = self.e
+        pid = None
+        for kind, value in reversed(plan):
+            if kind == "pred":
+                pid = self.pop("i32")
+            else:
+                e.line(f"store {value.type} {self.pop(value.type)}, ptr {self.registers[value]}")
+        if block is self.func.entry:
+            e.line("br label %ad.done")
+        elif block in self.cfg.ivs:
+            iv = self.cfg.ivs[block]
+            reg = self.registers[iv.phi]
+            cur = e(f"load {iv.phi.type}, ptr {reg}")
+            first = e(f"icmp eq {iv.phi.type} {cur}, {iv_init}")
+            back = e.fresh("back")
+            e.line(f"br i1 {first}, label {self.edge(block, iv.outside)}, label {back}")
+            e.label(back)
+            prev = e(step_of(iv.step_instr, iv.phi).format(x=cur))
+            e.line(f"store {iv.phi.type} {prev}, ptr {reg}")
+            e.line(f"br label {self.edge(block, iv.latch)}")
+        elif len(block.preds) == 1:
+            e.line(f"br label {self.edge(block, block.preds[0])}")
+        else:
+            cases = " ".join(f"i32 {k}, label {self.edge(block, p)}"
+                             for k, p in enumerate(block.preds[1:], 1))
+            e.line(f"switch i32 {pid}, label {self.edge(block, block.preds[0])} [ {cases} ]")
+        for pred in block.preds:
+            self.edge_block(block, pred)
+
+    def edge(self, block, pred):
+        if not any(p in self.act.active for p in block.phis):
+            return local(f"ad.r.{pred.name}")
+        return local(f"ad.e.{block.name}.{pred.name}")
+
+    def edge_block(self, block, pred):
+        active = [p for p in block.phis if p in self.act.active]
+        if not active:
+            return
+        e = self.e
+        e.label(f"ad.e.{block.name}.{pred.name}")
+        adjoints = [self.take_adjoint(p) for p in active]
+        for phi, dy in zip(active, adjoints):
+            incoming = phi.operands[phi.incoming.index(pred)]
+            if incoming.defn in self.act.active:
+                self.accumulate(incoming.defn, dy)
+        e.line(f"br label {local('ad.r.' + pred.name)}")
+
+    def exits(self):
+        e, spec = self.e, self.spec
+        rt = spec.result_type
+        e.label("ad.fwdexit")
+        status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
+        which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
+        base = e(f"load ptr, ptr %ad.stack")
+        top = e(f"load ptr, ptr {e(f'getelementptr inbounds {tape_stack.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
+        used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
+        field = e(f"getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {spec.bytes_field}")
+        e.line(f"store i64 {used}, ptr {field}")
+        ok = e(f"or i1 {e(f'icmp eq i32 {status}, 0')}, {e(f'icmp eq i32 {status}, -2')}")
+        e.line(f"br i1 {ok}, label %ad.rstart, label %ad.fail")
+        e.label("ad.fail")
+        e.line(f"call void @free(ptr {base})")
+        e.line(f"ret i32 {status}")
+        e.label("ad.rstart")
+        cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
+                         for k, (b, _) in enumerate(self.ret_blocks[1:], 1))
+        e.line(f"switch i32 {which}, label {local('ad.r.' + self.ret_blocks[0][0].name)} [ {cases} ]")
+        e.label("ad.done")
+        for index, field_no in zip(spec.active, spec.active_fields):
+            arg = self.func.args[index]
+            value = e(f"load {arg.type}, ptr {self.slots[arg]}") if arg in self.slots \
+                else float_const(arg.type, 0)
+            e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {field_no}')}")
+        e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+        e.line("ret i32 0")
+
+
+def gradient_module(module, func, spec):
+    """IR text of ``module`` (the cleaned primal) plus the gradient function ``spec.symbol``."""
+    gen = AdjointGenerator(func, spec)
+    text = gen.build()
+    existing = {f.name for f in module.functions}
+    decls = dict(tape_stack.DECLARATIONS)
+    decls.update(gen.e.declarations)
+    extra = [d for name, d in decls.items() if name not in existing]
+    return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n", gen

@@ -1,0 +1,246 @@
+"""The user-facing entry points: ``autodiff``, ``gradient``, ``primal_ir``, ``adjoint_ir``."""
+import itertools
+import threading
+import time
+
+import numba
+import numpy as np
+from numba.core import types as nbtypes
+
+from . import native
+from .adjoint import Spec, gradient_module
+from .annotations import Active, Annotation, Const, Duplicated, Mode
+from .capture import as_dispatcher, capture
+from .cleanup import clean
+from .errors import ActivityError, UnsupportedError
+from .ir import read_function
+
+_cache = {}
+_dispatchers = {}
+_counter = itertools.count()
+_lock = threading.RLock()
+_last = {"cached_bytes": 0}
+
+
+def last_cached_bytes():
+    """Bytes the reverse pass kept on its value stack in the most recent gradient call."""
+    return _last["cached_bytes"]
+
+
+# -- argument checking -----------------------------------------------------------------
+def _is_float_scalar(v):
+    return isinstance(v, (float, np.floating)) and not isinstance(v, bool)
+
+
+def _annotate(args):
+    out = []
+    for k, a in enumerate(args):
+        ann = a if isinstance(a, Annotation) else Const(a)
+        v = ann.val
+        if isinstance(ann, Active):
+            if isinstance(v, np.ndarray):
+                raise ActivityError(f"argument {k}: Active on an array ({v.dtype}{list(v.shape)}); "
+                                    f"use Duplicated(x, dx) for arrays")
+            if not _is_float_scalar(v):
+                raise ActivityError(f"argument {k}: Active needs a float scalar, got {type(v).__name__}")
+        elif isinstance(ann, Duplicated):
+            if _is_float_scalar(v):
+                raise ActivityError(f"argument {k}: Duplicated on a float scalar; use Active(x)")
+            if not isinstance(v, np.ndarray):
+                raise ActivityError(f"argument {k}: Duplicated needs a numpy array, got {type(v).__name__}")
+            if v.dtype.kind != "f" or v.dtype.itemsize not in (4, 8):
+                raise ActivityError(f"argument {k}: Duplicated on a {v.dtype} array; only float32 and "
+                                    f"float64 arrays carry derivatives (pass it plainly or as Const)")
+            d = ann.dval
+            if not isinstance(d, np.ndarray) or d.shape != v.shape or d.dtype != v.dtype:
+                got = f"{d.dtype}{list(d.shape)}" if isinstance(d, np.ndarray) else type(d).__name__
+                raise ActivityError(f"argument {k}: shadow is {got} but its primal is "
+                                    f"{v.dtype}{list(v.shape)}; they must match in shape and dtype")
+            if not d.flags.writeable:
+                raise ActivityError(f"argument {k}: the shadow array is read-only")
+        out.append(ann)
+    return out
+
+
+def _split_return_activity(args):
+    if args and isinstance(args[0], type) and issubclass(args[0], Annotation):
+        return args[0], args[1:]
+    return None, args
+
+
+def _check_mode(mode):
+    if not isinstance(mode, Mode):
+        raise ActivityError(f"the first argument must be a mode (Reverse or ReverseWithPrimal), got {mode!r}")
+
+
+def _dispatcher(f):
+    if isinstance(f, numba.core.registry.CPUDispatcher):
+        return f
+    with _lock:
+        if f not in _dispatchers:
+            _dispatchers[f] = as_dispatcher(f)
+        return _dispatchers[f]
+
+
+def _distinct(arrays):
+    for i in range(len(arrays)):
+        for j in range(i + 1, len(arrays)):
+            if np.may_share_memory(arrays[i], arrays[j]):
+                return False
+    return True
+
+
+# -- compilation -----------------------------------------------------------------------
+class CompiledGradient:
+    """One native gradient of a kernel for fixed argument types and activities."""
+
+    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct):
+        t0 = time.perf_counter()
+        kernel = capture(dispatcher, argtypes)
+        self.pyname = kernel.pyname
+        restype = kernel.restype
+        ctx = kernel.context
+        module = clean(kernel.module, kernel.symbol)
+        self.primal_ir = str(module)
+        func = read_function(module.get_function(kernel.symbol))
+        is_float_ret = isinstance(restype, nbtypes.Float)
+        if ret_activity is Active and not is_float_ret:
+            raise ActivityError(f"return annotated Active but {self.pyname} returns {restype}, "
+                                f"which is not a float")
+        if not (restype is nbtypes.none or isinstance(restype, (nbtypes.Number, nbtypes.Boolean))):
+            raise UnsupportedError(f"return type {restype}", self.pyname,
+                                   "kernels may return a float, an integer, a bool or None")
+        self.ret_active = is_float_ret and ret_activity is not Const
+        self.has_primal = restype is not nbtypes.none
+        fields = ([restype] if self.has_primal else [])
+        counts = [len(ctx.get_arg_packer([t]).argument_types) for t in argtypes]
+        starts = [2 + sum(counts[:k]) for k in range(len(argtypes))]
+        data_pos = ctx.data_model_manager[nbtypes.float64[:]]._fields.index("data")
+        active, active_fields, shadows, data_args = [], [], [], []
+        for k, (ann, t) in enumerate(zip(anns, argtypes)):
+            if isinstance(t, nbtypes.Array):
+                data_args.append(starts[k] + data_pos)
+            if isinstance(ann, Active):
+                active.append(starts[k])
+                active_fields.append(len(fields))
+                fields.append(t)
+            elif isinstance(ann, Duplicated):
+                group = func.args[starts[k]:starts[k] + counts[k]]
+                shadows.append((starts[k] + data_pos, [a.type for a in group], data_pos))
+        self.active_count = len(active)
+        fields.append(nbtypes.int64)
+        result = nbtypes.Tuple(tuple(fields))
+        symbol = f"adcore_grad_{next(_counter)}"
+        spec = Spec(symbol, self.pyname, active, shadows, self.ret_active,
+                    str(ctx.get_value_type(result)), active_fields, len(fields) - 1,
+                    data_args, distinct)
+        self.adjoint_ir, _ = gradient_module(module, func, spec)
+        self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol)
+        shadow_types = [t for ann, t in zip(anns, argtypes) if isinstance(ann, Duplicated)]
+        self.stub = native.make_stub(symbol, list(argtypes) + shadow_types, result)
+        self.compile_seconds = time.perf_counter() - t0
+
+    def __call__(self, anns):
+        primals = [a.val for a in anns]
+        shadows, copies = [], []
+        for a in anns:
+            if isinstance(a, Duplicated):
+                d = a.dval
+                if d.strides != a.val.strides:
+                    d = _like_strides(a.val, d)
+                    copies.append((a.dval, d))
+                shadows.append(d)
+        out = self.stub(*primals, *shadows)
+        for user, tmp in copies:
+            user[...] = tmp
+        _last["cached_bytes"] = int(out[-1])
+        offset = 1 if self.has_primal else 0
+        derivs, j = [], offset
+        for a in anns:
+            if isinstance(a, Active):
+                derivs.append(out[j])
+                j += 1
+            else:
+                derivs.append(None)
+        return tuple(derivs), (out[0] if self.has_primal else None)
+
+
+def _like_strides(x, d):
+    """A copy of ``d`` laid out in memory with exactly the strides of ``x``."""
+    lo = min(0, *(s * (n - 1) for s, n in zip(x.strides, x.shape) if n > 0)) if x.size else 0
+    hi = max(0, *(s * (n - 1) for s, n in zip(x.strides, x.shape) if n > 0)) if x.size else 0
+    buf = np.zeros(hi - lo + x.itemsize, np.uint8)
+    tmp = np.ndarray(x.shape, x.dtype, buffer=buf, offset=-lo, strides=x.strides)
+    tmp[...] = d
+    return tmp
+
+
+def _compiled(f, anns, ret_activity):
+    dispatcher = _dispatcher(f)
+    argtypes = tuple(numba.typeof(a.val) for a in anns)
+    arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
+    distinct = _distinct(arrays)
+    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct)
+    entry = _cache.get(key)
+    if entry is None:
+        with _lock:
+            entry = _cache.get(key)
+            if entry is None:
+                entry = _cache[key] = CompiledGradient(dispatcher, anns, argtypes, ret_activity, distinct)
+    return entry
+
+
+# -- public API --------------------------------------------------------------------------
+def autodiff(mode, f, *args):
+    """Reverse-mode derivative of ``f`` with Enzyme.jl's semantics.
+
+    ``args`` are annotated ``Active(x)`` (a float: its derivative is returned),
+    ``Duplicated(x, dx)`` (an array: ``dx`` accumulates the derivative), or ``Const``
+    (the default for plain values); an optional return activity (``Active`` or ``Const``)
+    may come first.  Returns one entry per argument (a float for ``Active``, else
+    ``None``); with ``ReverseWithPrimal`` returns ``(derivatives, value)``.
+    """
+    _check_mode(mode)
+    ret_activity, args = _split_return_activity(args)
+    anns = _annotate(args)
+    compiled = _compiled(f, anns, ret_activity)
+    derivs, value = compiled(anns)
+    return (derivs, value) if mode.with_primal else derivs
+
+
+def gradient(mode, f, *args):
+    """Gradient of a float-valued ``f``: plain floats are Active, plain float arrays are
+    Duplicated with fresh zero shadows, ``Const`` stays constant.  Returns one entry per
+    argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
+    _check_mode(mode)
+    anns = []
+    for a in args:
+        if isinstance(a, Annotation):
+            anns.append(a)
+        elif _is_float_scalar(a):
+            anns.append(Active(a))
+        elif isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            anns.append(Duplicated(a, np.zeros_like(a)))
+        else:
+            anns.append(Const(a))
+    anns = _annotate(anns)
+    compiled = _compiled(f, anns, Active)
+    derivs, value = compiled(anns)
+    grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
+    return (grads, value) if mode.with_primal else grads
+
+
+def primal_ir(f, *args):
+    """The cleaned LLVM IR of ``f`` for these arguments: what the differentiator reads."""
+    anns = _annotate(args)
+    kernel = capture(_dispatcher(f), tuple(numba.typeof(a.val) for a in anns))
+    return str(clean(kernel.module, kernel.symbol))
+
+
+def adjoint_ir(mode, f, *args, optimised=False):
+    """The LLVM IR adcore emits for the gradient of ``f`` (before O3, or after with
+    ``optimised=True``)."""
+    _check_mode(mode)
+    ret_activity, args = _split_return_activity(args)
+    compiled = _compiled(f, _annotate(args), ret_activity)
+    return compiled.optimised_ir if optimised else compiled.adjoint_ir

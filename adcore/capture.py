@@ -1,0 +1,101 @@
+"""Capture the LLVM IR of a Numba kernel before Numba's module-level optimisation.
+
+Numba optimises a library's whole module (inlining, unrolling, vectorisation) when the
+library is finalised.  adcore wraps ``CPUCodeLibrary.finalize`` so that every library
+finalised after ``import adcore`` keeps a clone of its own module as it was *before*
+that step (already through Numba's per-function passes: SSA, no allocas) and the list
+of libraries it links.  Linking those clones gives the kernel and all its callees as
+scalar code, the input the differentiator wants.
+"""
+import threading
+
+import llvmlite.binding as llvm
+import numba
+from numba.core import codegen as _codegen
+from numba.core.registry import CPUDispatcher
+
+from .errors import ADError
+
+_lock = threading.Lock()
+
+
+def _install_hook():
+    cls = _codegen.CPUCodeLibrary
+    if getattr(cls.finalize, "_adcore_hook", False):
+        return
+    original = cls.finalize
+
+    def finalize(self):
+        self._adcore_own = self._final_module.clone()
+        self._adcore_links = list(self._linking_libraries)
+        return original(self)
+
+    finalize._adcore_hook = True
+    cls.finalize = finalize
+
+
+_install_hook()
+
+
+class Kernel:
+    """A Numba kernel compiled for one signature, with its unoptimised LLVM module."""
+
+    def __init__(self, dispatcher, argtypes, cres, module):
+        self.dispatcher = dispatcher
+        self.argtypes = argtypes
+        self.restype = cres.signature.return_type
+        self.symbol = cres.fndesc.mangled_name
+        self.module = module
+        self.pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
+        self.context = cres.target_context
+
+
+def as_dispatcher(f):
+    """``f`` itself when it is an njit dispatcher, else ``numba.njit(f)``."""
+    if isinstance(f, CPUDispatcher):
+        return f
+    if callable(f):
+        return numba.njit(f)
+    raise ADError(f"expected a numba.njit function or a Python function, got {f!r}")
+
+
+def _overload(dispatcher, argtypes):
+    dispatcher.compile(tuple(argtypes))
+    return dispatcher.overloads[tuple(argtypes)]
+
+
+def _unoptimised_module(library):
+    """Link the pre-optimisation clones of ``library`` and everything it links."""
+    seen, order, stack = set(), [], [library]
+    while stack:
+        lib = stack.pop()
+        if id(lib) in seen:
+            continue
+        seen.add(id(lib))
+        order.append(lib)
+        stack.extend(getattr(lib, "_adcore_links", []))
+    module = None
+    for lib in order:
+        own = getattr(lib, "_adcore_own", None)
+        part = own.clone() if own is not None else lib._get_module_for_linking().clone()
+        for fn in part.functions:
+            if not fn.is_declaration:
+                fn.linkage = "linkonce_odr"
+        if module is None:
+            module = part
+        else:
+            module.link_in(part)
+    return module
+
+
+def capture(f, argtypes):
+    """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module."""
+    dispatcher = as_dispatcher(f)
+    with _lock:
+        cres = _overload(dispatcher, argtypes)
+        if getattr(cres.library, "_adcore_own", None) is None:
+            # compiled before adcore was imported: compile a fresh copy so the hook sees it
+            dispatcher = numba.njit(**dispatcher.targetoptions)(dispatcher.py_func)
+            cres = _overload(dispatcher, argtypes)
+        module = _unoptimised_module(cres.library)
+    return Kernel(dispatcher, argtypes, cres, module)

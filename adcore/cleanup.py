@@ -1,0 +1,54 @@
+"""adcore's own cleanup pipeline: from Numba's unoptimised module to clean scalar SSA.
+
+Every function but the kernel is internalised and marked ``alwaysinline`` so that the
+kernel becomes one self-contained function; then SROA, instcombine, GVN and CFG
+simplification run with no vectorisation and no unrolling, and loops are put in
+loop-simplify and LCSSA form (the differentiator relies on both).  Unnamed values
+are given names so that the IR text can be copied and rewritten.
+"""
+import llvmlite.binding as llvm
+from numba.core.registry import cpu_target
+
+
+def target_machine():
+    """Numba's own target machine (host CPU and features)."""
+    return cpu_target.target_context.codegen()._tm
+
+
+def _pass_manager(*passes):
+    pm = llvm.create_new_module_pass_manager()
+    for name in passes:
+        getattr(pm, f"add_{name}_pass")()
+    return pm
+
+
+def _run(module, *passes):
+    tm = target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=2)
+    pb = llvm.create_pass_builder(tm, pto)
+    _pass_manager(*passes).run(module, pb)
+
+
+def clean(module, symbol):
+    """Reduce ``module`` to the cleaned function ``symbol`` (modified in place and returned)."""
+    tm = target_machine()
+    module.triple = tm.triple
+    module.data_layout = str(tm.target_data)
+    for fn in module.functions:
+        if fn.is_declaration:
+            continue
+        if fn.name == symbol:
+            fn.linkage = "external"
+        else:
+            fn.linkage = "internal"
+            fn.add_function_attribute("alwaysinline")
+    for gv in module.global_variables:
+        if not gv.is_declaration and gv.linkage != llvm.Linkage.internal:
+            gv.linkage = "internal"
+    _run(module, "always_inliner", "global_dead_code_eliminate", "strip_dead_prototype")
+    _run(module, "sroa", "instruction_combine", "simplify_cfg", "sroa", "new_gvn",
+         "instruction_combine", "simplify_cfg", "aggressive_dce",
+         "global_dead_code_eliminate", "strip_dead_prototype")
+    _run(module, "loop_simplify", "lcssa", "instruction_namer")
+    module.verify()
+    return module

@@ -1,0 +1,107 @@
+"""Writing LLVM IR text: fresh names, typed constants, declarations, and a small typed
+expression helper that derivative rules are written with."""
+import struct
+
+import numpy as np
+
+from .ir import label
+
+
+def float_const(type_, value):
+    """An exact LLVM literal for ``value`` in ``type_`` (float constants use the
+    hexadecimal double form LLVM requires)."""
+    if type_ == "float":
+        value = float(np.float32(value))
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+
+
+class Emitter:
+    """Collects lines of one LLVM function and hands out fresh local names."""
+
+    def __init__(self, taken):
+        self.taken = set(taken)
+        self.counter = 0
+        self.lines = []
+        self.declarations = {}
+
+    def fresh(self, hint="t"):
+        while True:
+            self.counter += 1
+            name = f"ad.{hint}.{self.counter}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return "%" + name
+
+    def __call__(self, text, hint="t"):
+        """Emit ``%new = text`` and return ``%new``."""
+        ref = self.fresh(hint)
+        self.lines.append(f"  {ref} = {text}")
+        return ref
+
+    def line(self, text):
+        self.lines.append(f"  {text}")
+
+    def label(self, name):
+        self.lines.append(label(name[1:] if name.startswith("%") else name))
+
+    def declare(self, name, text):
+        self.declarations[name] = text
+
+
+INTRINSICS = {"sin", "cos", "exp", "exp2", "log", "log2", "log10", "sqrt", "fabs", "pow",
+              "copysign", "floor", "ceil", "trunc", "minnum", "maxnum", "fma"}
+
+
+class Expr:
+    """Typed arithmetic on IR values, used by the derivative rules.
+
+    Arguments are IR references (``%x`` or literals) or lazy values whose ``str``
+    emits their materialisation on first use."""
+
+    def __init__(self, emitter, type_):
+        self.e, self.t = emitter, type_
+        self.s = "f64" if type_ == "double" else "f32"
+
+    def c(self, value):
+        return float_const(self.t, value)
+
+    def _bin(self, op, a, b):
+        return self.e(f"{op} {self.t} {a}, {b}")
+
+    def add(self, a, b):
+        return self._bin("fadd", a, b)
+
+    def sub(self, a, b):
+        return self._bin("fsub", a, b)
+
+    def mul(self, a, b):
+        return self._bin("fmul", a, b)
+
+    def div(self, a, b):
+        return self._bin("fdiv", a, b)
+
+    def neg(self, a):
+        return self.e(f"fneg {self.t} {a}")
+
+    def square(self, a):
+        return self.mul(a, a)
+
+    def select(self, cond, a, b):
+        return self.e(f"select i1 {cond}, {self.t} {a}, {self.t} {b}")
+
+    def fcmp(self, pred, a, b):
+        return self.e(f"fcmp {pred} {self.t} {a}, {b}")
+
+    def cast(self, op, a, to):
+        return self.e(f"{op} {self.t} {a} to {to}")
+
+    def call(self, name, *args):
+        """Call math function ``name`` (an LLVM intrinsic when one exists, else libm)."""
+        if name in INTRINSICS:
+            symbol = f"llvm.{name}.{self.s}"
+        else:
+            symbol = name if self.t == "double" else name + "f"
+        params = ", ".join([self.t] * len(args))
+        self.e.declare(symbol, f"declare {self.t} @{symbol}({params})")
+        typed = ", ".join(f"{self.t} {a}" for a in args)
+        return self.e(f"call {self.t} @{symbol}({typed})")

@@ -1,0 +1,163 @@
+"""adcore's model of one LLVM function, read from llvmlite's parsed module.
+
+The differentiator works on this model: blocks in order, instructions with their
+opcode, result type, typed operands (each pointing at its defining instruction or
+argument, or holding constant text), phi incoming blocks and terminator successors.
+Every value is named (the cleanup pipeline runs instnamer), so an instruction's text
+can be copied and rewritten by renaming ``%name`` tokens.
+"""
+import re
+
+_IDENT = re.compile(r"^[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
+_LOCAL = re.compile(r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
+_METADATA = re.compile(r",\s*!dbg\s+![0-9]+")
+FLOAT_TYPES = ("double", "float")
+
+
+def local(name):
+    """The IR spelling of a local value or block name."""
+    return "%" + name if _IDENT.match(name) else '%"' + name + '"'
+
+
+def label(name):
+    """The IR spelling of a block label line."""
+    return name + ":" if _IDENT.match(name) else '"' + name + '":'
+
+
+class Arg:
+    """A function argument."""
+
+    def __init__(self, name, type_, index):
+        self.name, self.type, self.index = name, type_, index
+        self.ref = local(name)
+
+    def __repr__(self):
+        return f"Arg({self.ref}: {self.type})"
+
+
+class Operand:
+    """A use of a value: its IR spelling, type, and definition (Instr, Arg or None for constants)."""
+
+    def __init__(self, ref, type_, defn=None, kind=""):
+        self.ref, self.type, self.defn, self.kind = ref, type_, defn, kind
+
+    @property
+    def is_const(self):
+        return self.defn is None
+
+    def __repr__(self):
+        return f"{self.type} {self.ref}"
+
+
+class Instr:
+    """One instruction."""
+
+    def __init__(self, block, name, opcode, type_, text):
+        self.block, self.name, self.opcode, self.type = block, name, opcode, type_
+        self.text = _METADATA.sub("", text.strip())
+        self.ref = local(name) if name else None
+        self.operands = []          # value operands (block operands are in succ / incoming)
+        self.incoming = []          # phi: block of each operand
+        self.succ = []              # terminator: successor blocks
+        self.callee = None          # call: callee name
+
+    @property
+    def is_float(self):
+        return self.type in FLOAT_TYPES
+
+    @property
+    def predicate(self):
+        m = re.match(r"\s*%\S+\s*=\s*[fi]cmp\s+(?:[a-z]+\s+)*?([a-z]+)\s", self.text)
+        return m.group(1) if m else None
+
+    def __repr__(self):
+        return self.text
+
+
+class Block:
+    def __init__(self, name):
+        self.name = name
+        self.ref = local(name)
+        self.instrs = []
+        self.preds = []             # distinct predecessor blocks, in first-seen order
+
+    @property
+    def term(self):
+        return self.instrs[-1]
+
+    @property
+    def phis(self):
+        return [i for i in self.instrs if i.opcode == "phi"]
+
+    @property
+    def succ(self):
+        out = []
+        for b in self.term.succ:
+            if b not in out:
+                out.append(b)
+        return out
+
+    def __repr__(self):
+        return f"Block({self.name})"
+
+
+class Function:
+    def __init__(self, name, args, blocks):
+        self.name, self.args, self.blocks = name, args, blocks
+        self.entry = blocks[0]
+
+    def instructions(self):
+        for b in self.blocks:
+            yield from b.instrs
+
+
+def _operand(value, defs):
+    kind = value.value_kind.name
+    type_ = str(value.type)
+    if kind in ("instruction", "argument"):
+        return Operand(local(value.name), type_, defs[value.name], kind)
+    if kind in ("function", "global_variable", "global_alias"):
+        name = value.name
+        ref = "@" + name if _IDENT.match(name) else '@"' + name + '"'
+        return Operand(ref, type_, None, kind)
+    text = str(value).strip()
+    return Operand(text[len(type_):].strip() if text.startswith(type_) else text, type_, None, kind)
+
+
+def read_function(fn):
+    """Build a :class:`Function` from an llvmlite function ``ValueRef``."""
+    args = [Arg(a.name, str(a.type), i) for i, a in enumerate(fn.arguments)]
+    defs = {a.name: a for a in args}
+    blocks = {b.name: Block(b.name) for b in fn.blocks}
+    raw = []
+    for b in fn.blocks:
+        block = blocks[b.name]
+        for ins in b.instructions:
+            instr = Instr(block, ins.name, ins.opcode, str(ins.type), str(ins))
+            block.instrs.append(instr)
+            if ins.name:
+                defs[ins.name] = instr
+            raw.append((instr, ins))
+    for instr, ins in raw:
+        ops = list(ins.operands)
+        if instr.opcode == "phi":
+            instr.incoming = [blocks[b.name] for b in ins.incoming_blocks]
+        if instr.opcode == "call":
+            callee = ops.pop()
+            instr.callee = callee.name or None
+        for op in ops:
+            if op.value_kind.name == "basic_block":
+                instr.succ.append(blocks[op.name])
+            else:
+                instr.operands.append(_operand(op, defs))
+    func = Function(fn.name, args, [blocks[b.name] for b in fn.blocks])
+    for block in func.blocks:
+        for s in block.succ:
+            if block not in s.preds:
+                s.preds.append(block)
+    return func
+
+
+def rename(text, mapping):
+    """Replace each ``%name`` token of ``text`` found in ``mapping`` by its value."""
+    return _LOCAL.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)

@@ -1,0 +1,191 @@
+"""The derivative rules: one table, each rule next to its math.
+
+A rule receives ``X`` (an :class:`adcore.emit.Expr` in the instruction's float type),
+the operands ``a, b, c...`` and the result ``y`` (lazy: materialised in the reverse pass
+only when the rule uses them) and the adjoint ``dy``; it returns the adjoint
+contribution for each operand (``None`` where there is none).
+
+Instructions are keyed by opcode, calls by the math function's plain name: LLVM
+intrinsics (``llvm.sin.f64``) and libm calls (``sin``, ``sinf``) share one entry.
+"""
+import math
+import re
+
+LN2, LN10 = math.log(2.0), math.log(10.0)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _unary(derivative):
+    """Rule for y = f(x) from f'(x) written as ``derivative(X, x, y)``."""
+    return lambda X, ops, y, dy: [X.mul(dy, derivative(X, ops[0], y))]
+
+
+def _zero(X, ops, y, dy):
+    return [None] * len(ops)
+
+
+def _select(X, ops, y, dy):
+    # y = c ? a : b                    da = c ? dy : 0,  db = c ? 0 : dy
+    c = ops[0]
+    return [None, X.select(c, dy, X.c(0)), X.select(c, X.c(0), dy)]
+
+
+def _minmax(pred):
+    # y = a if (a pred b) else b       the chosen operand receives dy
+    def rule(X, ops, y, dy):
+        a, b = ops
+        take_a = X.fcmp(pred, a, b)
+        return [X.select(take_a, dy, X.c(0)), X.select(take_a, X.c(0), dy)]
+    return rule
+
+
+def _pow(X, ops, y, dy):
+    # y = a^b                          da = b a^(b-1) dy,  db = y ln(a) dy  (0 where a <= 0)
+    a, b = ops
+    da = X.mul(dy, X.mul(b, X.call("pow", a, X.sub(b, X.c(1)))))
+    positive = X.fcmp("ogt", a, X.c(0))
+    db = X.select(positive, X.mul(dy, X.mul(y, X.call("log", a))), X.c(0))
+    return [da, db]
+
+
+def _atan2(X, ops, y, dy):
+    # y = atan2(a, b)                  da = b/(a²+b²) dy,  db = -a/(a²+b²) dy
+    a, b = ops
+    r2 = X.add(X.square(a), X.square(b))
+    return [X.mul(dy, X.div(b, r2)), X.mul(dy, X.div(X.neg(a), r2))]
+
+
+def _hypot(X, ops, y, dy):
+    # y = sqrt(a²+b²)                  da = a/y dy,  db = b/y dy
+    a, b = ops
+    return [X.mul(dy, X.div(a, y)), X.mul(dy, X.div(b, y))]
+
+
+def _copysign(X, ops, y, dy):
+    # y = |a| sign(b)                  da = sign(a) sign(b) dy
+    a, b = ops
+    return [X.mul(dy, X.mul(X.call("copysign", X.c(1), a), X.call("copysign", X.c(1), b))), None]
+
+
+def _frem(X, ops, y, dy):
+    # y = a - trunc(a/b) b             da = dy,  db = -trunc(a/b) dy
+    a, b = ops
+    return [dy, X.neg(X.mul(dy, X.call("trunc", X.div(a, b))))]
+
+
+def _fma(X, ops, y, dy):
+    # y = a b + c                      da = b dy,  db = a dy,  dc = dy
+    a, b, _ = ops
+    return [X.mul(dy, b), X.mul(dy, a), dy]
+
+
+def _powi(X, ops, y, dy):
+    # y = x^n (integer n)              dx = n x^(n-1) dy
+    x, n = ops
+    nf = X.e(f"sitofp {n.type} {n} to {X.t}")
+    n1 = X.e(f"sub {n.type} {n}, 1")
+    X.e.declare(f"llvm.powi.{X.s}.{n.type}",
+                f"declare {X.t} @llvm.powi.{X.s}.{n.type}({X.t}, {n.type})")
+    xn1 = X.e(f"call {X.t} @llvm.powi.{X.s}.{n.type}({X.t} {x}, {n.type} {n1})")
+    return [X.mul(dy, X.mul(nf, xn1)), None]
+
+
+def _fdiv(X, ops, y, dy):
+    # y = a / b                        da = dy / b,  db = -y dy / b
+    a, b = ops
+    q = X.div(dy, b)
+    return [q, X.neg(X.mul(q, y))]
+
+
+def _cast(op):
+    # y = (T) x                        dx = (S) dy
+    return lambda X, ops, y, dy: [X.cast(op, dy, ops[0].type)]
+
+
+RULES = {
+    # instructions
+    "fadd": lambda X, ops, y, dy: [dy, dy],                                  # y = a + b
+    "fsub": lambda X, ops, y, dy: [dy, X.neg(dy)],                           # y = a - b
+    "fmul": lambda X, ops, y, dy: [X.mul(dy, ops[1]), X.mul(dy, ops[0])],    # y = a b
+    "fdiv": _fdiv,
+    "frem": _frem,
+    "fneg": lambda X, ops, y, dy: [X.neg(dy)],                               # y = -a
+    "freeze": lambda X, ops, y, dy: [dy],                                    # y = a
+    "fpext": _cast("fptrunc"),
+    "fptrunc": _cast("fpext"),
+    "select": _select,
+    # math functions: (f(x))' as a function of x and y = f(x)
+    "exp": _unary(lambda X, x, y: y),                                        # e^x
+    "exp2": _unary(lambda X, x, y: X.mul(y, X.c(LN2))),                      # 2^x ln 2
+    "expm1": _unary(lambda X, x, y: X.add(y, X.c(1))),                       # e^x
+    "log": _unary(lambda X, x, y: X.div(X.c(1), x)),                         # 1/x
+    "log2": _unary(lambda X, x, y: X.div(X.c(1 / LN2), x)),                  # 1/(x ln 2)
+    "log10": _unary(lambda X, x, y: X.div(X.c(1 / LN10), x)),                # 1/(x ln 10)
+    "log1p": _unary(lambda X, x, y: X.div(X.c(1), X.add(x, X.c(1)))),        # 1/(1+x)
+    "sin": _unary(lambda X, x, y: X.call("cos", x)),                         # cos x
+    "cos": _unary(lambda X, x, y: X.neg(X.call("sin", x))),                  # -sin x
+    "tan": _unary(lambda X, x, y: X.add(X.c(1), X.square(y))),               # 1 + tan² x
+    "asin": _unary(lambda X, x, y: X.div(X.c(1), X.call("sqrt", X.sub(X.c(1), X.square(x))))),
+    "acos": _unary(lambda X, x, y: X.div(X.c(-1), X.call("sqrt", X.sub(X.c(1), X.square(x))))),
+    "atan": _unary(lambda X, x, y: X.div(X.c(1), X.add(X.c(1), X.square(x)))),   # 1/(1+x²)
+    "sinh": _unary(lambda X, x, y: X.call("cosh", x)),                       # cosh x
+    "cosh": _unary(lambda X, x, y: X.call("sinh", x)),                       # sinh x
+    "tanh": _unary(lambda X, x, y: X.sub(X.c(1), X.square(y))),              # 1 - tanh² x
+    "asinh": _unary(lambda X, x, y: X.div(X.c(1), X.call("sqrt", X.add(X.square(x), X.c(1))))),
+    "acosh": _unary(lambda X, x, y: X.div(X.c(1), X.call("sqrt", X.sub(X.square(x), X.c(1))))),
+    "atanh": _unary(lambda X, x, y: X.div(X.c(1), X.sub(X.c(1), X.square(x)))),
+    "sqrt": _unary(lambda X, x, y: X.div(X.c(0.5), y)),                      # 1/(2 sqrt x)
+    "cbrt": _unary(lambda X, x, y: X.div(y, X.mul(X.c(3), x))),              # x^(1/3)/(3x)
+    "fabs": _unary(lambda X, x, y: X.call("copysign", X.c(1), x)),           # sign x
+    "erf": _unary(lambda X, x, y: X.mul(X.c(TWO_OVER_SQRT_PI), X.call("exp", X.neg(X.square(x))))),
+    "erfc": _unary(lambda X, x, y: X.mul(X.c(-TWO_OVER_SQRT_PI), X.call("exp", X.neg(X.square(x))))),
+    "pow": _pow,
+    "atan2": _atan2,
+    "hypot": _hypot,
+    "copysign": _copysign,
+    "fmod": _frem,
+    "fma": _fma,
+    "fmuladd": _fma,
+    "powi": _powi,
+    "minnum": _minmax("ole"), "minimum": _minmax("ole"), "fmin": _minmax("ole"),
+    "maxnum": _minmax("oge"), "maximum": _minmax("oge"), "fmax": _minmax("oge"),
+    # piecewise constant: zero derivative
+    "floor": _zero, "ceil": _zero, "trunc": _zero, "round": _zero, "rint": _zero,
+    "nearbyint": _zero, "roundeven": _zero,
+}
+
+# calls that neither read nor write memory the differentiator cares about
+INACTIVE_CALLS = re.compile(r"^llvm\.(assume|expect|lifetime|dbg|experimental\.noalias|invariant|"
+                            r"prefetch|sideeffect|donothing|is\.fpclass|ctpop|ctlz|cttz|abs|"
+                            r"smax|smin|umax|umin|sadd|ssub|smul|uadd|usub|umul|bswap|fshl|fshr)")
+
+_INTRINSIC = re.compile(r"^llvm\.([a-z0-9]+)\.")
+
+
+def math_name(callee):
+    """The plain name of a math callee (``llvm.sin.f64``, ``sinf`` -> ``sin``), or None."""
+    if not callee:
+        return None
+    m = _INTRINSIC.match(callee)
+    if m:
+        return m.group(1) if m.group(1) in RULES else None
+    if callee in RULES:
+        return callee
+    if callee.endswith("f") and callee[:-1] in RULES:
+        return callee[:-1]
+    return None
+
+
+def is_differentiable_call(instr):
+    return math_name(instr.callee) is not None
+
+
+def is_pure_call(instr):
+    """True for calls that touch no memory: math functions and harmless intrinsics."""
+    return math_name(instr.callee) is not None or bool(INACTIVE_CALLS.match(instr.callee or ""))
+
+
+def rule_for(instr):
+    if instr.opcode == "call":
+        return RULES[math_name(instr.callee)]
+    return RULES[instr.opcode]
