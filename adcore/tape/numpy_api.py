@@ -1,7 +1,7 @@
 """numpy dispatch: which ufuncs and numpy functions map to which rules.
 
-``ufunc_call`` serves ``Tracked.__array_ufunc__`` and ``function_call`` serves
-``Tracked.__array_function__``.  Anything not listed here raises
+This module installs ``Tracked.__array_ufunc__`` (served by ``ufunc_call``) and
+``Tracked.__array_function__`` (served by ``function_call``).  Anything not listed here raises
 ``UnsupportedError`` naming the numpy function, so no gradient is silently wrong.
 """
 import numpy as np
@@ -245,3 +245,19 @@ def _full_like(a, fill_value, *args, **kwargs):
 
 
 del _f
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if method == "__call__" and not kwargs:
+        op = UFUNC_OPS.get(ufunc)
+        if op is not None:
+            return apply(op, inputs)
+    return ufunc_call(ufunc, method, inputs, kwargs)
+
+
+def _array_function(self, func, types, args, kwargs):
+    return function_call(func, args, kwargs)
+
+
+Tracked.__array_ufunc__ = _array_ufunc
+Tracked.__array_function__ = _array_function

@@ -119,11 +119,9 @@ def unbroadcast(g, shape):
 
 
 def fit(c, like):
-    """Bring a cotangent ``c`` to the shape and float dtype of the primal ``like``."""
-    shape = np.shape(like)
-    if np.shape(c) != shape:
-        c = unbroadcast(np.asarray(c), shape)
-    dtype = like.dtype if hasattr(like, "dtype") else np.float64
-    if c.dtype != dtype:
-        c = c.astype(dtype)
+    """Bring a cotangent ``c`` to the shape and dtype of the primal ``like`` (a numpy value)."""
+    if c.shape != like.shape:
+        c = unbroadcast(np.asarray(c), like.shape)
+    if c.dtype != like.dtype:
+        c = c.astype(like.dtype)
     return c

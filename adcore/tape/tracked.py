@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..errors import ADError, UnsupportedError
+from .recording import Record
 from .rules import RULES
 
 EMPTY = {}
@@ -33,11 +34,13 @@ def apply(op, args, attrs=EMPTY):
     out = rule.forward(*vals, **attrs)
     if tape is None or out.dtype.kind != "f":
         return out
+    records = tape.records
     t = Tracked.__new__(Tracked)
     t.value = out
     t._tape = tape
     t._alias = False
-    t._id = tape.push(op, tuple(ids), tuple(vals), out, attrs)
+    t._id = n = len(records)
+    records.append(Record(op, tuple(ids), tuple(vals), n, out, attrs))
     if rule.view:
         _mark_alias(t, args)
     return t
@@ -307,11 +310,4 @@ class Tracked:
     def argmin(self, axis=None):
         return np.argmin(self.value, axis=axis)
 
-    # ------------------------------------------------------------ numpy protocols
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .numpy_api import ufunc_call
-        return ufunc_call(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        from .numpy_api import function_call
-        return function_call(func, args, kwargs)
+    # numpy protocols: __array_ufunc__ and __array_function__ are installed by numpy_api

@@ -1,0 +1,134 @@
+"""Speed of adcore.tape next to HIPS autograd (when installed).
+
+    python bench/tape_bench.py [--quick]
+
+Rows: per-op overhead (µs per recorded op, forward + backward, on 8-element
+arrays) for a chain of elementwise ops and for a mix of shape ops, and the time
+of one gradient of a 784-32-10 tanh MLP with a softmax cross-entropy loss on a
+batch of 128.  Each number is the median over repeats after a warm-up; the ratio
+is adcore / autograd (below 1 means adcore is faster).  Both engines run the same
+numpy code (autograd through ``autograd.numpy``).
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from adcore import Const, tape
+
+try:
+    import autograd
+    import autograd.numpy as anp
+except ImportError:  # optional: pip install adcore[peers]
+    autograd = anp = None
+
+
+def _median_seconds(fn, repeats, number):
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times)
+
+
+# ---------------------------------------------------------------- workloads (numpy module as a parameter)
+
+def elementwise_chain(xp, x, n=50):
+    """3 ops per step: multiply, add, tanh; then a sum."""
+    for _ in range(n):
+        x = xp.tanh(x * 1.01 + 0.1)
+    return xp.sum(x)
+
+
+def mixed_chain(xp, x, n=25):
+    """11 ops per step: indexing with None (x2), broadcast multiply, transpose, sum over an axis,
+    reversed slice, scalar multiplies, negation, exp, subtract."""
+    for _ in range(n):
+        m = x[:, None] * x[None, :]
+        x = xp.sum(m.T, axis=0)[::-1] * 0.1
+        x = xp.exp(-x) - x * 0.5
+    return xp.sum(x)
+
+
+def mlp_loss(xp, params, x, y):
+    """784-32-10 tanh MLP, softmax cross-entropy written with plain numpy ops."""
+    w1, b1, w2, b2 = params
+    h = xp.tanh(x @ w1 + b1)
+    z = h @ w2 + b2
+    z = z - xp.max(z, axis=1, keepdims=True)
+    logp = z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))
+    return -xp.mean(xp.sum(logp * y, axis=1))
+
+
+def mlp_loss_fused(params, x, y):
+    """The same MLP with the tape's fused, stable ``tape.logsoftmax``."""
+    w1, b1, w2, b2 = params
+    z = np.tanh(x @ w1 + b1) @ w2 + b2
+    return -np.mean(np.sum(tape.logsoftmax(z, axis=1) * y, axis=1))
+
+
+def _count_ops(f, *args):
+    return sum(r.op != "input" for r in tape.record(f, *args).tape.records)
+
+
+def run(quick=False):
+    """Run the benchmarks, print a table and return the rows (dicts)."""
+    repeats, scale = (3, 0.2) if quick else (7, 1.0)
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def add_row(name, unit, per, ours, theirs):
+        rows.append({
+            "benchmark": name, "unit": unit,
+            "adcore.tape": ours / per,
+            "autograd": None if theirs is None else theirs / per,
+            "ratio": None if theirs is None else ours / theirs,
+        })
+
+    x8 = rng.standard_normal(8)
+    for name, work in (("elementwise op overhead", elementwise_chain), ("mixed op overhead", mixed_chain)):
+        n_ops = _count_ops(lambda x: work(np, x), x8)
+        number = max(1, int(40 * scale))
+        ours = _median_seconds(lambda: tape.gradient(lambda x: work(np, x), x8), repeats, number)
+        theirs = None
+        if autograd is not None:
+            g = autograd.grad(lambda x: work(anp, x))
+            theirs = _median_seconds(lambda: g(x8), repeats, number)
+        add_row(f"{name} ({n_ops} ops, 8 elements)", "µs/op", n_ops / 1e6, ours, theirs)
+
+    params = (rng.standard_normal((784, 32)) * 0.05, np.zeros(32),
+              rng.standard_normal((32, 10)) * 0.2, np.zeros(10))
+    xb = rng.standard_normal((128, 784))
+    yb = np.eye(10)[rng.integers(0, 10, 128)]
+    number = max(1, int(30 * scale))
+    ours = _median_seconds(lambda: tape.gradient(lambda p: mlp_loss(np, p, xb, yb), params), repeats, number)
+    fused = _median_seconds(lambda: tape.gradient(mlp_loss_fused, params, Const(xb), Const(yb)), repeats, number)
+    theirs = None
+    if autograd is not None:
+        g = autograd.grad(lambda p: mlp_loss(anp, p, xb, yb))
+        theirs = _median_seconds(lambda: g(params), repeats, number)
+    add_row("MLP 784-32-10 gradient, batch 128", "ms", 1e-3, ours, theirs)
+    add_row("  same, with tape.logsoftmax", "ms", 1e-3, fused, theirs)
+
+    _print(rows)
+    if autograd is None:
+        print("autograd is not installed (pip install autograd, or adcore[peers]): no comparison")
+    return rows
+
+
+def _print(rows):
+    print(f"{'benchmark':44s} {'unit':>6s} {'adcore.tape':>12s} {'autograd':>10s} {'ratio':>7s}")
+    for r in rows:
+        theirs = "-" if r["autograd"] is None else f"{r['autograd']:10.2f}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:7.2f}"
+        print(f"{r['benchmark']:44s} {r['unit']:>6s} {r['adcore.tape']:12.2f} {theirs:>10s} {ratio:>7s}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    run(quick=parser.parse_args().quick)
