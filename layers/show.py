@@ -5,7 +5,7 @@ parameter count aligned at a fixed column; a ``Chain`` prints one element per li
 and, at the top level when it holds more than two arrays, a total line
 ``# Total: 4 arrays, 25_450 parameters, 99.414 KiB.`` (the bytes of the arrays).
 """
-from adcore.tree import is_node, leaves
+from adcore.tree import is_node, leaves, node_fields
 
 _NAMES = {"sigmoid": "σ"}
 
@@ -42,9 +42,16 @@ def _one_line(x):
         return x.show_string()
     if _is_container(x):
         return f"{type(x).__name__}(" + ", ".join(map(_one_line, x)) + ")"
+    if is_node(x) and type(x).__repr__ is object.__repr__:
+        fields = ", ".join(f"{k}={_summary(v)}" for k, v in node_fields(x))
+        return f"{type(x).__name__}({fields})"
     if callable(x) and not is_node(x):
         return function_name(x)
     return repr(x)
+
+
+def _summary(v):
+    return f"<{v.dtype} {v.shape}>" if hasattr(v, "shape") else repr(v)
 
 
 def _layer_lines(x, indent, name):

@@ -269,3 +269,27 @@ def test_losses_accept_bool_and_scalar_targets():
     p = L.softmax(RNG.normal(size=(2, 3)))
     assert L.crossentropy(p, y) == pytest.approx(L.crossentropy(p, y.astype(float)))
     assert L.mse(np.float64(3.0), 1.0) == 4.0
+
+
+# ---- random chains -------------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+ELEMENTWISE = [L.identity, L.relu, L.tanh, L.sigmoid, L.softplus, L.gelu, L.swish, L.elu]
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+       acts=st.lists(st.sampled_from(ELEMENTWISE), min_size=3, max_size=3),
+       bias=st.lists(st.booleans(), min_size=3, max_size=3),
+       batch=st.sampled_from([None, 1, 3]), seed=st.integers(0, 2 ** 16))
+def test_random_chains_gradient_fd(sizes, acts, bias, batch, seed):
+    rng = np.random.default_rng(seed)
+    m = Chain(*(Dense(a, b, f, bias=use, dtype=np.float64, rng=rng)
+                for a, b, f, use in zip(sizes, sizes[1:], acts, bias)))
+    x = rng.normal(size=(sizes[0],) if batch is None else (batch, sizes[0]))
+    y = rng.normal(size=(sizes[-1],) if batch is None else (batch, sizes[-1]))
+    assert m(x).shape == y.shape
+    check_model_gradient(lambda m, x, y: L.mse(m(x), y), m, x, y, rtol=1e-4, atol=1e-7)
+    flat, re = L.destructure(m)
+    np.testing.assert_array_equal(re(flat)(x), m(x))
