@@ -24,6 +24,3 @@ def glorot_uniform(*shape, rng=None, dtype=np.float32, gain=1.0):
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return _rng(rng).uniform(-a, a, size=shape).astype(dtype)
 
-
-def zeros(*shape, rng=None, dtype=np.float32):
-    return np.zeros(shape, dtype=dtype)

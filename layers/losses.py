@@ -2,7 +2,7 @@
 
 Classes lie along the last axis (``crossentropy`` and friends sum over it, then
 ``agg`` aggregates over the batch).  Prediction and target must have the same
-shape (a plain Python number is accepted as a target).
+shape, unless one of them is a scalar.
 """
 import numpy as np
 
@@ -13,11 +13,12 @@ __all__ = ["mse", "mae", "crossentropy", "logitcrossentropy", "binarycrossentrop
 
 
 def _check(yhat, y):
-    """The target as an array (bool targets become floats); shapes must match."""
+    """The target as an array (bool targets become floats); shapes must match unless
+    one side is a scalar."""
     if isinstance(y, (int, float)):
         return y
     y = np.asarray(y) if isinstance(y, (list, tuple, np.bool_, np.number)) else y
-    if np.shape(yhat) != np.shape(y):
+    if np.ndim(yhat) and np.ndim(y) and np.shape(yhat) != np.shape(y):
         raise ValueError(f"loss function expects the prediction's shape {np.shape(yhat)} "
                          f"to match the target's shape {np.shape(y)}")
     if isinstance(y, np.ndarray) and y.dtype.kind in "biu":

@@ -269,6 +269,9 @@ def test_losses_accept_bool_and_scalar_targets():
     p = L.softmax(RNG.normal(size=(2, 3)))
     assert L.crossentropy(p, y) == pytest.approx(L.crossentropy(p, y.astype(float)))
     assert L.mse(np.float64(3.0), 1.0) == 4.0
+    assert L.mse(np.array([3.0, 1.0]), np.float32(1.0)) == 2.0
+    (g,) = gradient(lambda y: L.mse(np.array([3.0]), y), 1.0)
+    assert g == -4.0
 
 
 # ---- random chains -------------------------------------------------------------------------
