@@ -6,8 +6,8 @@
   can flow into it (Active arguments, float loads from shadowed memory), *useful* when it
   can flow to a differentiated output (stores into shadowed memory, the active return);
   it is *active* when both.  Integer and pointer values are never active.
-* Read-only bases: arguments whose memory no instruction of the function writes, so a
-  load from them can be repeated in the reverse pass instead of being cached.
+* Reloadable loads: a load that no later write may clobber can be repeated in the
+  reverse pass instead of being cached.
 """
 from .errors import UnsupportedError
 from .ir import Arg, FLOAT_TYPES
@@ -36,6 +36,7 @@ class Activity:
         self.distinct_arrays = distinct_arrays
         self.data_args = set(data_args)
         self.written = self._written_bases()
+        self._reach = {}
 
     def unsupported(self, instr, detail=""):
         return UnsupportedError(f"'{instr.text}'", self.kernel_name, detail)
@@ -140,20 +141,47 @@ class Activity:
 
     # -- memory -----------------------------------------------------------------------
     def _written_bases(self):
-        written = set()
-        for instr in self.func.instructions():
-            if instr.opcode in MEMORY_WRITERS:
-                written.add(self.base_of(instr.operands[1] if instr.opcode == "store" else instr.operands[0]))
-            elif instr.opcode == "call" and not self.is_pure_call(instr):
-                written.update(self.base_of(o) for o in instr.operands if o.type == "ptr")
+        """For each block, the bases written by its instructions, as (position, base)."""
+        written = {}
+        for block in self.func.blocks:
+            for pos, instr in enumerate(block.instrs):
+                if instr.opcode in MEMORY_WRITERS:
+                    ptr = instr.operands[1] if instr.opcode == "store" else instr.operands[0]
+                    written.setdefault(block, []).append((pos, self.base_of(ptr)))
+                elif instr.opcode == "call" and not self.is_pure_call(instr):
+                    for o in instr.operands:
+                        if o.type == "ptr":
+                            written.setdefault(block, []).append((pos, self.base_of(o)))
         return written
 
-    def is_read_only(self, ptr_op):
-        b = self.base_of(ptr_op)
+    def _reachable(self, block):
+        if block not in self._reach:
+            seen, stack = set(), list(block.succ)
+            while stack:
+                b = stack.pop()
+                if b not in seen:
+                    seen.add(b)
+                    stack.extend(b.succ)
+            self._reach[block] = seen
+        return self._reach[block]
+
+    def can_reload(self, load):
+        """True when no write that may alias ``load``'s address can follow it, so the
+        reverse pass (which leaves primal memory as the forward pass left it) may
+        load it again instead of caching it."""
+        b = self.base_of(load.operands[0])
         if b == NOWHERE:
             return True
-        if b == UNKNOWN or UNKNOWN in self.written:
+        if b == UNKNOWN:
             return False
-        if not self.distinct_arrays:
-            return not (self.written & self.data_args)
-        return b not in self.written
+
+        def clobbers(w):
+            if w == UNKNOWN or w == b:
+                return True
+            return not self.distinct_arrays and w in self.data_args and b in self.data_args
+
+        pos = load.block.instrs.index(load)
+        if any(clobbers(w) for p, w in self.written.get(load.block, ()) if p > pos):
+            return False
+        return not any(clobbers(w) for blk in self._reachable(load.block)
+                       for _, w in self.written.get(blk, ()))

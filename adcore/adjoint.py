@@ -42,7 +42,8 @@ class Spec:
     layout of the result struct that ``retptr`` points to."""
 
     def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
-                 active_fields, bytes_field, data_args=(), distinct_arrays=True):
+                 active_fields, bytes_field, data_args=(), distinct_arrays=True,
+                 keep_primal=True):
         self.symbol, self.pyname = symbol, pyname
         self.active = active                  # [arg index] of Active float arguments
         self.shadows = shadows                # [(data arg index, [flattened types], data position)]
@@ -52,6 +53,7 @@ class Spec:
         self.bytes_field = bytes_field        # result field for the bytes cached
         self.data_args = data_args            # arg indices of all array data pointers
         self.distinct_arrays = distinct_arrays
+        self.keep_primal = keep_primal        # False: the primal return is dropped (and may be DCE'd)
 
 
 class Lazy:
@@ -145,7 +147,7 @@ class AdjointGenerator:
             return math_name(instr.callee) is not None
         if instr.opcode == "load":
             return " atomic " not in instr.text and " volatile " not in instr.text \
-                and self.act.is_read_only(instr.operands[0])
+                and self.act.can_reload(instr)
         return False
 
     def materialise(self, op):
@@ -221,9 +223,9 @@ class AdjointGenerator:
         X = Expr(self.e, instr.type)
         ops = [Lazy(self, o) for o in instr.operands]
         result = Lazy(self, Operand(instr.ref, instr.type, instr))
-        for o, c in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):
-            if c is not None and o.defn in act.active:
-                self.accumulate(o.defn, c)
+        for o, thunk in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):
+            if thunk is not None and o.defn in act.active:
+                self.accumulate(o.defn, thunk())
 
     # -- the saving plan -------------------------------------------------------------
     def saves(self, block):
@@ -310,6 +312,11 @@ class AdjointGenerator:
                     self.ret_blocks.append((block, instr.operands[0]))
                     e.line("br label %ad.fwdexit")
                     continue
+            if instr.opcode == "store" and instr.operands[1].defn is self.retptr \
+                    and not self.spec.keep_primal:
+                discard = self.alloca(instr.operands[0].type, "discard")
+                e.line(rename(instr.text, {self.retptr.ref: discard}))
+                continue
             e.line(instr.text)
             self.save_register(instr, saved)
 

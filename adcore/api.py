@@ -94,7 +94,7 @@ def _distinct(arrays):
 class CompiledGradient:
     """One native gradient of a kernel for fixed argument types and activities."""
 
-    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct):
+    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, with_primal):
         t0 = time.perf_counter()
         kernel = capture(dispatcher, argtypes)
         self.pyname = kernel.pyname
@@ -133,7 +133,7 @@ class CompiledGradient:
         symbol = f"adcore_grad_{next(_counter)}"
         spec = Spec(symbol, self.pyname, active, shadows, self.ret_active,
                     str(ctx.get_value_type(result)), active_fields, len(fields) - 1,
-                    data_args, distinct)
+                    data_args, distinct, keep_primal=with_primal)
         self.adjoint_ir, _ = gradient_module(module, func, spec)
         self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol)
         shadow_types = [t for ann, t in zip(anns, argtypes) if isinstance(ann, Duplicated)]
@@ -175,18 +175,19 @@ def _like_strides(x, d):
     return tmp
 
 
-def _compiled(f, anns, ret_activity):
+def _compiled(f, anns, ret_activity, with_primal):
     dispatcher = _dispatcher(f)
     argtypes = tuple(numba.typeof(a.val) for a in anns)
     arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
     distinct = _distinct(arrays)
-    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct)
+    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, with_primal)
     entry = _cache.get(key)
     if entry is None:
         with _lock:
             entry = _cache.get(key)
             if entry is None:
-                entry = _cache[key] = CompiledGradient(dispatcher, anns, argtypes, ret_activity, distinct)
+                entry = _cache[key] = CompiledGradient(dispatcher, anns, argtypes, ret_activity,
+                                                                 distinct, with_primal)
     return entry
 
 
@@ -203,7 +204,7 @@ def autodiff(mode, f, *args):
     _check_mode(mode)
     ret_activity, args = _split_return_activity(args)
     anns = _annotate(args)
-    compiled = _compiled(f, anns, ret_activity)
+    compiled = _compiled(f, anns, ret_activity, mode.with_primal)
     derivs, value = compiled(anns)
     return (derivs, value) if mode.with_primal else derivs
 
@@ -224,7 +225,7 @@ def gradient(mode, f, *args):
         else:
             anns.append(Const(a))
     anns = _annotate(anns)
-    compiled = _compiled(f, anns, Active)
+    compiled = _compiled(f, anns, Active, mode.with_primal)
     derivs, value = compiled(anns)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
     return (grads, value) if mode.with_primal else grads
@@ -242,5 +243,5 @@ def adjoint_ir(mode, f, *args, optimised=False):
     ``optimised=True``)."""
     _check_mode(mode)
     ret_activity, args = _split_return_activity(args)
-    compiled = _compiled(f, _annotate(args), ret_activity)
+    compiled = _compiled(f, _annotate(args), ret_activity, mode.with_primal)
     return compiled.optimised_ir if optimised else compiled.adjoint_ir

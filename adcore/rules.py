@@ -2,8 +2,9 @@
 
 A rule receives ``X`` (an :class:`adcore.emit.Expr` in the instruction's float type),
 the operands ``a, b, c...`` and the result ``y`` (lazy: materialised in the reverse pass
-only when the rule uses them) and the adjoint ``dy``; it returns the adjoint
-contribution for each operand (``None`` where there is none).
+only when the rule uses them) and the adjoint ``dy``; it returns, for each operand, a
+thunk computing that operand's adjoint contribution (``None`` where there is none).
+Thunks run only for active operands, so nothing is materialised for the others.
 
 Instructions are keyed by opcode, calls by the math function's plain name: LLVM
 intrinsics (``llvm.sin.f64``) and libm calls (``sin``, ``sinf``) share one entry.
@@ -17,7 +18,7 @@ TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 def _unary(derivative):
     """Rule for y = f(x) from f'(x) written as ``derivative(X, x, y)``."""
-    return lambda X, ops, y, dy: [X.mul(dy, derivative(X, ops[0], y))]
+    return lambda X, ops, y, dy: [lambda: X.mul(dy, derivative(X, ops[0], y))]
 
 
 def _zero(X, ops, y, dy):
@@ -27,90 +28,91 @@ def _zero(X, ops, y, dy):
 def _select(X, ops, y, dy):
     # y = c ? a : b                    da = c ? dy : 0,  db = c ? 0 : dy
     c = ops[0]
-    return [None, X.select(c, dy, X.c(0)), X.select(c, X.c(0), dy)]
+    return [None, lambda: X.select(c, dy, X.c(0)), lambda: X.select(c, X.c(0), dy)]
 
 
 def _minmax(pred):
     # y = a if (a pred b) else b       the chosen operand receives dy
     def rule(X, ops, y, dy):
         a, b = ops
-        take_a = X.fcmp(pred, a, b)
-        return [X.select(take_a, dy, X.c(0)), X.select(take_a, X.c(0), dy)]
+        return [lambda: X.select(X.fcmp(pred, a, b), dy, X.c(0)),
+                lambda: X.select(X.fcmp(pred, a, b), X.c(0), dy)]
     return rule
 
 
 def _pow(X, ops, y, dy):
     # y = a^b                          da = b a^(b-1) dy,  db = y ln(a) dy  (0 where a <= 0)
     a, b = ops
-    da = X.mul(dy, X.mul(b, X.call("pow", a, X.sub(b, X.c(1)))))
-    positive = X.fcmp("ogt", a, X.c(0))
-    db = X.select(positive, X.mul(dy, X.mul(y, X.call("log", a))), X.c(0))
-    return [da, db]
+    return [lambda: X.mul(dy, X.mul(b, X.call("pow", a, X.sub(b, X.c(1))))),
+            lambda: X.select(X.fcmp("ogt", a, X.c(0)), X.mul(dy, X.mul(y, X.call("log", a))), X.c(0))]
 
 
 def _atan2(X, ops, y, dy):
     # y = atan2(a, b)                  da = b/(a²+b²) dy,  db = -a/(a²+b²) dy
     a, b = ops
-    r2 = X.add(X.square(a), X.square(b))
-    return [X.mul(dy, X.div(b, r2)), X.mul(dy, X.div(X.neg(a), r2))]
+    r2 = lambda: X.add(X.square(a), X.square(b))
+    return [lambda: X.mul(dy, X.div(b, r2())), lambda: X.mul(dy, X.div(X.neg(a), r2()))]
 
 
 def _hypot(X, ops, y, dy):
     # y = sqrt(a²+b²)                  da = a/y dy,  db = b/y dy
     a, b = ops
-    return [X.mul(dy, X.div(a, y)), X.mul(dy, X.div(b, y))]
+    return [lambda: X.mul(dy, X.div(a, y)), lambda: X.mul(dy, X.div(b, y))]
 
 
 def _copysign(X, ops, y, dy):
     # y = |a| sign(b)                  da = sign(a) sign(b) dy
     a, b = ops
-    return [X.mul(dy, X.mul(X.call("copysign", X.c(1), a), X.call("copysign", X.c(1), b))), None]
+    return [lambda: X.mul(dy, X.mul(X.call("copysign", X.c(1), a), X.call("copysign", X.c(1), b))), None]
 
 
 def _frem(X, ops, y, dy):
     # y = a - trunc(a/b) b             da = dy,  db = -trunc(a/b) dy
     a, b = ops
-    return [dy, X.neg(X.mul(dy, X.call("trunc", X.div(a, b))))]
+    return [lambda: dy, lambda: X.neg(X.mul(dy, X.call("trunc", X.div(a, b))))]
 
 
 def _fma(X, ops, y, dy):
     # y = a b + c                      da = b dy,  db = a dy,  dc = dy
     a, b, _ = ops
-    return [X.mul(dy, b), X.mul(dy, a), dy]
+    return [lambda: X.mul(dy, b), lambda: X.mul(dy, a), lambda: dy]
 
 
 def _powi(X, ops, y, dy):
     # y = x^n (integer n)              dx = n x^(n-1) dy
     x, n = ops
-    nf = X.e(f"sitofp {n.type} {n} to {X.t}")
-    n1 = X.e(f"sub {n.type} {n}, 1")
-    X.e.declare(f"llvm.powi.{X.s}.{n.type}",
-                f"declare {X.t} @llvm.powi.{X.s}.{n.type}({X.t}, {n.type})")
-    xn1 = X.e(f"call {X.t} @llvm.powi.{X.s}.{n.type}({X.t} {x}, {n.type} {n1})")
-    return [X.mul(dy, X.mul(nf, xn1)), None]
+
+    def dx():
+        nf = X.e(f"sitofp {n.type} {n} to {X.t}")
+        n1 = X.e(f"sub {n.type} {n}, 1")
+        X.e.declare(f"llvm.powi.{X.s}.{n.type}",
+                    f"declare {X.t} @llvm.powi.{X.s}.{n.type}({X.t}, {n.type})")
+        xn1 = X.e(f"call {X.t} @llvm.powi.{X.s}.{n.type}({X.t} {x}, {n.type} {n1})")
+        return X.mul(dy, X.mul(nf, xn1))
+    return [dx, None]
 
 
 def _fdiv(X, ops, y, dy):
     # y = a / b                        da = dy / b,  db = -y dy / b
     a, b = ops
-    q = X.div(dy, b)
-    return [q, X.neg(X.mul(q, y))]
+    return [lambda: X.div(dy, b), lambda: X.neg(X.mul(X.div(dy, b), y))]
 
 
 def _cast(op):
     # y = (T) x                        dx = (S) dy
-    return lambda X, ops, y, dy: [X.cast(op, dy, ops[0].type)]
+    return lambda X, ops, y, dy: [lambda: X.cast(op, dy, ops[0].type)]
 
 
 RULES = {
     # instructions
-    "fadd": lambda X, ops, y, dy: [dy, dy],                                  # y = a + b
-    "fsub": lambda X, ops, y, dy: [dy, X.neg(dy)],                           # y = a - b
-    "fmul": lambda X, ops, y, dy: [X.mul(dy, ops[1]), X.mul(dy, ops[0])],    # y = a b
+    "fadd": lambda X, ops, y, dy: [lambda: dy, lambda: dy],                  # y = a + b
+    "fsub": lambda X, ops, y, dy: [lambda: dy, lambda: X.neg(dy)],           # y = a - b
+    "fmul": lambda X, ops, y, dy: [lambda: X.mul(dy, ops[1]),                # y = a b
+                                   lambda: X.mul(dy, ops[0])],
     "fdiv": _fdiv,
     "frem": _frem,
-    "fneg": lambda X, ops, y, dy: [X.neg(dy)],                               # y = -a
-    "freeze": lambda X, ops, y, dy: [dy],                                    # y = a
+    "fneg": lambda X, ops, y, dy: [lambda: X.neg(dy)],                       # y = -a
+    "freeze": lambda X, ops, y, dy: [lambda: dy],                            # y = a
     "fpext": _cast("fptrunc"),
     "fptrunc": _cast("fpext"),
     "select": _select,

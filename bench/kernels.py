@@ -1,0 +1,197 @@
+"""Kernel benchmarks: primal, adcore gradient and a hand-written Numba gradient, side by side.
+
+Medians of several runs after warm-up; ratios gradient/primal and adcore/hand-written;
+bytes the reverse pass caches per call; first-call compile time of each gradient.
+"""
+import math
+import time
+
+import numba
+import numpy as np
+
+import adcore
+from adcore import Active, Const, Duplicated, Reverse
+
+
+# -- sum(sin(x) * x * x) -----------------------------------------------------------------
+@numba.njit
+def sinxx(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sin(x[i]) * x[i] * x[i]
+    return s
+
+
+@numba.njit
+def sinxx_grad(x, dx):
+    for i in range(x.shape[0]):
+        s, c = math.sin(x[i]), math.cos(x[i])
+        dx[i] += c * x[i] * x[i] + 2.0 * s * x[i]
+
+
+# -- dense tanh layer --------------------------------------------------------------------
+@numba.njit
+def dense(W, b, x, y):
+    for i in range(W.shape[0]):
+        s = b[i]
+        for j in range(W.shape[1]):
+            s += W[i, j] * x[j]
+        y[i] = math.tanh(s)
+    t = 0.0
+    for i in range(y.shape[0]):
+        t += y[i]
+    return t
+
+
+@numba.njit
+def dense_grad(W, b, x, y, dW, db, dx):
+    for i in range(W.shape[0]):
+        s = b[i]
+        for j in range(W.shape[1]):
+            s += W[i, j] * x[j]
+        g = 1.0 - math.tanh(s) ** 2
+        db[i] += g
+        for j in range(W.shape[1]):
+            dW[i, j] += g * x[j]
+            dx[j] += g * W[i, j]
+
+
+# -- in-place stencil --------------------------------------------------------------------
+@numba.njit
+def stencil(u, steps):
+    n = u.shape[0]
+    for t in range(steps):
+        for i in range(1, n - 1):
+            u[i] = 0.25 * u[i - 1] + 0.5 * u[i] + 0.25 * u[i + 1]
+    s = 0.0
+    for i in range(n):
+        s += u[i] * u[i]
+    return s
+
+
+@numba.njit
+def stencil_grad(u, steps, du):
+    # forward, keeping nothing: the sweep is linear and invertible only with the old
+    # values, so the hand-written gradient stores each step's input (n per step)
+    n = u.shape[0]
+    hist = np.empty((steps + 1, n))
+    hist[0] = u
+    for t in range(steps):
+        for i in range(1, n - 1):
+            u[i] = 0.25 * u[i - 1] + 0.5 * u[i] + 0.25 * u[i + 1]
+        hist[t + 1] = u
+    g = 2.0 * u
+    for t in range(steps - 1, -1, -1):
+        for i in range(n - 2, 0, -1):
+            gi = g[i]
+            g[i] = 0.5 * gi
+            g[i - 1] += 0.25 * gi
+            g[i + 1] += 0.25 * gi
+    for i in range(n):
+        du[i] += g[i]
+
+
+# -- logsumexp ---------------------------------------------------------------------------
+@numba.njit
+def logsumexp(x):
+    m = x[0]
+    for i in range(1, x.shape[0]):
+        if x[i] > m:
+            m = x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.exp(x[i] - m)
+    return m + math.log(s)
+
+
+@numba.njit
+def logsumexp_grad(x, dx):
+    m = x[0]
+    for i in range(1, x.shape[0]):
+        if x[i] > m:
+            m = x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.exp(x[i] - m)
+    for i in range(x.shape[0]):
+        dx[i] += math.exp(x[i] - m) / s
+
+
+def _median_time(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def workloads(quick=False):
+    rng = np.random.default_rng(0)
+    n = 100_000 if quick else 1_000_000
+    x = rng.standard_normal(n)
+    dx = np.zeros(n)
+    m = 128 if quick else 512
+    W, b, xv, y = rng.standard_normal((m, m)) / m, rng.standard_normal(m), rng.standard_normal(m), np.zeros(m)
+    dW, db, dxv, dy = np.zeros_like(W), np.zeros(m), np.zeros(m), np.zeros(m)
+    nu = 10_000 if quick else 100_000
+    u0 = rng.standard_normal(nu)
+    u, du = u0.copy(), np.zeros(nu)
+
+    def reset_u():
+        u[...] = u0
+
+    return [
+        ("sum(sin(x)*x*x)", f"n={n}",
+         lambda: sinxx(x),
+         lambda: adcore.autodiff(Reverse, sinxx, Duplicated(x, dx)),
+         lambda: sinxx_grad(x, dx)),
+        ("dense tanh layer", f"{m}x{m}",
+         lambda: dense(W, b, xv, y),
+         lambda: adcore.autodiff(Reverse, dense, Duplicated(W, dW), Duplicated(b, db),
+                                 Duplicated(xv, dxv), Duplicated(y, dy)),
+         lambda: dense_grad(W, b, xv, y, dW, db, dxv)),
+        ("in-place stencil", f"n={nu}, 10 steps",
+         lambda: (reset_u(), stencil(u, 10)),
+         lambda: (reset_u(), adcore.autodiff(Reverse, stencil, Duplicated(u, du), 10)),
+         lambda: (reset_u(), stencil_grad(u, 10, du))),
+        ("logsumexp", f"n={n}",
+         lambda: logsumexp(x),
+         lambda: adcore.autodiff(Reverse, logsumexp, Duplicated(x, dx)),
+         lambda: logsumexp_grad(x, dx)),
+    ]
+
+
+def run(quick=False, repeats=None):
+    """Measure every kernel workload; returns a list of result rows (dicts)."""
+    repeats = repeats or (5 if quick else 15)
+    rows = []
+    for name, size, primal, grad, hand in workloads(quick):
+        primal()
+        t0 = time.perf_counter()
+        grad()
+        first = time.perf_counter() - t0
+        tp = _median_time(primal, repeats)
+        tg = _median_time(grad, repeats)
+        cached = adcore.last_cached_bytes()
+        th = _median_time(hand, repeats)
+        rows.append(dict(workload=name, size=size, primal_ms=tp * 1e3, adcore_ms=tg * 1e3,
+                         hand_ms=th * 1e3, grad_over_primal=tg / tp, adcore_over_hand=tg / th,
+                         cached_bytes=cached, first_call_s=first))
+    return rows
+
+
+def report(rows):
+    head = (f"{'kernel':<18} {'size':<18} {'primal ms':>10} {'adcore ms':>10} {'hand ms':>9} "
+            f"{'grad/primal':>11} {'adcore/hand':>11} {'cached B':>10} {'compile s':>9}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['workload']:<18} {r['size']:<18} {r['primal_ms']:>10.3f} {r['adcore_ms']:>10.3f} "
+                     f"{r['hand_ms']:>9.3f} {r['grad_over_primal']:>11.2f} {r['adcore_over_hand']:>11.2f} "
+                     f"{r['cached_bytes']:>10} {r['first_call_s']:>9.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report(run()))
