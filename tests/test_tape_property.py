@@ -25,7 +25,52 @@ UNARY = {
     "flip": lambda a: a[..., ::-1] if np.ndim(a) else a,
     "softmax": lambda a: tape.softmax(a) if np.ndim(a) else a,
     "logsoftmax": lambda a: tape.logsoftmax(a) if np.ndim(a) else a,
+    # shape ops, arranged to give back the operand's shape
+    "reverse_flat": lambda a: a.reshape(-1)[::-1].reshape(np.shape(a)),
+    "transpose_twice": lambda a: np.transpose(np.tanh(a.T) * 1.5),
+    "expand_squeeze": lambda a: np.squeeze(np.expand_dims(a, 0) * 2.0, axis=0),
+    "gather": lambda a: a[..., _repeats(a)] if np.ndim(a) else a,
+    "take": lambda a: np.take(a, _repeats(a), axis=-1) if np.ndim(a) else a,
 }
+
+
+def _repeats(a):
+    """Indices along the last axis with repeats, as many as the axis is long."""
+    n = np.shape(a)[-1]
+    return np.array([(i * i + 1) % n for i in range(n)])
+
+
+def _common(a, b):
+    """a and b broadcast to their common shape."""
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    return np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+
+
+def _concat(a, b):
+    if not np.ndim(a) and not np.ndim(b):
+        return a * b
+    a, b = _common(a, b)
+    n = np.shape(a)[-1]
+    c = np.concatenate([a, b], axis=-1)
+    return c[..., :n] * np.sin(c[..., n:])
+
+
+def _stack(a, b):
+    a, b = _common(a, b)
+    s = np.stack([a, b, a * b])
+    return np.max(s, axis=0) + s[1]
+
+
+def _matmul(a, b):
+    a, b = _common(a, b)
+    if np.ndim(a) == 0:
+        return a * b
+    if np.ndim(a) == 1:
+        return (a @ b) * a
+    return (a @ np.swapaxes(b, -1, -2)) @ b / np.shape(a)[-1]
+
+
+
 # binary ops with numpy broadcasting
 BINARY = {
     "add": np.add,
@@ -38,6 +83,9 @@ BINARY = {
     "logaddexp": np.logaddexp,
     "where": lambda a, b: np.where(a > b, a, 2 * b),
     "clip": lambda a, b: np.clip(a, -0.5, 0.5) * b,
+    "concatenate": _concat,
+    "stack": _stack,
+    "matmul": _matmul,
 }
 # reductions over one axis with keepdims (so results still broadcast against the rest)
 REDUCE = {
@@ -60,7 +108,7 @@ def programs(draw):
     steps = []
     for k in range(draw(st.integers(1, 8))):
         n_vals = n_in + k
-        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "matmul"]))
+        kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "matmul"]))
         a = draw(st.integers(0, n_vals - 1))
         if kind == "unary":
             steps.append(("unary", draw(st.sampled_from(sorted(UNARY))), a))
@@ -74,7 +122,7 @@ def programs(draw):
 
 
 def run(steps, consts, *inputs):
-    """Evaluate a program; the same code runs on plain and on tracked arrays."""
+    """Evaluate a program and return all its values; the same code runs on plain and tracked arrays."""
     vals = list(inputs)
     for (kind, name, a, *rest), c in zip(steps, consts):
         x = vals[a]
@@ -87,10 +135,10 @@ def run(steps, consts, *inputs):
             vals.append(REDUCE[name](x, rest[0] % nd) if nd else x)
         else:
             vals.append(x @ c if c is not None else x)
-    return vals[-1]
+    return vals
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(programs())
 def test_random_graphs_match_finite_differences(program):
     shapes, steps, seed = program
@@ -104,11 +152,12 @@ def test_random_graphs_match_finite_differences(program):
             n = np.shape(plain[a])[-1]
             c = rng.standard_normal((n, n)) / n
         consts.append(c)
-        plain.append(run([(kind, name, a, *rest)], [c], *plain))
-    weights = rng.standard_normal(np.shape(plain[-1]))
+        plain.append(run([(kind, name, a, *rest)], [c], *plain)[-1])
+    weights = [rng.standard_normal(np.shape(v)) for v in plain]
 
     def loss(*xs):
-        return np.sum(run(steps, consts, *xs) * weights)
+        """Every value of the program contributes, so every step's gradient is checked."""
+        return sum(np.sum(v * w) for v, w in zip(run(steps, consts, *xs), weights))
 
     val, grads = tape.withgradient(loss, *inputs)
     assert np.isclose(val, loss(*inputs))
@@ -124,6 +173,6 @@ def test_random_graphs_keep_float32(program):
     rng = np.random.default_rng(seed)
     inputs = [rng.uniform(-1.5, 1.5, s).astype(np.float32) for s in shapes]
     consts = [None] * len(steps)
-    grads = tape.gradient(lambda *xs: np.sum(run(steps, consts, *xs)), *inputs)
+    grads = tape.gradient(lambda *xs: np.sum(run(steps, consts, *xs)[-1]), *inputs)
     for x, g in zip(inputs, grads):
         assert g.dtype == np.float32 and g.shape == x.shape
