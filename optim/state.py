@@ -124,7 +124,7 @@ def _collect(s, x, dx, path, pending):
     """Gather ``{id(leaf): [leaf, array, gradient]}``, summing the gradients of an array
     that appears more than once (tied weights share one Leaf)."""
     if is_float_array(x):
-        if dx is None or s is None:
+        if dx is None:
             return
         if not isinstance(s, Leaf):
             raise TypeError(f"optimiser state at {_where(path)} is {s!r}, not a Leaf; "

@@ -243,6 +243,11 @@ def test_gradient_shape_mismatch():
         update(setup(Descent(), x), x, {"w": np.ones(4)})
 
 
+def test_state_of_another_model():
+    with pytest.raises(TypeError, match="w.*setup"):
+        update({"v": None}, {"w": np.ones(2)}, {"w": np.ones(2)})
+
+
 def test_tied_arrays_share_one_leaf():
     w = np.ones(2)
     tree = (w, w)
