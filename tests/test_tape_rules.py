@@ -119,6 +119,8 @@ CASES = {
     "min_axis": (lambda a: np.min(a, axis=1), R(3, 4)),
     "min_method_keep": (lambda a: a.min(axis=0, keepdims=True), R(3, 4)),
     "var": (lambda a: np.var(a, axis=0), R(4, 3)),
+    "norm": (lambda a: np.linalg.norm(a), R(3, 4)),
+    "norm_axis": (lambda a: np.linalg.norm(a, axis=1, keepdims=True), R(3, 4)),
     "std_ddof": (lambda a: a.std(axis=1, ddof=1), R(3, 4)),
     # shapes
     "reshape": (lambda a: a.reshape(4, 3), R(3, 4)),

@@ -115,6 +115,14 @@ def _std(a, axis=None, ddof=0, keepdims=False, **options):
     return np.sqrt(_var(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
+@implements(np.linalg.norm)
+def _norm(x, ord=None, axis=None, keepdims=False):
+    """The 2-norm (Frobenius for matrices) sqrt(sum(x**2)), composed from recorded ops."""
+    if ord is not None:
+        raise UnsupportedError(f"numpy.linalg.norm with ord={ord!r}", detail="only the default 2-norm is recorded")
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
 @implements(np.reshape)
 def _reshape(a, shape=None, order="C", **options):
     shape = options.pop("newshape", shape)

@@ -146,6 +146,9 @@ class Tracked:
     def __repr__(self):
         return f"Tracked({self.value!r}, id={self._id})"
 
+    def __format__(self, spec):
+        return format(self.value, spec)
+
     def __float__(self):
         return float(self.value)
 

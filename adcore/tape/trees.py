@@ -55,7 +55,8 @@ def grad_tree(tracked, adjoints):
         value = tracked.value
         g = None if adjoints is None else adjoints[tracked.id]
         if isinstance(value, np.generic):
-            return type(value)(0.0 if g is None else g)
+            g = 0.0 if g is None else g
+            return float(g) if value.dtype == np.float64 else type(value)(g)
         return np.zeros_like(value) if g is None else g
     if isinstance(tracked, (tuple, list)):
         return tuple(grad_tree(v, adjoints) for v in tracked)
