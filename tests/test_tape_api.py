@@ -273,3 +273,24 @@ def test_nested_gradient_is_refused():
     x = rng.standard_normal(2)
     with pytest.raises(TypeError, match="nested"):
         tape.gradient(lambda x: np.sum(tape.gradient(lambda y: np.sum(y * y), x)[0]), x)
+
+
+def test_bad_axes_raise_as_in_numpy():
+    x = rng.standard_normal((2, 3))
+    for f in (lambda x: np.sum(x, axis=2), lambda x: x.max(axis=-3), lambda x: np.sum(tape.softmax(x, axis=2)),
+              lambda x: np.sum(np.swapaxes(x, 0, 2)), lambda x: np.sum(np.stack([x, x], axis=4))):
+        with pytest.raises(np.exceptions.AxisError):
+            tape.gradient(f, x)
+
+
+def test_format_and_repr_of_tracked_values():
+    seen = []
+
+    def f(x):
+        s = np.sum(x)
+        seen.append(f"{s:.2f}")
+        seen.append(repr(s))
+        return s
+
+    tape.gradient(f, np.array([1.0, 2.5]))
+    assert seen[0] == "3.50" and seen[1].startswith("Tracked(")

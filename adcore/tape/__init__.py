@@ -33,8 +33,9 @@ plain Python numbers (and so are not differentiated through, e.g. by ``math.sin`
 ``np.asarray(x)`` on a tracked array raises (use ``tape.primal(x)`` to stop the
 gradient on purpose).  In-place updates (``x += y``, ``x[i] = v``) of intermediate
 arrays are recorded functionally; on arguments of ``f``, views and arrays with
-views they raise ``UnsupportedError``.  float32 stays float32, and so do its
-gradients.
+views they raise ``UnsupportedError``.  Plain arrays used as operands are kept
+by reference until the backward pass: do not modify them in place inside ``f``
+after using them.  float32 stays float32, and so do its gradients.
 
 Stable building blocks, for plain and tracked arrays alike: ``sigmoid``,
 ``softplus``, ``relu``, ``softmax(x, axis=-1)``, ``logsoftmax(x, axis=-1)``,

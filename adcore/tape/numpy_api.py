@@ -7,7 +7,7 @@ This module installs ``Tracked.__array_ufunc__`` (served by ``ufunc_call``) and
 import numpy as np
 
 from ..errors import UnsupportedError
-from .tracked import Tracked, apply, primal, _norm_axis
+from .tracked import Tracked, apply, primal, _axis, _norm_axis
 
 # ufunc -> rule name (same name as the ufunc, except true_divide/abs aliases)
 UFUNC_OPS = {u: u.__name__ for u in (
@@ -159,9 +159,10 @@ def _swapaxes(a, axis1, axis2):
 @implements(np.moveaxis)
 def _moveaxis(a, source, destination):
     ndim = np.ndim(primal(a))
-    source = _norm_axis(source, ndim) if isinstance(source, (int, np.integer)) else [int(s) % ndim for s in source]
+    source = [source] if isinstance(source, (int, np.integer)) else source
     destination = [destination] if isinstance(destination, (int, np.integer)) else destination
-    destination = [int(d) % ndim for d in destination]
+    source = [_axis(s, ndim) for s in source]
+    destination = [_axis(d, ndim) for d in destination]
     perm = [n for n in range(ndim) if n not in source]
     for dest, src in sorted(zip(destination, source)):
         perm.insert(dest, src)
@@ -195,7 +196,7 @@ def _concatenate(arrays, axis=0, **options):
 def _stack(arrays, axis=0, **options):
     _only(np.stack, options, out=None, dtype=None, casting="same_kind")
     arrays = tuple(arrays)
-    return apply("stack", arrays, {"axis": axis % (np.ndim(primal(arrays[0])) + 1)})
+    return apply("stack", arrays, {"axis": _axis(axis, np.ndim(primal(arrays[0])) + 1)})
 
 
 @implements(np.where)

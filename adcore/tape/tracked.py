@@ -66,13 +66,21 @@ def primal(x):
     return x
 
 
+def _axis(a, ndim):
+    """One axis as a non-negative int, checked as numpy does."""
+    a = int(a)
+    if not -ndim <= a < ndim:
+        raise np.exceptions.AxisError(a, ndim)
+    return a % ndim
+
+
 def _norm_axis(axis, ndim):
     """``axis`` as given to numpy -> ``None`` or a sorted tuple of non-negative ints."""
     if axis is None:
         return None
     axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
     try:
-        return tuple(sorted(int(a) % ndim if ndim else int(a) for a in axes))
+        return tuple(sorted(_axis(a, ndim) for a in axes))
     except TypeError:
         raise TypeError(f"axis must be an int or a tuple of ints, not {axis!r}") from None
 
@@ -277,13 +285,14 @@ class Tracked:
     def transpose(self, *axes):
         if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
             axes = axes[0]
-        axes = None if not axes else tuple(int(a) % self.ndim for a in axes)
+        axes = None if not axes else tuple(_axis(a, self.ndim) for a in axes)
         if axes is None:
             axes = tuple(range(self.ndim))[::-1]
         return apply("transpose", (self,), {"axes": axes})
 
     def swapaxes(self, a, b):
         axes = list(range(self.ndim))
+        a, b = _axis(a, self.ndim), _axis(b, self.ndim)
         axes[a], axes[b] = axes[b], axes[a]
         return self.transpose(axes)
 
