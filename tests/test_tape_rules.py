@@ -264,3 +264,27 @@ def test_stable_building_blocks_at_extremes():
 def test_max_splits_ties():
     g, = tape.gradient(lambda x: np.max(x), np.array([1.0, 3.0, 3.0]))
     np.testing.assert_allclose(g, [0.0, 0.5, 0.5])
+
+
+def test_float32_stays_float32_through_every_rule(monkeypatch):
+    """With float32 inputs (and no float64 constants), every recorded value and every cotangent a
+    rule produces is float32: nothing is silently computed in float64 and cast back."""
+    upcasts = []
+    for name, r in tape.RULES.items():
+        def vjp(g, rec, _old=r.vjp, _name=name):
+            out = _old(g, rec)
+            for c, i in zip(out, rec.inputs):
+                if c is not None and i is not None and np.result_type(c) != np.float32:
+                    upcasts.append(_name)
+            return out
+        monkeypatch.setattr(r, "vjp", vjp)
+    float64_consts = {"concatenate1_const", "float_scalar_arg", "int_array_arg", "ravel",
+                      "rmatmul_const", "rmul_array"}
+    for name, (f, *args) in sorted(CASES.items()):
+        if name in float64_consts:
+            continue
+        args32 = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in args]
+        rec = tape.record(lambda *a: np.sum(f(*a)), *args32)
+        assert all(np.result_type(r.value) == np.float32 for r in rec.tape.records), name
+        rec.tape.backward(rec.out.id)
+    assert upcasts == []

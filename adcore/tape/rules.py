@@ -8,6 +8,8 @@ constants).  Cotangents may have the broadcast shape; the tape sums them back to
 the operand's shape and casts them to its dtype.  ``view`` marks ops whose numpy
 result may share memory with the operand (in-place updates are refused there).
 """
+import math
+
 import numpy as np
 
 from .recording import unbroadcast
@@ -44,7 +46,8 @@ def _expand(g, axis, keepdims, ndim):
 
 def _log_where_positive(x):
     """log(x) where x > 0 and 0 elsewhere (the exponent's partial of x**p at x <= 0)."""
-    x = np.asarray(x)
+    if isinstance(x, (int, float)):
+        return math.log(x) if x > 0 else 0.0  # a Python number keeps float32 cotangents float32
     return np.log(np.where(x > 0, x, 1))
 
 
@@ -139,7 +142,7 @@ def _expm1(g, r):
 @rule("exp2", np.exp2)
 def _exp2(g, r):
     """out = 2**x:  dx = g out ln 2."""
-    return (g * r.value * np.log(2.0),)
+    return (g * r.value * math.log(2.0),)
 
 
 @rule("log", np.log)
@@ -157,13 +160,13 @@ def _log1p(g, r):
 @rule("log2", np.log2)
 def _log2(g, r):
     """out = log2 x:  dx = g / (x ln 2)."""
-    return (g / (r.args[0] * np.log(2.0)),)
+    return (g / (r.args[0] * math.log(2.0)),)
 
 
 @rule("log10", np.log10)
 def _log10(g, r):
     """out = log10 x:  dx = g / (x ln 10)."""
-    return (g / (r.args[0] * np.log(10.0)),)
+    return (g / (r.args[0] * math.log(10.0)),)
 
 
 @rule("sqrt", np.sqrt)
@@ -340,6 +343,7 @@ def _extremum_vjp(g, r):
     x = r.args[0]
     axis, keepdims = r.attrs.get("axis"), r.attrs.get("keepdims", False)
     hit = x == _expand(r.value, axis, keepdims, x.ndim)
+    hit = hit.astype(x.dtype)
     share = hit / np.sum(hit, axis=axis, keepdims=True)
     return (_expand(g, axis, keepdims, x.ndim) * share,)
 
