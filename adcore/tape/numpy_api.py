@@ -81,7 +81,7 @@ def function_call(func, args, kwargs):
 def _only(func, options, **allowed):
     """Refuse options of ``func`` the tape does not record (beyond their default values)."""
     for k, v in options.items():
-        if k not in allowed or v is not allowed[k]:
+        if k not in allowed or not (v is allowed[k] or isinstance(v, str) and v == allowed[k]):
             raise UnsupportedError(f"{_name(func)} with {k}={v!r}", detail="adcore.tape does not record this option")
 
 
