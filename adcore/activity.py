@@ -20,6 +20,7 @@ FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call")
 INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
 MEMORY_WRITERS = ("store", "atomicrmw", "cmpxchg")
+PUN_TYPES = {"i64": "double", "i32": "float"}
 
 
 class Activity:
@@ -28,13 +29,14 @@ class Activity:
         self.func, self.kernel_name = func, kernel_name
         self.active_args, self.shadow_args = set(active_args), set(shadow_args)
         self.retptr, self.ret_active = retptr, ret_active
+        self.data_args = set(data_args)
         self.base = self._pointer_bases()
+        self.pun_type = {}
         self.varied = self._varied(is_differentiable_call)
         self.useful = self._useful()
         self.active = self.varied & self.useful
         self.is_pure_call = is_pure_call
         self.distinct_arrays = distinct_arrays
-        self.data_args = set(data_args)
         self.written = self._written_bases()
         self._reach = {}
 
@@ -96,7 +98,9 @@ class Activity:
                     continue
                 op = instr.opcode
                 if op == "load":
-                    hit = instr.is_float and self.is_shadowed(instr.operands[0])
+                    hit = self.is_shadowed(instr.operands[0])
+                    if hit and not instr.is_float:
+                        self._check_punned_copy(instr)
                 else:
                     srcs = instr.operands[1:] if op == "select" else instr.operands
                     hit = any(o.defn in varied for o in srcs)
@@ -121,12 +125,33 @@ class Activity:
                     raise self.unsupported(instr, f"callee '{instr.callee}' receives a differentiable array")
         return varied
 
+    def _check_punned_copy(self, load):
+        """An integer load from a float array is allowed only as a bitwise copy into
+        another float array (instcombine writes some copies that way); it is then
+        differentiated as the float of the same width."""
+        width = PUN_TYPES.get(load.type)
+        users = [i for i in self.func.instructions() if any(o.defn is load for o in i.operands)]
+        if width is None or not all(u.opcode == "store" and u.operands[0].defn is load
+                                    and u.operands[1].defn is not load and self.is_shadowed(u.operands[1])
+                                    for u in users):
+            raise self.unsupported(load, "an integer load reads a differentiable float array "
+                                         "(type punning is not differentiable)")
+        self.pun_type[load] = width
+
+    def value_type(self, value):
+        """The float type a value is differentiated as (its own, or that of a punned copy)."""
+        return self.pun_type.get(value, value.type)
+
     def _useful(self):
         useful = set()
         work = []
+        self.unshadowed_writes = set()   # array arguments without shadow that receive varied values
         for instr in self.func.instructions():
             if instr.opcode == "store":
                 value, ptr = instr.operands
+                if value.defn in self.varied and self.base_of(ptr) in self.data_args \
+                        and self.base_of(ptr) not in self.shadow_args:
+                    self.unshadowed_writes.add(self.base_of(ptr))
                 if value.defn in self.varied:
                     if self.is_shadowed(ptr) or (self.ret_active and ptr.defn is self.retptr):
                         work.append(value.defn)

@@ -113,20 +113,21 @@ class AdjointGenerator:
 
     def slot(self, value):
         if value not in self.slots:
-            ref = self.alloca(value.type, "d")
-            self.allocas.append(f"  store {value.type} {float_const(value.type, 0)}, ptr {ref}")
+            t = self.act.value_type(value)
+            ref = self.alloca(t, "d")
+            self.allocas.append(f"  store {t} {float_const(t, 0)}, ptr {ref}")
             self.slots[value] = ref
         return self.slots[value]
 
     def accumulate(self, value, contribution):
         """d(value) += contribution."""
-        s, t = self.slot(value), value.type
+        s, t = self.slot(value), self.act.value_type(value)
         old = self.e(f"load {t}, ptr {s}")
         self.e.line(f"store {t} {self.e(f'fadd {t} {old}, {contribution}')}, ptr {s}")
 
     def take_adjoint(self, value):
         """Read d(value) and reset it to zero."""
-        s, t = self.slot(value), value.type
+        s, t = self.slot(value), self.act.value_type(value)
         dy = self.e(f"load {t}, ptr {s}", "dy")
         self.e.line(f"store {t} {float_const(t, 0)}, ptr {s}")
         return dy
@@ -201,7 +202,7 @@ class AdjointGenerator:
                 return
             if not act.is_shadowed(ptr):
                 return
-            t = value.type
+            t = act.value_type(value.defn) if value.defn in act.pun_type else value.type
             sp = self.shadow(ptr)
             if t in FLOAT_TYPES:
                 if value.defn in act.active:
@@ -216,9 +217,10 @@ class AdjointGenerator:
             return
         dy = self.take_adjoint(instr)
         if instr.opcode == "load":
+            t = act.value_type(instr)
             sp = self.shadow(instr.operands[0])
-            old = self.e(f"load {instr.type}, ptr {sp}")
-            self.e.line(f"store {instr.type} {self.e(f'fadd {instr.type} {old}, {dy}')}, ptr {sp}")
+            old = self.e(f"load {t}, ptr {sp}")
+            self.e.line(f"store {t} {self.e(f'fadd {t} {old}, {dy}')}, ptr {sp}")
             return
         X = Expr(self.e, instr.type)
         ops = [Lazy(self, o) for o in instr.operands]
@@ -406,12 +408,11 @@ class AdjointGenerator:
         e.line("ret i32 0")
 
 
-def gradient_module(module, func, spec):
-    """IR text of ``module`` (the cleaned primal) plus the gradient function ``spec.symbol``."""
-    gen = AdjointGenerator(func, spec)
+def gradient_module(module, gen):
+    """IR text of ``module`` (the cleaned primal) plus the gradient function built by ``gen``."""
     text = gen.build()
     existing = {f.name for f in module.functions}
     decls = dict(tape_stack.DECLARATIONS)
     decls.update(gen.e.declarations)
     extra = [d for name, d in decls.items() if name not in existing]
-    return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n", gen
+    return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n"

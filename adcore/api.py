@@ -8,7 +8,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import native
-from .adjoint import Spec, gradient_module
+from .adjoint import AdjointGenerator, Spec, gradient_module
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .capture import as_dispatcher, capture
 from .cleanup import clean
@@ -117,6 +117,11 @@ class CompiledGradient:
         starts = [2 + sum(counts[:k]) for k in range(len(argtypes))]
         data_pos = ctx.data_model_manager[nbtypes.float64[:]]._fields.index("data")
         active, active_fields, shadows, data_args = [], [], [], []
+
+        def scratch_shadow(k):
+            group = func.args[starts[k]:starts[k] + counts[k]]
+            return (starts[k] + data_pos, [a.type for a in group], data_pos)
+
         for k, (ann, t) in enumerate(zip(anns, argtypes)):
             if isinstance(t, nbtypes.Array):
                 data_args.append(starts[k] + data_pos)
@@ -125,31 +130,43 @@ class CompiledGradient:
                 active_fields.append(len(fields))
                 fields.append(t)
             elif isinstance(ann, Duplicated):
-                group = func.args[starts[k]:starts[k] + counts[k]]
-                shadows.append((starts[k] + data_pos, [a.type for a in group], data_pos))
-        self.active_count = len(active)
+                shadows.append(scratch_shadow(k))
         fields.append(nbtypes.int64)
         result = nbtypes.Tuple(tuple(fields))
         symbol = f"adcore_grad_{next(_counter)}"
-        spec = Spec(symbol, self.pyname, active, shadows, self.ret_active,
-                    str(ctx.get_value_type(result)), active_fields, len(fields) - 1,
-                    data_args, distinct, keep_primal=with_primal)
-        self.adjoint_ir, _ = gradient_module(module, func, spec)
+        # Const arrays that receive differentiable values get an internal scratch shadow,
+        # so derivatives flowing through them are not lost (found by a fixed point).
+        self.scratch = set()
+        while True:
+            spec = Spec(symbol, self.pyname, active, shadows + [scratch_shadow(k) for k in sorted(self.scratch)],
+                        self.ret_active, str(ctx.get_value_type(result)), active_fields,
+                        len(fields) - 1, data_args, distinct, keep_primal=with_primal)
+            gen = AdjointGenerator(func, spec)
+            lost = {k for k in range(len(anns))
+                    if isinstance(argtypes[k], nbtypes.Array)
+                    and func.args[starts[k] + data_pos] in gen.act.unshadowed_writes}
+            if lost <= self.scratch:
+                break
+            self.scratch |= lost
+        self.adjoint_ir = gradient_module(module, gen)
         self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol)
-        shadow_types = [t for ann, t in zip(anns, argtypes) if isinstance(ann, Duplicated)]
-        self.stub = native.make_stub(symbol, list(argtypes) + shadow_types, result)
+        self.shadowed = [k for k, a in enumerate(anns) if isinstance(a, Duplicated)] + sorted(self.scratch)
+        self.stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in self.shadowed], result)
         self.compile_seconds = time.perf_counter() - t0
 
     def __call__(self, anns):
         primals = [a.val for a in anns]
         shadows, copies = [], []
-        for a in anns:
-            if isinstance(a, Duplicated):
-                d = a.dval
-                if d.strides != a.val.strides:
-                    d = _like_strides(a.val, d)
-                    copies.append((a.dval, d))
-                shadows.append(d)
+        for k in self.shadowed:
+            a = anns[k]
+            if not isinstance(a, Duplicated):
+                shadows.append(_like_strides(a.val, None))
+                continue
+            d = a.dval
+            if d.strides != a.val.strides:
+                d = _like_strides(a.val, d)
+                copies.append((a.dval, d))
+            shadows.append(d)
         out = self.stub(*primals, *shadows)
         for user, tmp in copies:
             user[...] = tmp
@@ -166,12 +183,13 @@ class CompiledGradient:
 
 
 def _like_strides(x, d):
-    """A copy of ``d`` laid out in memory with exactly the strides of ``x``."""
+    """A copy of ``d`` (zeros if None) laid out with exactly the strides of ``x``."""
     lo = min(0, *(s * (n - 1) for s, n in zip(x.strides, x.shape) if n > 0)) if x.size else 0
     hi = max(0, *(s * (n - 1) for s, n in zip(x.strides, x.shape) if n > 0)) if x.size else 0
     buf = np.zeros(hi - lo + x.itemsize, np.uint8)
     tmp = np.ndarray(x.shape, x.dtype, buffer=buf, offset=-lo, strides=x.strides)
-    tmp[...] = d
+    if d is not None:
+        tmp[...] = d
     return tmp
 
 

@@ -1,0 +1,212 @@
+"""The adcore API: annotations, modes, gradient, errors, exceptions, IR inspection."""
+import math
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+import adcore
+from adcore import (Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal,
+                    UnsupportedError)
+
+
+@numba.njit
+def api_example(a, x, out):
+    for i in range(x.shape[0]):
+        out[i] = math.sin(a * x[i])
+    return out.sum()
+
+
+def test_api_md_example_against_closed_form():
+    x = np.random.default_rng(0).random(5)
+    dx, out, dout = np.zeros(5), np.zeros(5), np.zeros(5)
+    da, n1, n2 = adcore.autodiff(Reverse, api_example, Active(0.3), Duplicated(x, dx),
+                                 Duplicated(out, dout))
+    assert n1 is None and n2 is None
+    np.testing.assert_allclose(da, np.sum(x * np.cos(0.3 * x)), rtol=1e-12)
+    np.testing.assert_allclose(dx, 0.3 * np.cos(0.3 * x), rtol=1e-12)
+    np.testing.assert_allclose(out, np.sin(0.3 * x))      # the primal side effect happened
+    np.testing.assert_array_equal(dout, 0)                 # out was overwritten: adjoint of old value
+
+
+def test_reverse_with_primal_returns_value():
+    x = np.random.default_rng(1).random(4)
+    (da, _, _), value = adcore.autodiff(ReverseWithPrimal, api_example, Active(0.5),
+                                        Duplicated(x, np.zeros(4)), Duplicated(np.zeros(4), np.zeros(4)))
+    assert value == pytest.approx(np.sin(0.5 * x).sum(), rel=1e-12)
+    assert da == pytest.approx(np.sum(x * np.cos(0.5 * x)), rel=1e-12)
+
+
+def test_gradient_plain_arguments():
+    x = np.random.default_rng(2).random(5)
+    out = np.zeros(5)
+    ga, gx, gout = adcore.gradient(Reverse, api_example, 0.3, x, Const(out))
+    assert gout is None
+    assert ga == pytest.approx(np.sum(x * np.cos(0.3 * x)), rel=1e-12)
+    np.testing.assert_allclose(gx, 0.3 * np.cos(0.3 * x), rtol=1e-12)
+
+
+def test_plain_python_function_is_compiled():
+    def f(x, k):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += x[i] ** 2 * k
+        return s
+    x = np.arange(3.0)
+    gx, gk = adcore.gradient(Reverse, f, x, 3)
+    np.testing.assert_allclose(gx, 6 * x)
+    assert gk is None
+
+
+def test_duplicated_of_an_array_makes_zero_shadow():
+    d = Duplicated(np.ones(3))
+    assert d.dval.shape == (3,) and not d.dval.any()
+    assert d.val is not d.dval
+
+
+def test_shadow_accumulates_into_pure_input():
+    x = np.array([1.0, 2.0])
+    dx = np.array([10.0, 20.0])
+    adcore.autodiff(Reverse, api_example, Const(0.5), Duplicated(x, dx), Duplicated(np.zeros(2), np.zeros(2)))
+    np.testing.assert_allclose(dx, [10.0, 20.0] + 0.5 * np.cos(0.5 * x))
+
+
+@numba.njit
+def seeded_by_output_shadow(x, y):
+    for i in range(x.shape[0]):
+        y[i] = x[i] * x[i]
+
+
+def test_no_return_seed_comes_from_output_shadow():
+    x = np.array([1.0, 2.0, 3.0])
+    dx, dy = np.zeros(3), np.array([1.0, 0.5, -1.0])
+    res = adcore.autodiff(Reverse, seeded_by_output_shadow, Duplicated(x, dx), Duplicated(np.zeros(3), dy))
+    assert res == (None, None)
+    np.testing.assert_allclose(dx, 2 * x * [1.0, 0.5, -1.0])
+    np.testing.assert_array_equal(dy, 0)
+
+
+def test_return_activity_const_drops_the_seed():
+    x = np.random.default_rng(3).random(3)
+    dx = np.zeros(3)
+    adcore.autodiff(Reverse, api_example, Const, Active(0.3), Duplicated(x, dx),
+                    Duplicated(np.zeros(3), np.ones(3)))
+    # only the output shadow seeds: d/dx sum(sin(a x)) = a cos(a x)
+    np.testing.assert_allclose(dx, 0.3 * np.cos(0.3 * x), rtol=1e-12)
+
+
+def test_cache_is_reused():
+    x = np.random.default_rng(4).random(5)
+    adcore.gradient(Reverse, api_example, 0.3, x, Const(np.zeros(5)))
+    n = len(adcore.api._cache)
+    adcore.gradient(Reverse, api_example, 0.7, x * 2, Const(np.zeros(5)))
+    assert len(adcore.api._cache) == n
+
+
+def test_aliasing_arguments_give_correct_gradient():
+    @numba.njit
+    def f(x, y):
+        s = 0.0
+        for i in range(x.shape[0]):
+            y[i] = x[i] * 2.0
+            s += x[i] * x[i]
+        return s
+    x = np.array([1.0, 2.0, 3.0])
+    dx = np.zeros(3)
+    # x and y are the same memory: y[i] = 2 x[i] overwrites x[i] before it is squared
+    adcore.autodiff(Reverse, f, Duplicated(x, dx), Duplicated(x, dx))
+    x0 = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(dx, 8 * x0)          # s = sum((2 x)^2)
+
+
+# -- misuse: ActivityError before anything runs -----------------------------------------
+@numba.njit
+def touches(x, y):
+    y[0] = 1.0
+    return x[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    ((Active(np.ones(3)), np.zeros(1)), "Active on an array"),
+    ((Duplicated(np.ones(3), np.zeros(4)), np.zeros(1)), "shadow"),
+    ((Duplicated(np.ones(3), np.zeros(3, np.float32)), np.zeros(1)), "dtype"),
+    ((Duplicated(np.ones(3, np.int64), np.zeros(3, np.int64)), np.zeros(1)), "int64"),
+    ((Duplicated(1.5, 0.0), np.zeros(1)), "Active"),
+    ((Active(3), np.zeros(1)), "float scalar"),
+])
+def test_activity_errors(args, words):
+    y = args[1]
+    with pytest.raises(ActivityError, match=words):
+        adcore.autodiff(Reverse, touches, *args)
+    assert y[0] == 0.0                       # nothing ran
+
+
+def test_gradient_of_non_float_return_is_an_activity_error():
+    @numba.njit
+    def count(x):
+        return x.shape[0]
+    with pytest.raises(ActivityError, match="not a float"):
+        adcore.gradient(Reverse, count, np.ones(2))
+
+
+def test_mode_must_come_first():
+    with pytest.raises(ActivityError, match="mode"):
+        adcore.autodiff(api_example, Active(1.0))
+
+
+# -- unsupported IR ---------------------------------------------------------------------
+@numba.njit
+def bit_tricks(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        bits = np.float64(x[i]).view(np.int64)
+        s += np.int64(bits >> 1).view(np.float64)
+    return s
+
+
+def test_unsupported_instruction_names_instruction_and_function():
+    with pytest.raises(UnsupportedError) as err:
+        adcore.gradient(Reverse, bit_tricks, np.ones(3))
+    msg = str(err.value)
+    assert "bit_tricks" in msg and "'" in msg
+
+
+# -- exceptions raised by the kernel ----------------------------------------------------
+@numba.njit
+def raises(x, limit):
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > limit:
+            raise ValueError("value above limit")
+        s += x[i] * x[i]
+    return s
+
+
+def test_kernel_exception_propagates_and_shadows_untouched():
+    x = np.array([1.0, 5.0])
+    dx = np.array([7.0, 8.0])
+    with pytest.raises(ValueError, match="above limit"):
+        adcore.autodiff(Reverse, raises, Duplicated(x, dx), 2.0)
+    np.testing.assert_array_equal(dx, [7.0, 8.0])
+    adcore.autodiff(Reverse, raises, Duplicated(x, dx), 10.0)      # same compiled gradient, no raise
+    np.testing.assert_allclose(dx, [9.0, 18.0])
+
+
+def test_zero_division_raises():
+    @numba.njit
+    def div(x, d):
+        return x[0] / d
+    with pytest.raises(ZeroDivisionError):
+        adcore.gradient(Reverse, div, np.ones(1), 0.0)
+
+
+# -- IR inspection ------------------------------------------------------------------------
+def test_primal_and_adjoint_ir_parse():
+    x = np.random.default_rng(5).random(3)
+    args = (Active(0.3), Duplicated(x, np.zeros(3)), Duplicated(np.zeros(3), np.zeros(3)))
+    primal = adcore.primal_ir(api_example, *args)
+    adjoint = adcore.adjoint_ir(Reverse, api_example, *args)
+    for text in (primal, adjoint, adcore.adjoint_ir(Reverse, api_example, *args, optimised=True)):
+        llvm.parse_assembly(text).verify()
+    assert "<8 x double>" not in primal and "ad.r." in adjoint
