@@ -5,8 +5,8 @@
 Rows: per-op overhead (µs per recorded op, forward + backward, on 8-element
 arrays) for a chain of elementwise ops and for a mix of shape ops, and the time
 of one gradient of a 784-32-10 tanh MLP with a softmax cross-entropy loss on a
-batch of 128.  Each number is the median over repeats after a warm-up; the ratio
-is adcore / autograd (below 1 means adcore is faster).  Both engines run the same
+batch of 128.  Each number is the median over repeats (alternating between the engines)
+after a warm-up; the ratio is adcore / autograd (below 1 means adcore is faster).  Both engines run the same
 numpy code (autograd through ``autograd.numpy``).
 """
 import argparse
@@ -24,15 +24,20 @@ except ImportError:  # optional: pip install adcore[peers]
     autograd = anp = None
 
 
-def _median_seconds(fn, repeats, number):
-    fn()  # warm-up
-    times = []
+def _median_seconds(fns, repeats, number):
+    """Median seconds per call of each callable; repeats alternate between the callables so that
+    a change of machine load hits all of them alike.  ``None`` entries stay ``None``."""
+    live = [f for f in fns if f is not None]
+    for f in live:
+        f()  # warm-up
+    times = {id(f): [] for f in live}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return statistics.median(times)
+        for f in live:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                f()
+            times[id(f)].append((time.perf_counter() - t0) / number)
+    return [None if f is None else statistics.median(times[id(f)]) for f in fns]
 
 
 # ---------------------------------------------------------------- workloads (numpy module as a parameter)
@@ -92,25 +97,26 @@ def run(quick=False):
     x8 = rng.standard_normal(8)
     for name, work in (("elementwise op overhead", elementwise_chain), ("mixed op overhead", mixed_chain)):
         n_ops = _count_ops(lambda x: work(np, x), x8)
-        number = max(1, int(40 * scale))
-        ours = _median_seconds(lambda: tape.gradient(lambda x: work(np, x), x8), repeats, number)
         theirs = None
         if autograd is not None:
             g = autograd.grad(lambda x: work(anp, x))
-            theirs = _median_seconds(lambda: g(x8), repeats, number)
+            theirs = lambda: g(x8)  # noqa: E731
+        ours, theirs = _median_seconds(
+            [lambda: tape.gradient(lambda x: work(np, x), x8), theirs], repeats, max(1, int(40 * scale)))
         add_row(f"{name} ({n_ops} ops, 8 elements)", "µs/op", n_ops / 1e6, ours, theirs)
 
     params = (rng.standard_normal((784, 32)) * 0.05, np.zeros(32),
               rng.standard_normal((32, 10)) * 0.2, np.zeros(10))
     xb = rng.standard_normal((128, 784))
     yb = np.eye(10)[rng.integers(0, 10, 128)]
-    number = max(1, int(30 * scale))
-    ours = _median_seconds(lambda: tape.gradient(lambda p: mlp_loss(np, p, xb, yb), params), repeats, number)
-    fused = _median_seconds(lambda: tape.gradient(mlp_loss_fused, params, Const(xb), Const(yb)), repeats, number)
     theirs = None
     if autograd is not None:
         g = autograd.grad(lambda p: mlp_loss(anp, p, xb, yb))
-        theirs = _median_seconds(lambda: g(params), repeats, number)
+        theirs = lambda: g(params)  # noqa: E731
+    ours, fused, theirs = _median_seconds(
+        [lambda: tape.gradient(lambda p: mlp_loss(np, p, xb, yb), params),
+         lambda: tape.gradient(mlp_loss_fused, params, Const(xb), Const(yb)), theirs],
+        repeats, max(1, int(30 * scale)))
     add_row("MLP 784-32-10 gradient, batch 128", "ms", 1e-3, ours, theirs)
     add_row("  same, with tape.logsoftmax", "ms", 1e-3, fused, theirs)
 
