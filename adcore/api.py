@@ -16,6 +16,7 @@ from .errors import ActivityError, UnsupportedError
 from .ir import read_function
 
 _cache = {}
+_fast = {}
 _dispatchers = {}
 _counter = itertools.count()
 _lock = threading.RLock()
@@ -193,11 +194,28 @@ def _like_strides(x, d):
     return tmp
 
 
+def _arg_key(v):
+    if isinstance(v, np.ndarray):
+        flags = v.flags
+        layout = "C" if flags.c_contiguous else ("F" if flags.f_contiguous else "A")
+        return (v.dtype.char, v.ndim, layout, flags.writeable, flags.aligned)
+    return type(v)
+
+
 def _compiled(f, anns, ret_activity, with_primal):
-    dispatcher = _dispatcher(f)
-    argtypes = tuple(numba.typeof(a.val) for a in anns)
     arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
     distinct = _distinct(arrays)
+    fast = (f, tuple(type(a) for a in anns), tuple(_arg_key(a.val) for a in anns),
+            ret_activity, distinct, with_primal)
+    entry = _fast.get(fast)
+    if entry is None:
+        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, with_primal, distinct)
+    return entry
+
+
+def _compiled_by_type(f, anns, ret_activity, with_primal, distinct):
+    dispatcher = _dispatcher(f)
+    argtypes = tuple(numba.typeof(a.val) for a in anns)
     key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, with_primal)
     entry = _cache.get(key)
     if entry is None:

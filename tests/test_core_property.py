@@ -1,0 +1,84 @@
+"""Property-based test: random kernels, written as Python source and compiled with Numba,
+differentiated by adcore and checked against central finite differences."""
+import itertools
+import os
+
+import numba
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fdcheck import check
+
+UNARY = ["math.sin({})", "math.cos({})", "math.tanh({})", "math.atan({})",
+         "math.sqrt(1.0 + ({}) ** 2)", "math.exp(math.sin({}))", "math.log(1.0 + ({}) ** 2)",
+         "({}) ** 3", "({}) ** 2", "-({})"]
+BINARY = ["({} + {})", "({} - {})", "({} * {})", "({} / (1.5 + math.cos({})))"]
+LEAVES = ["x[i]", "y[i]", "a", "math.tanh(s)", "0.5", "x[(i + 1) % n]"]
+
+
+def expressions(depth):
+    leaf = st.sampled_from(LEAVES)
+    if depth == 0:
+        return leaf
+    sub = expressions(depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(st.sampled_from(UNARY), sub).map(lambda t: t[0].format(t[1])),
+        st.tuples(st.sampled_from(BINARY), sub, sub).map(lambda t: t[0].format(t[1], t[2])),
+    )
+
+
+EXPR = expressions(3)
+
+
+@st.composite
+def statements(draw, indent="        "):
+    kind = draw(st.sampled_from(["acc", "out", "inplace", "branch", "inner", "while"]))
+    e1, e2 = draw(EXPR), draw(EXPR)
+    if kind == "acc":
+        return [f"{indent}s += {e1}"]
+    if kind == "out":
+        return [f"{indent}out[i] = {e1}"]
+    if kind == "inplace":
+        return [f"{indent}x[i] = 0.5 * x[i] + 0.3 * {e1}"]
+    if kind == "branch":
+        return [f"{indent}if {e1} > 0.1:", f"{indent}    s += {e2}",
+                f"{indent}else:", f"{indent}    s -= 0.5 * {e2}"]
+    if kind == "inner":
+        return [f"{indent}for j in range(i + 1):", f"{indent}    s += 0.1 * math.sin(y[j] * {e1})"]
+    return [f"{indent}k = 0", f"{indent}while k < i % 3:",
+            f"{indent}    s = 0.9 * s + 0.1 * {e1}", f"{indent}    k += 1"]
+
+
+@st.composite
+def kernels(draw):
+    body = list(itertools.chain.from_iterable(draw(st.lists(statements(), min_size=1, max_size=4))))
+    returns = draw(st.booleans())
+    lines = ["def kernel(x, y, a, out):", "    n = x.shape[0]", "    s = 0.0",
+             "    for i in range(n):"] + body
+    lines += ["    return s + out.sum()" if returns else "    out[0] += s"]
+    return "\n".join(lines)
+
+
+_compiled = {}
+
+
+def compile_kernel(source):
+    if source not in _compiled:
+        scope = {"math": __import__("math"), "np": np}
+        exec(source, scope)
+        _compiled[source] = numba.njit(scope["kernel"])
+    return _compiled[source]
+
+
+@settings(max_examples=int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source=kernels(), seed=st.integers(0, 2 ** 16))
+def test_random_kernels_against_finite_differences(source, seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)
+    a = float(rng.uniform(-1, 1))
+    try:
+        check(compile_kernel(source), x, y, a, np.zeros(4), rtol=1e-4, atol=1e-6, seed=seed)
+    except AssertionError:
+        print(source)
+        raise
