@@ -75,7 +75,7 @@ def _check_mode(mode):
 
 
 def _dispatcher(f):
-    if isinstance(f, numba.core.registry.CPUDispatcher):
+    if isinstance(f, numba.core.registry.CPUDispatcher) or hasattr(f, "_adcore_capture"):
         return f
     with _lock:
         if f not in _dispatchers:

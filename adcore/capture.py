@@ -38,21 +38,22 @@ _install_hook()
 
 
 class Kernel:
-    """A Numba kernel compiled for one signature, with its unoptimised LLVM module."""
+    """A function compiled for one signature, with its unoptimised LLVM module.
 
-    def __init__(self, dispatcher, argtypes, cres, module):
-        self.dispatcher = dispatcher
-        self.argtypes = argtypes
-        self.restype = cres.signature.return_type
-        self.symbol = cres.fndesc.mangled_name
-        self.module = module
-        self.pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
-        self.context = cres.target_context
+    ``symbol`` names the entry in ``module``; it follows Numba's calling convention
+    (``i32 (ptr retptr, ptr excinfo, <flattened arguments>)``) for arguments of
+    ``argtypes`` and a result of ``restype`` (Numba types); ``context`` is the Numba
+    target context that flattens them; ``pyname`` names the function in messages."""
+
+    def __init__(self, argtypes, restype, symbol, module, pyname, context):
+        self.argtypes, self.restype, self.symbol = argtypes, restype, symbol
+        self.module, self.pyname, self.context = module, pyname, context
 
 
 def as_dispatcher(f):
-    """``f`` itself when it is an njit dispatcher, else ``numba.njit(f)``."""
-    if isinstance(f, CPUDispatcher):
+    """``f`` itself when it is an njit dispatcher or provides its own kernels
+    (``_adcore_capture``), else ``numba.njit(f)``."""
+    if isinstance(f, CPUDispatcher) or hasattr(f, "_adcore_capture"):
         return f
     if callable(f):
         return numba.njit(f)
@@ -91,6 +92,8 @@ def _unoptimised_module(library):
 def capture(f, argtypes):
     """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module."""
     dispatcher = as_dispatcher(f)
+    if hasattr(dispatcher, "_adcore_capture"):
+        return dispatcher._adcore_capture(argtypes)
     with _lock:
         cres = _overload(dispatcher, argtypes)
         if getattr(cres.library, "_adcore_own", None) is None:
@@ -98,4 +101,6 @@ def capture(f, argtypes):
             dispatcher = numba.njit(**dispatcher.targetoptions)(dispatcher.py_func)
             cres = _overload(dispatcher, argtypes)
         module = _unoptimised_module(cres.library)
-    return Kernel(dispatcher, argtypes, cres, module)
+    pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
+    return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
+                  pyname, cres.target_context)
