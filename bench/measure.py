@@ -86,15 +86,16 @@ def rel_err(got, ref):
 
 
 def row(workload, case, impl, ms=None, *, vs_ref=None, grad_obj=None, first_s=None,
-        cached=None, alloc=None, err=None, tol=None, check=None, note=""):
+        cached=None, alloc=None, err=None, tol=None, check=None, note="", text=None):
     """One line of the result table. ``err`` against ``tol`` gives the pass/fail check;
-    ``check`` is a free-text check when there is no error number."""
+    ``check`` is a free-text check when there is no error number; ``text`` replaces the
+    time shown (a time in another unit)."""
     ok = None if err is None or tol is None else bool(err <= tol)
     if check is None and err is not None:
         check = f"err {err:.1e}" + ("" if ok is None else (" ok" if ok else " FAIL"))
     return dict(workload=workload, case=case, impl=impl, ms=ms, vs_ref=vs_ref,
                 grad_obj=grad_obj, first_s=first_s, cached=cached, alloc=alloc, err=err,
-                ok=ok, check=check or "", note=note)
+                ok=ok, check=check or "", note=note, text=text)
 
 
 def skipped(workload, case, impl, why):

@@ -1,0 +1,188 @@
+"""The Flux docs MLP: ``Chain(Dense(784, 32, sigmoid), Dense(32, 10), softmax)``, loss
+``sum((m(x) - y)^2)``, one gradient on a batch of float32 inputs.
+
+Implementations: ``layers.gradient`` with the tape engine and with ``Duplicated(model)`` (the
+LLVM engine), adcore's reverse mode of an allocation-free Numba forward kernel, a hand-written
+Numba forward/backward (the reference) and the peers. All start from the same layers model's
+weights and data; each gradient's error against the reference is checked.
+"""
+import math
+
+import numba
+import numpy as np
+
+import adcore
+from adcore import Const, Duplicated
+from layers import Chain, Dense, gradient, sigmoid, softmax
+
+from . import peers
+from .measure import failed, first_call, median_seconds, rel_err, row, skipped, traced_bytes
+
+W = "mlp"
+TOL = 1e-4  # float32
+
+
+@numba.njit
+def loss_kernel(W1, b1, W2, b2, x, y, h, z):
+    """sum((softmax(sigmoid(x W1' + b1) W2' + b2) - y)^2), one sample at a time; h (hidden,)
+    and z (out,) are scratch."""
+    loss = 0.0
+    for b in range(x.shape[0]):
+        for j in range(W1.shape[0]):
+            s = b1[j]
+            for k in range(W1.shape[1]):
+                s += W1[j, k] * x[b, k]
+            h[j] = 1.0 / (1.0 + math.exp(-s))
+        mx = -np.inf
+        for o in range(W2.shape[0]):
+            s = b2[o]
+            for j in range(W2.shape[1]):
+                s += W2[o, j] * h[j]
+            z[o] = s
+            mx = max(mx, s)
+        t = 0.0
+        for o in range(W2.shape[0]):
+            z[o] = math.exp(z[o] - mx)
+            t += z[o]
+        for o in range(W2.shape[0]):
+            d = z[o] / t - y[b, o]
+            loss += d * d
+    return loss
+
+
+@numba.njit(fastmath=True)
+def loss_gradient(W1, b1, W2, b2, x, y, h, p, dh, dW1, db1, dW2, db2):
+    """Hand-written: adds the gradient into dW1, db1, dW2, db2 and returns the loss."""
+    loss = 0.0
+    for b in range(x.shape[0]):
+        for j in range(W1.shape[0]):
+            s = b1[j]
+            for k in range(W1.shape[1]):
+                s += W1[j, k] * x[b, k]
+            h[j] = 1.0 / (1.0 + math.exp(-s))
+        mx = -np.inf
+        for o in range(W2.shape[0]):
+            s = b2[o]
+            for j in range(W2.shape[1]):
+                s += W2[o, j] * h[j]
+            p[o] = s
+            mx = max(mx, s)
+        t = 0.0
+        for o in range(W2.shape[0]):
+            p[o] = math.exp(p[o] - mx)
+            t += p[o]
+        sdp = 0.0                                   # dp = 2 (p - y); dz = p (dp - <dp, p>)
+        for o in range(W2.shape[0]):
+            p[o] /= t
+            d = p[o] - y[b, o]
+            loss += d * d
+            sdp += 2.0 * d * p[o]
+        dh[:] = 0.0
+        for o in range(W2.shape[0]):
+            dz = p[o] * (2.0 * (p[o] - y[b, o]) - sdp)
+            db2[o] += dz
+            for j in range(W2.shape[1]):
+                dW2[o, j] += dz * h[j]
+                dh[j] += dz * W2[o, j]
+        for j in range(W1.shape[0]):
+            da = dh[j] * h[j] * (1.0 - h[j])
+            db1[j] += da
+            for k in range(W1.shape[1]):
+                dW1[j, k] += da * x[b, k]
+    return loss
+
+
+def loss_xp(xp, W1, b1, W2, b2, x, y):
+    """The same loss with the numpy-like module ``xp`` (for the peers)."""
+    h = 1.0 / (1.0 + xp.exp(-(x @ W1.T + b1)))
+    z = h @ W2.T + b2
+    e = xp.exp(z - xp.amax(z, axis=1, keepdims=True))
+    return xp.sum((e / xp.sum(e, axis=1, keepdims=True) - y) ** 2)
+
+
+def problem(batch=128, seed=0):
+    """The model (layers), its parameters (W1, b1, W2, b2) and the data (x, y), float32."""
+    model = Chain(Dense(784, 32, sigmoid, rng=seed), Dense(32, 10, rng=seed + 1), softmax)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(size=(batch, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
+    params = tuple(a for layer in model.layers[:2] for a in (layer.weight, layer.bias))
+    return model, params, x, y
+
+
+def loss(m, x, y):
+    return np.sum((m(x) - y) ** 2)
+
+
+def _flat(g):
+    """(dW1, db1, dW2, db2) from a layers gradient tree."""
+    return tuple(g["layers"][i][f] for i in (0, 1) for f in ("weight", "bias"))
+
+
+def implementations(model, params, x, y):
+    """{name: withgradient() -> (loss, (dW1, db1, dW2, db2))} or {name: skip note}."""
+    H, O = params[0].shape[0], params[2].shape[0]
+    hs = (np.zeros(H, np.float32), np.zeros(O, np.float32), np.zeros(H, np.float32))
+    grads = tuple(np.zeros_like(p) for p in params)
+    shadows = tuple(np.zeros_like(s) for s in hs[:2])
+
+    def hand():
+        for g in grads:
+            g[...] = 0.0
+        return loss_gradient(*params, x, y, *hs, *grads), grads
+
+    def kernel():
+        for g in grads + shadows:
+            g[...] = 0.0
+        _, val = adcore.autodiff(adcore.ReverseWithPrimal, loss_kernel,
+                                 *(Duplicated(p, g) for p, g in zip(params, grads)),
+                                 Const(x), Const(y), *(Duplicated(s, d) for s, d in zip(hs, shadows)))
+        return val, grads
+
+    def tape():
+        return float(loss(model, x, y)), _flat(gradient(loss, model, Const(x), Const(y))[0])
+
+    dup = Duplicated(model)
+
+    def llvm():
+        return float(loss(model, x, y)), _flat(gradient(loss, dup, Const(x), Const(y))[0])
+
+    out = {"hand-written Numba": hand, "adcore (Numba kernel)": kernel,
+           "layers, tape engine": tape, "layers, Duplicated (LLVM)": llvm}
+    out.update({k: v if isinstance(v, str) else v[1]
+                for k, v in peers.engines(loss_xp, params, (x, y)).items()})
+    return out
+
+
+def run(quick=False, size=1.0):
+    """One gradient of the MLP loss on a batch of 128*size, by each implementation."""
+    batch = max(2, int(128 * size))
+    case = f"784-32-10, batch {batch}, float32"
+    model, params, x, y = problem(batch)
+    repeats = 5 if quick else 21
+    rows, ref, t_ref = [], None, None
+    for name, fn in implementations(model, params, x, y).items():
+        if isinstance(fn, str):
+            rows.append(skipped(W, case, name, fn))
+            continue
+        try:
+            first, (val, g) = first_call(fn)
+        except NotImplementedError as exc:
+            rows.append(skipped(W, case, name, str(exc).split(";")[0]))
+            continue
+        except Exception as exc:
+            rows.append(failed(W, case, name, exc))
+            continue
+        g = [np.array(a) for a in g]
+        t = median_seconds(fn, repeats)
+        native = name in ("adcore (Numba kernel)", "layers, Duplicated (LLVM)")
+        alloc = None if name in ("PyTorch", "JAX (jit)") else traced_bytes(fn)
+        if ref is None:
+            ref, t_ref, val_ref = g, t, val
+            rows.append(row(W, case, name, t * 1e3, vs_ref=1.0, first_s=first, alloc=alloc,
+                            check=f"loss {val:.6g}", note="reference"))
+            continue
+        err = max(rel_err(g, ref), abs(val - val_ref) / abs(val_ref))
+        rows.append(row(W, case, name, t * 1e3, vs_ref=t / t_ref, first_s=first, alloc=alloc,
+                        cached=adcore.last_cached_bytes() if native else None, err=err, tol=TOL))
+    return rows
