@@ -1,0 +1,65 @@
+"""Smoke test of the benchmark suite: the quick run on tiny sizes, its table, and that every
+implementation's answer agrees with the reference."""
+import numpy as np
+import pytest
+
+from bench import gmm, mlp, peers, report
+from bench.__main__ import main, run
+from bench.suite import QUICK
+
+
+@pytest.fixture(scope="module")
+def quick_rows():
+    rows, memory = run(QUICK, quick=True, size=0.02, show_progress=False)
+    return rows, memory
+
+
+def test_quick_suite_rows(quick_rows):
+    rows, memory = quick_rows
+    assert [m[0] for m in memory] == list(QUICK)
+    assert all(peak > 0 for *_, peak in memory)
+    impls = {(r["workload"], r["impl"]) for r in rows}
+    for name in ("hand-written Numba", "adcore (Numba kernel)", "layers, tape engine",
+                 "layers, Duplicated (LLVM)", "PyTorch", "JAX (jit)", "autograd"):
+        assert ("mlp", name) in impls
+    for name in ("Numba objective", "hand-written Numba gradient", "adcore gradient",
+                 "adcore.tape (numpy)", "PyTorch", "JAX (jit)", "autograd"):
+        assert ("gmm", name) in impls
+    assert {r["workload"] for r in rows} == set(QUICK)
+    text = report.table(rows)
+    for r in rows:
+        assert r["impl"] in text
+
+
+def test_every_answer_agrees_with_the_reference(quick_rows):
+    rows, _ = quick_rows
+    assert report.failures(rows) == []
+    checked = [r for r in rows if r["err"] is not None]
+    assert checked and all(r["ok"] for r in checked)
+    timed = [r for r in rows if r["ms"] is not None and r["workload"] in ("mlp", "gmm")
+             and r["note"] not in ("reference", "the primal kernel")]
+    assert all(r["ok"] for r in timed)
+
+
+def test_gmm_test_instance_matches_adbench():
+    inst = gmm.parse(gmm.TEST_INSTANCE, "test")
+    assert gmm.Kernels(inst).objective() == pytest.approx(gmm.TEST_F, rel=1e-12)
+    tri = gmm.tri_matrix(inst.d)
+    val = gmm.objective_xp(np, *inst.params, inst.x, tri, inst.gamma, inst.m)
+    assert val == pytest.approx(gmm.TEST_F, rel=1e-12)
+
+
+def test_missing_peer_is_a_note(monkeypatch):
+    monkeypatch.setattr(peers, "get", lambda name: None)
+    engines = gmm.engines(gmm.parse(gmm.TEST_INSTANCE, "test"))
+    assert isinstance(engines["PyTorch"], str) and "not installed" in engines["PyTorch"]
+    rows = mlp.run(quick=True, size=0.02)
+    assert {r["impl"]: r["note"] for r in rows}["JAX (jit)"].startswith("skipped")
+
+
+def test_cli_single_workload(capsys):
+    assert main(["gmm", "--quick", "--size", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "gmm: test instance" in out and "all checks passed" in out
+    with pytest.raises(SystemExit):
+        main(["nonsense"])
