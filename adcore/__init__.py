@@ -10,3 +10,5 @@ __all__ = [
 from .api import autodiff, gradient, primal_ir, adjoint_ir, last_cached_bytes
 
 __all__ += ["autodiff", "gradient", "primal_ir", "adjoint_ir", "last_cached_bytes"]
+from .foreign import from_llvm
+__all__ += ["from_llvm"]

@@ -1,0 +1,318 @@
+"""Differentiable functions from foreign LLVM IR (clang, rustc, hand-written).
+
+``from_llvm(ir_text, name)`` parses the module (typed pointers are rewritten to opaque
+``ptr`` first) and returns a :class:`ForeignFunction`.  For each combination of argument
+types it generates a wrapper with Numba's calling convention,
+``i32 @adcore_foreign_<name>_<n>(ptr %retptr, ptr %excinfo, <flattened arguments>)``,
+that passes array data pointers and converted scalars to ``name`` and stores its result
+in ``retptr``.  The wrapper is JIT-compiled for direct calls and handed to the
+differentiator through ``_adcore_capture`` like a captured Numba kernel.
+"""
+import itertools
+import re
+import threading
+
+import llvmlite.binding as llvm
+import numba
+from numba.core import types as nbtypes
+from numba.core.registry import cpu_target
+from numba.np.numpy_support import as_dtype
+
+from . import native
+from .capture import Kernel
+from .cleanup import target_machine
+from .errors import ADError
+
+_counter = itertools.count()
+
+# -- typed pointers -> opaque pointers ---------------------------------------------------
+_LITERAL = re.compile(r'"[^"]*"|;[^\n]*')                 # strings and comments
+_ATOM = (r'(?:i\d+|half|bfloat|float|double|x86_fp80|fp128|ppc_fp128|x86_mmx|x86_amx|void|'
+         r'ptr|%[-\w.$]+|%\x00\d+\x00|\[[^][{}<>()]*\]|<[^<>{}()]*>|\{[^{}]*\}|<\{[^{}]*\}>)')
+_ADDRSPACE = r'\s*(?:(addrspace\(\s*\d+\s*\))\s*)?\*'
+_POINTER = re.compile(_ATOM + _ADDRSPACE)                  # double*, %T addrspace(1)*
+_FUNCTION_POINTER = re.compile(_ATOM + r'\s*\([^()]*\)' + _ADDRSPACE)   # void (i8*)*
+_NOINLINE = re.compile(r'(?<![-\w.$%@!#"])\b(?:noinline|optnone)\b')
+
+
+def _ptr(m):
+    return "ptr " + m.group(1) if m.group(1) else "ptr"
+
+
+def opaque_pointers(text):
+    """``text`` with every typed pointer type spelled ``ptr`` (and ``noinline`` and
+    ``optnone`` dropped, so that the wrapper can inline the function)."""
+    literals = []
+
+    def hide(m):
+        literals.append(m.group(0))
+        return f"\x00{len(literals) - 1}\x00"
+
+    code = _LITERAL.sub(hide, text)
+    previous = None
+    while previous != code:
+        previous = code
+        code = _FUNCTION_POINTER.sub(_ptr, _POINTER.sub(_ptr, code))
+    code = _NOINLINE.sub("", code)
+    return re.sub(r"\x00(\d+)\x00", lambda m: literals[int(m.group(1))], code)
+
+
+# -- the foreign function's signature ------------------------------------------------------
+_GLOBAL = re.compile(r"^[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
+_CALLING_CONV = re.compile(r"\b(fastcc|coldcc|tailcc|swiftcc|swifttailcc|ghccc|cc\s+\d+|"
+                           r"x86_\w+cc|preserve_\w+cc|intel_ocl_bicc|win64cc|anyregcc)\b")
+_ELEMENT = {"double": ("f", 8), "float": ("f", 4), "half": ("f", 2), "i1": ("b", 1),
+            "i8": ("iub", 1), "i16": ("iu", 2), "i32": ("iu", 4), "i64": ("iu", 8)}
+
+
+def _global_ref(name):
+    if _GLOBAL.match(name):
+        return "@" + name
+    return '@"' + name.replace("\\", "\\5C").replace('"', "\\22") + '"'
+
+
+class Param:
+    """One parameter: its LLVM type, kind (``ptr``, ``int`` or ``float``), a label for
+    messages and, for pointers, the one scalar type the function reads or writes
+    through it (None when unknown)."""
+
+    def __init__(self, index, arg, element):
+        self.index, self.type = index, str(arg.type)
+        self.label = f"argument {index} (%{arg.name}: {self.type})" if arg.name else \
+            f"argument {index} ({self.type})"
+        if self.type == "ptr":
+            self.kind = "ptr"
+        elif re.fullmatch(r"i\d+", self.type):
+            self.kind = "int"
+        elif self.type in ("double", "float"):
+            self.kind = "float"
+        else:
+            raise ADError(f"{self.label}: unsupported parameter type {self.type} "
+                          f"(only pointers, integers, float and double)")
+        self.element = element
+
+    def __repr__(self):
+        return self.label
+
+
+def _derived_pointers(fn, arg):
+    """``arg`` and every pointer ``fn`` computes from it by GEPs, casts, phis and selects."""
+    derived, grown = {arg}, True
+    while grown:
+        grown = False
+        for block in fn.blocks:
+            for ins in block.instructions:
+                if ins in derived or ins.opcode not in ("getelementptr", "bitcast", "phi",
+                                                        "select", "addrspacecast"):
+                    continue
+                ops = list(ins.operands)
+                ops = ops if ins.opcode in ("phi", "select") else ops[:1]
+                if any(o in derived for o in ops):
+                    derived.add(ins)
+                    grown = True
+    return derived
+
+
+def _element_type(fn, arg):
+    """The scalar type of every load and store through ``arg``, if there is exactly one."""
+    derived = _derived_pointers(fn, arg)
+    seen = set()
+    for block in fn.blocks:
+        for ins in block.instructions:
+            ops = list(ins.operands)
+            if ins.opcode == "load" and ops[0] in derived:
+                seen.add(str(ins.type))
+            elif ins.opcode == "store" and ops[1] in derived:
+                seen.add(str(ops[0].type))
+    seen = {re.sub(r"^<\d+ x (.*)>$", r"\1", t) for t in seen}
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _parse(text):
+    try:
+        module = llvm.parse_assembly(text)
+        module.verify()
+    except RuntimeError as e:
+        raise ADError(f"from_llvm: the LLVM IR does not parse: {str(e).strip()}") from None
+    return module
+
+
+def _lookup(module, name):
+    defined = sorted(f.name for f in module.functions if not f.is_declaration)
+    try:
+        fn = module.get_function(name)
+    except NameError:
+        fn = None
+    if fn is None or fn.is_declaration:
+        what = "is only declared" if fn is not None else "is not in the module"
+        raise ADError(f"from_llvm: function {name!r} {what}; defined functions: "
+                      f"{', '.join(defined) or 'none'}")
+    if fn.global_value_type.is_function_vararg:
+        raise ADError(f"from_llvm: {name!r} is variadic; only fixed arguments are supported")
+    return fn
+
+
+# -- argument types -> wrapper ---------------------------------------------------------------
+def _flat_types(context, t):
+    return ["ptr" if str(x).endswith("*") else str(x)
+            for x in context.get_arg_packer([t]).argument_types]
+
+
+def _int_width(t):
+    return int(t[1:])
+
+
+def _convert(value, src, param, signed):
+    """Instructions turning ``value`` of LLVM type ``src`` into ``param``'s type."""
+    dst = param.type
+    if src == dst:
+        return [], value
+    out = f"%c{param.index}"
+    if param.kind == "int":
+        op = "trunc" if _int_width(src) > _int_width(dst) else ("sext" if signed else "zext")
+    elif src.startswith("i"):
+        op = "sitofp" if signed else "uitofp"
+    else:
+        op = "fptrunc" if src == "double" else "fpext"
+    return [f"  {out} = {op} {src} {value} to {dst}"], out
+
+
+class ForeignFunction:
+    """A function of a foreign LLVM module: callable on numpy arrays and Python numbers,
+    and differentiable with ``adcore.autodiff`` / ``adcore.gradient``."""
+
+    def __init__(self, ir_text, name):
+        if not isinstance(ir_text, str) or not isinstance(name, str):
+            raise ADError("from_llvm(ir_text, name) takes two strings")
+        self.name = name
+        self.ir = opaque_pointers(ir_text)
+        fn = _lookup(_parse(self.ir), name)
+        self.params = [Param(k, a, _element_type(fn, a) if str(a.type) == "ptr" else None)
+                       for k, a in enumerate(fn.arguments)]
+        self.ret = str(fn.global_value_type.get_function_return())
+        if self.ret not in ("void", "double", "float") and not re.fullmatch(r"i\d+", self.ret):
+            raise ADError(f"from_llvm: {name!r} returns {self.ret}; only void, float, double "
+                          f"and integers are supported")
+        header = str(fn).split("@", 1)[0]
+        cc = _CALLING_CONV.search(header[header.rfind("define"):])
+        self.calling_conv = cc.group(1) + " " if cc else ""
+        self._context = cpu_target.target_context
+        self._stubs = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<adcore foreign function {self.name}({', '.join(p.type for p in self.params)})" \
+               f" -> {self.ret}>"
+
+    @property
+    def restype(self):
+        """The Numba type of the result."""
+        return {"void": nbtypes.none, "double": nbtypes.float64,
+                "float": nbtypes.float32}.get(self.ret, nbtypes.int64)
+
+    # -- checking --------------------------------------------------------------------------
+    def _check(self, argtypes):
+        if len(argtypes) != len(self.params):
+            raise ADError(f"{self.name} takes {len(self.params)} arguments "
+                          f"({', '.join(p.type for p in self.params)}), got {len(argtypes)}")
+        for p, t in zip(self.params, argtypes):
+            self._check_one(p, t)
+
+    def _check_one(self, p, t):
+        where = f"{self.name}: {p.label}"
+        if p.kind == "ptr":
+            if not isinstance(t, nbtypes.Array):
+                raise ADError(f"{where} is a pointer and takes a numpy array, got {t}")
+            if t.layout not in ("C", "F"):
+                raise ADError(f"{where}: the array is not contiguous; pass a contiguous copy "
+                              f"(numpy.ascontiguousarray)")
+            dtype = as_dtype(t.dtype)
+            kinds, size = _ELEMENT.get(p.element, (None, None))
+            if kinds and (dtype.kind not in kinds or dtype.itemsize != size):
+                raise ADError(f"{where}: the function accesses {p.element} through it, "
+                              f"but the array is {dtype}")
+        elif isinstance(t, nbtypes.Array):
+            raise ADError(f"{where} is a scalar and takes a Python {p.kind}, got an array {t}")
+        elif p.kind == "int" and not isinstance(t, (nbtypes.Integer, nbtypes.Boolean)):
+            raise ADError(f"{where} takes an integer, got {t}")
+        elif p.kind == "float" and not isinstance(t, (nbtypes.Float, nbtypes.Integer)):
+            raise ADError(f"{where} takes a float, got {t}")
+
+    # -- code generation -----------------------------------------------------------------
+    def _wrapper(self, argtypes, symbol):
+        """IR text of the Numba-ABI wrapper ``symbol`` calling the foreign function."""
+        params, body, args = ["ptr %retptr", "ptr %excinfo"], [], []
+        for p, t in zip(self.params, argtypes):
+            flat = _flat_types(self._context, t)
+            names = [f"%a{p.index}.{j}" for j in range(len(flat))]
+            params += [f"{ty} {n}" for ty, n in zip(flat, names)]
+            if p.kind == "ptr":
+                data = self._context.data_model_manager[t]._fields.index("data")
+                args.append(f"ptr {names[data]}")
+                continue
+            signed = isinstance(t, nbtypes.Integer) and t.signed
+            lines, value = _convert(names[0], flat[0], p, signed)
+            body += lines
+            args.append(f"{p.type} {value}")
+        call = f"{self.calling_conv}{self.ret} {_global_ref(self.name)}({', '.join(args)})"
+        if self.ret == "void":
+            body.append(f"  call {call}")
+        else:
+            body.append(f"  %r = call {call}")
+            value, rt = "%r", str(self._context.get_value_type(self.restype))
+            if self.ret.startswith("i") and self.ret != "i64":
+                op = "zext" if self.ret == "i1" else "sext"
+                body.append(f"  %r64 = {op} {self.ret} %r to i64")
+                value = "%r64"
+            body.append(f"  store {rt} {value}, ptr %retptr")
+        return (f"\ndefine i32 @{symbol}({', '.join(params)}) {{\nentry:\n"
+                + "\n".join(body) + "\n  ret i32 0\n}\n")
+
+    def _module(self, argtypes):
+        """A fresh module: the foreign IR plus a wrapper for ``argtypes``; and its symbol."""
+        self._check(argtypes)
+        tag = re.sub(r"[^A-Za-z0-9_]", "_", self.name)
+        symbol = f"adcore_foreign_{tag}_{next(_counter)}"
+        module = _parse(self.ir + self._wrapper(argtypes, symbol))
+        tm = target_machine()
+        module.triple, module.data_layout = tm.triple, str(tm.target_data)
+        return module, symbol
+
+    def _adcore_capture(self, argtypes):
+        """The wrapped function as a :class:`adcore.capture.Kernel` for the differentiator."""
+        module, symbol = self._module(tuple(argtypes))
+        return Kernel(tuple(argtypes), self.restype, symbol, module, self.name, self._context)
+
+    # -- direct calls ----------------------------------------------------------------------
+    def _stub(self, argtypes):
+        stub = self._stubs.get(argtypes)
+        if stub is None:
+            with self._lock:
+                stub = self._stubs.get(argtypes)
+                if stub is None:
+                    module, symbol = self._module(argtypes)
+                    for g in itertools.chain(module.functions, module.global_variables):
+                        if not g.is_declaration and g.name != symbol:
+                            g.linkage = "internal"
+                    native.compile_ir(str(module), symbol)
+                    stub = self._stubs[argtypes] = native.make_stub(symbol, argtypes,
+                                                                    self.restype)
+        return stub
+
+    def __call__(self, *values):
+        """Run the function: arrays are passed by data pointer (and modified in place)."""
+        argtypes = []
+        for k, v in enumerate(values):
+            try:
+                argtypes.append(numba.typeof(v))
+            except ValueError:
+                raise ADError(f"{self.name}: argument {k} of type {type(v).__name__} is "
+                              f"neither a numpy array nor a number") from None
+        return self._stub(tuple(argtypes))(*values)
+
+
+def from_llvm(ir_text, name):
+    """A differentiable function object for the function ``name`` defined in the LLVM IR
+    ``ir_text`` (typed or opaque pointers).  Pointer parameters take numpy arrays,
+    integer parameters Python ints, float and double parameters Python floats."""
+    return ForeignFunction(ir_text, name)
