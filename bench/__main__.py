@@ -4,12 +4,19 @@ Runs the benchmark workloads (seed, mlp, gmm, kernels, tape; ``--quick``: a subs
 and with fewer repeats), prints the table and, on a full run, rewrites bench/RESULTS.md and
 bench/seed.png. Exits with status 1 when an implementation's answer fails its check.
 """
-import argparse
-import sys
-import time
-import warnings
+import os
 
-from . import report
+# One BLAS/OpenMP thread, like the Numba kernels: on a shared 2-core machine OpenBLAS's
+# spinning threads made numpy's matmul times vary 50-fold. Set before numpy loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+from . import peers, report  # noqa: E402
 from .measure import failed, peak_rss, reset_peak_rss
 from .suite import QUICK, WORKLOADS
 
@@ -17,6 +24,8 @@ from .suite import QUICK, WORKLOADS
 def run(names, quick=False, size=1.0, show_progress=True):
     """``(rows, memory)``: the rows of each workload, and per workload
     ``(name, seconds, resident bytes at its start, peak resident bytes)``."""
+    for peer in peers.NAMES:  # imported up front, so that no workload's memory counts them
+        peers.get(peer)
     rows, memory = [], []
     for i, name in enumerate(names, 1):
         title, fn = WORKLOADS[name]
@@ -49,6 +58,8 @@ def main(argv=None):
     seconds = time.perf_counter() - t0
     print()
     print(report.table(rows))
+    print()
+    print(report.LEGEND)
     print()
     print("  ".join(f"{n}: {s:.1f} s, peak RSS {p / 2**20:.0f} MB" for n, s, _, p in memory))
     notes = []

@@ -45,8 +45,11 @@ def why(name):
 
 
 def version(name):
-    mod = get(name)
-    return None if mod is None else getattr(mod, "__version__", "?")
+    """The installed version of a peer that imports, else None."""
+    if get(name) is None:
+        return None
+    from importlib.metadata import version as dist_version
+    return dist_version(name)
 
 
 def engines(f, params, consts=()):

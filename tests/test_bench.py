@@ -37,7 +37,7 @@ def test_every_answer_agrees_with_the_reference(quick_rows):
     checked = [r for r in rows if r["err"] is not None]
     assert checked and all(r["ok"] for r in checked)
     timed = [r for r in rows if r["ms"] is not None and r["workload"] in ("mlp", "gmm")
-             and r["note"] not in ("reference", "the primal kernel")]
+             and not r["note"].startswith(("reference", "the primal"))]
     assert all(r["ok"] for r in timed)
 
 
