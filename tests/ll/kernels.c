@@ -1,0 +1,53 @@
+/* C kernels compiled by clang in tests/test_foreign.py (when clang is installed). */
+#include <math.h>
+
+/* y[i] = sin(a x[i]); returns sum y[i] x[i] */
+double sinsum(const double *x, double *y, int n, double a) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) {
+        y[i] = sin(a * x[i]);
+        s += y[i] * x[i];
+    }
+    return s;
+}
+
+/* y[idx[i]] += a x[i] in single precision */
+void scatter_axpy(float a, const float *x, const int *idx, float *y, int n) {
+    for (int i = 0; i < n; i++)
+        y[idx[i]] += a * x[i];
+}
+
+static double activation(double v, int kind) {
+    switch (kind) {
+    case 0: return tanh(v);
+    case 1: return v > 0.0 ? v : 0.01 * v;
+    case 2: return log1p(exp(v));
+    default: return v;
+    }
+}
+
+/* Rosenbrock-like energy with early exit on a non-finite term */
+double energy(const double *x, int n, int kind) {
+    double e = 0.0;
+    for (int i = 0; i + 1 < n; i++) {
+        double t = activation(x[i], kind);
+        double d = x[i + 1] - t * t;
+        double term = 100.0 * d * d + pow(1.0 - t, 2.0);
+        if (!isfinite(term))
+            return -1.0;
+        e += term;
+    }
+    return e;
+}
+
+/* explicit heat steps in place, with a while loop on the step count */
+void heat(double *u, long n, int steps) {
+    while (steps-- > 0) {
+        double left = u[0];
+        for (long i = 1; i + 1 < n; i++) {
+            double c = u[i];
+            u[i] = c + 0.2 * (left - 2.0 * c + u[i + 1]) + 0.05 * c * c;
+            left = c;
+        }
+    }
+}
