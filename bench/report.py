@@ -179,8 +179,9 @@ def seed_chart(rows, path):
     secs = [r["ms"] / 1e3 for r in rows]
     names = [r["impl"] for r in rows]
     bars = ax.barh(names[::-1], secs[::-1], color="tab:blue")
-    ax.bar_label(bars, labels=[f"{s:.3g} s" for s in secs[::-1]], padding=3)
+    ax.bar_label(bars, labels=[_seconds(s) for s in secs[::-1]], padding=3)
     ax.set_xscale("log")
+    ax.set_xlim(min(secs) / 2, max(secs) * 4)
     ax.set_xlabel("seconds (log scale)")
     ax.set_title(f"seed workload: {rows[0]['case']}")
     fig.tight_layout()

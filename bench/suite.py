@@ -7,20 +7,71 @@ import io
 import numpy as np
 
 from . import gmm, mlp, seed_peers
-from .measure import failed, first_call, median_seconds, rel_err, row, skipped
+from .measure import failed, first_call, median_seconds, row, skipped
 
 
 def _seed(quick, size):
-    """bench/seed.py's rows, then the peers trained for the same epochs from the same weights."""
+    """bench/seed.py's rows (the engines of layers and a hand-written Numba loop), then the
+    peers trained for the same epochs from the same initial weights."""
+    epochs = max(1, int((100 if quick else 1000) * size))
     try:
         seed = importlib.import_module("bench.seed")
     except ImportError:
-        return [skipped("seed", "", "bench/seed.py", "not written yet: seed workload not run")]
-    return seed_rows(seed.run(quick), quick, size)
+        seed = None
+    rows = [skipped("seed", "", "bench/seed.py", "not written yet: layers' engines not run")]
+    if seed is None:
+        ref_loss, ref_ms = _tape_seed(epochs, rows)
+    return rows + seed_peer_rows(epochs, ref_loss, ref_ms)
 
 
-def seed_rows(rows, quick, size):
-    raise NotImplementedError  # filled in once bench/seed.py's rows are known
+def _seed_model():
+    """The seed model with its initial weights, and the samples."""
+    from layers import Chain, Dense, only, tanh
+    model = Chain(Dense(1, 23, tanh, rng=0), Dense(23, 1, bias=False, rng=1), only)
+    return model, seed_peers.data()
+
+
+def _tape_seed(epochs, rows):
+    """Trains with ``layers.train`` on the tape engine; appends its row, returns its final
+    loss and time."""
+    from layers import train
+    from optim import Adam, setup
+    model, (xs, ys) = _seed_model()
+    data = [(np.array([x], np.float32), y) for x, y in zip(xs, ys)]
+    state = setup(Adam(), model)
+
+    def loss(m, x, y):
+        return (m(x) - y) ** 2
+    t, _ = first_call(lambda: [train(loss, model, data, state) for _ in range(epochs)])
+    final = seed_peers.mean_loss(model[0].weight, model[0].bias, model[1].weight, xs, ys)
+    rows.append(row("seed", f"{epochs} epochs x 41 samples", "layers.train, tape engine", t * 1e3,
+                    check=f"final loss {final:.6f}", note="reference"))
+    return final, t * 1e3
+
+
+def seed_peer_rows(epochs, ref_loss, ref_ms):
+    """The peers' training runs: time and final loss against ``ref_loss``."""
+    model, (xs, ys) = _seed_model()
+    init = (model[0].weight, model[0].bias, model[1].weight)
+    case = f"{epochs} epochs x 41 samples"
+    out = []
+    for name, train in seed_peers.trainers(*init, xs, ys).items():
+        if isinstance(train, str):
+            out.append(skipped("seed", case, name, train))
+            continue
+        try:
+            first, final = first_call(lambda: train(epochs))
+            # a run of over a second is timed once; a shorter one (JAX's first call compiles)
+            # again, as the median of 3
+            t = first if first > 1 else median_seconds(lambda: train(epochs), 3, warmup=0)
+        except Exception as exc:
+            out.append(failed("seed", case, name, exc))
+            continue
+        out.append(row("seed", case, name, t * 1e3, vs_ref=t * 1e3 / ref_ms,
+                       first_s=None if first > 1 else first,
+                       err=abs(final - ref_loss) / ref_loss, tol=1e-3,
+                       note=f"final loss {final:.6f}"))
+    return out
 
 
 def _kernels(quick, size):
