@@ -9,11 +9,48 @@
 * Reloadable loads: a load that no later write may clobber can be repeated in the
   reverse pass instead of being cached.
 """
+import re
+
 from .errors import UnsupportedError
 from .ir import Arg, FLOAT_TYPES
 
 UNKNOWN = "unknown"
 NOWHERE = "nowhere"              # constants, globals: not derived from any argument
+
+ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned", "NRT_MemInfo_alloc",
+              "NRT_MemInfo_alloc_safe")
+MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
+MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
+
+
+class MemInfo:
+    """The base of a pointer to the Numba meminfo header of allocation ``alloc``
+    (the array data itself has the allocation call as its base)."""
+
+    def __init__(self, alloc):
+        self.alloc = alloc
+
+
+_BYTE_GEP = re.compile(r"=\s*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*i8,")
+
+
+def stack_slot(op):
+    """``(alloca, byte offset)`` when pointer ``op`` is an alloca or a constant byte offset
+    into one (Numba keeps array structs there when they escape to C helpers), else None."""
+    d = op.defn
+    if d is None or isinstance(d, Arg):
+        return None
+    if d.opcode == "alloca":
+        return d, 0
+    if d.opcode == "getelementptr" and len(d.operands) == 2 and d.operands[1].is_const \
+            and _BYTE_GEP.search(d.text) and d.operands[0].defn is not None \
+            and getattr(d.operands[0].defn, "opcode", None) == "alloca":
+        return d.operands[0].defn, int(d.operands[1].ref)
+    return None
+
+
+def is_memory_intrinsic(instr):
+    return instr.opcode == "call" and (instr.callee or "").startswith(MEMORY_INTRINSICS)
 
 PURE_CASTS = ("bitcast", "addrspacecast")
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
@@ -32,6 +69,8 @@ class Activity:
         self.data_args = set(data_args)
         self.base = self._pointer_bases()
         self.pun_type = {}
+        self.element_type = {}
+        self.shadow_allocs = self._float_allocations()
         self.varied = self._varied(is_differentiable_call)
         self.useful = self._useful()
         self.active = self.varied & self.useful
@@ -45,7 +84,16 @@ class Activity:
 
     # -- pointers ---------------------------------------------------------------------
     def _pointer_bases(self):
+        """Trace pointers to their base object: an argument, an allocation (the NRT call
+        whose data it points into), a meminfo header, an alloca; or UNKNOWN."""
         base = {a: a for a in self.func.args if a.type == "ptr"}
+        meminfo = {}
+        slot_values = {}                 # pointers stored in stack slots, by slot
+        for instr in self.func.instructions():
+            if instr.opcode == "store" and instr.operands[0].type == "ptr":
+                slot = stack_slot(instr.operands[1])
+                if slot is not None:
+                    slot_values.setdefault(slot, []).append(instr.operands[0])
 
         def of(op):
             if op.defn is None:
@@ -64,6 +112,16 @@ class Activity:
                     ops = instr.operands if instr.opcode == "phi" else instr.operands[1:]
                     seen = {of(o) for o in ops} - {None, NOWHERE}
                     new = seen.pop() if len(seen) == 1 else (UNKNOWN if seen else None)
+                elif instr.opcode == "call" and instr.callee in ALLOCATORS:
+                    new = meminfo.setdefault(instr, MemInfo(instr))
+                elif instr.opcode == "alloca":
+                    new = instr
+                elif (instr.opcode == "load" or instr.opcode == "call" and instr.callee in MEMINFO_DATA) \
+                        and isinstance(of(instr.operands[0]), MemInfo):
+                    new = of(instr.operands[0]).alloc
+                elif instr.opcode == "load" and stack_slot(instr.operands[0]) in slot_values:
+                    seen = {of(v) for v in slot_values[stack_slot(instr.operands[0])]} - {None, NOWHERE}
+                    new = seen.pop() if len(seen) == 1 else (UNKNOWN if seen else None)
                 else:
                     new = UNKNOWN
                 if new is not None and base.get(instr) != new:
@@ -80,12 +138,43 @@ class Activity:
         return self.base.get(op.defn, UNKNOWN)
 
     def is_shadowed(self, op):
-        """True when pointer operand ``op`` points into a Duplicated array."""
+        """True when pointer operand ``op`` points into memory with a shadow: a
+        Duplicated array or an allocation that holds floats."""
         b = self.base_of(op)
-        if b == UNKNOWN and self.shadow_args:
+        if b == UNKNOWN and (self.shadow_args or self.shadow_allocs):
             raise UnsupportedError(f"pointer {op.ref}", self.kernel_name,
-                                   "cannot tell which array argument it points into")
-        return b in self.shadow_args
+                                   "cannot tell which array it points into")
+        return b in self.shadow_args or b in self.shadow_allocs
+
+    def _float_allocations(self):
+        """Allocations whose data is read or written as floats (they get zeroed shadows);
+        also records the float type each base holds, for memcpy adjoints."""
+        out = set()
+        for instr in self.func.instructions():
+            if instr.opcode == "load":
+                ptr, t = instr.operands[0], instr.type
+            elif instr.opcode == "store":
+                ptr, t = instr.operands[1], instr.operands[0].type
+            else:
+                continue
+            b = self.base_of(ptr)
+            if t in FLOAT_TYPES and b != UNKNOWN:
+                self.element_type[b] = t
+                if getattr(b, "callee", None) in ALLOCATORS:
+                    out.add(b)
+        changed = True
+        while changed:                   # copies between float memory make float memory
+            changed = False
+            for instr in self.func.instructions():
+                if is_memory_intrinsic(instr) and not instr.callee.startswith("llvm.memset"):
+                    dst, src = self.base_of(instr.operands[0]), self.base_of(instr.operands[1])
+                    for a, b in ((dst, src), (src, dst)):
+                        if getattr(a, "callee", None) in ALLOCATORS and a not in out and \
+                                (b in out or b in self.shadow_args):
+                            out.add(a)
+                            self.element_type.setdefault(a, self.element_type.get(b, "double"))
+                            changed = True
+        return out
 
     # -- activity ---------------------------------------------------------------------
     def _varied(self, is_differentiable_call):
@@ -120,8 +209,10 @@ class Activity:
             if instr.opcode == "call" and instr not in varied:
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
-                if not is_differentiable_call(instr) and any(
-                        o.type == "ptr" and self.base_of(o) in self.shadow_args for o in instr.operands):
+                if not is_differentiable_call(instr) and not is_memory_intrinsic(instr) and any(
+                        o.type == "ptr" and (self.base_of(o) in self.shadow_args
+                                             or self.base_of(o) in self.shadow_allocs)
+                        for o in instr.operands):
                     raise self.unsupported(instr, f"callee '{instr.callee}' receives a differentiable array")
         return varied
 
@@ -155,6 +246,10 @@ class Activity:
                 if value.defn in self.varied:
                     if self.is_shadowed(ptr) or (self.ret_active and ptr.defn is self.retptr):
                         work.append(value.defn)
+            elif is_memory_intrinsic(instr) and not instr.callee.startswith("llvm.memset"):
+                dst, src = instr.operands[0], instr.operands[1]
+                if self.is_shadowed(src) and not self.is_shadowed(dst) and self.base_of(dst) in self.data_args:
+                    self.unshadowed_writes.add(self.base_of(dst))
         while work:
             v = work.pop()
             if v in useful:
@@ -173,6 +268,8 @@ class Activity:
                 if instr.opcode in MEMORY_WRITERS:
                     ptr = instr.operands[1] if instr.opcode == "store" else instr.operands[0]
                     written.setdefault(block, []).append((pos, self.base_of(ptr)))
+                elif is_memory_intrinsic(instr):
+                    written.setdefault(block, []).append((pos, self.base_of(instr.operands[0])))
                 elif instr.opcode == "call" and not self.is_pure_call(instr):
                     for o in instr.operands:
                         if o.type == "ptr":
@@ -195,8 +292,8 @@ class Activity:
         reverse pass (which leaves primal memory as the forward pass left it) may
         load it again instead of caching it."""
         b = self.base_of(load.operands[0])
-        if b == NOWHERE:
-            return True
+        if b == NOWHERE or isinstance(b, MemInfo) and load.type == "ptr":
+            return True                  # constants; a meminfo's data pointer never changes
         if b == UNKNOWN:
             return False
 

@@ -21,11 +21,11 @@ only the rest is kept in registers.
 """
 import re
 
-from .activity import Activity
+from .activity import ALLOCATORS, Activity, MemInfo, is_memory_intrinsic, stack_slot
 from .cfg import ControlFlow, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
-from .ir import Arg, FLOAT_TYPES, Operand, label, local, rename
+from .ir import Arg, FLOAT_TYPES, Instr, Operand, label, local, rename
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
 from . import tape_stack
 
@@ -93,9 +93,79 @@ class AdjointGenerator:
         self.registers = {}          # value -> alloca ref
         self.slots = {}              # active value -> adjoint alloca ref
         self.stack_types = set()
+        self.memory_types = set()         # float types of memcpy adjoints used
         self.memo = {}
         self.iv_of = {iv.phi: iv for iv in self.cfg.ivs.values()}
         self.ret_blocks = []         # (block, status operand)
+        self.shadow_def = self._allocation_shadows()
+
+    def _allocation_shadows(self):
+        """For each pointer into a float allocation (or its meminfo), an instruction of
+        the forward pass computing the matching shadow pointer: the allocation call
+        becomes a zeroed shadow allocation; loads of the data pointer, GEPs, phis and
+        selects are mirrored on the shadow; a pointer stored in a stack slot has its
+        shadow stored in a shadow slot, and loads from the slot read that."""
+        act = self.act
+        allocs = act.shadow_allocs
+
+        def alloc_based(op):
+            b = act.base_of(op)
+            return b in allocs or isinstance(b, MemInfo) and b.alloc in allocs
+
+        pointers = [i for b in self.cfg.rpo for i in b.instrs
+                    if i.type == "ptr" and alloc_based(Operand(i.ref, "ptr", i))]
+        stores = [i for b in self.cfg.rpo for i in b.instrs if i.opcode == "store"
+                  and i.operands[0].defn is not None and i.operands[0].type == "ptr"
+                  and alloc_based(i.operands[0]) and stack_slot(i.operands[1]) is not None]
+        out = {i: Instr(i.block, self.e.fresh("ash")[1:], i.opcode, "ptr", "") for i in pointers}
+        slots = {}
+
+        def shadow_slot(op):
+            key = stack_slot(op)
+            if key not in slots:
+                slots[key] = self.alloca("ptr", "slot")
+            return slots[key]
+
+        for instr, syn in out.items():
+            syn.synthetic, syn.incoming, syn.callee = True, instr.incoming, None
+            syn.reloadable = instr.opcode == "load" and isinstance(act.base_of(instr.operands[0]), MemInfo)
+            if instr.opcode == "call" and instr.callee in ALLOCATORS:
+                size = instr.operands[0]
+                align = instr.operands[1].ref if len(instr.operands) > 1 else "32"
+                syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
+                syn.operands = [size]
+                continue
+            if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
+                syn.text = f"{syn.ref} = load ptr, ptr {shadow_slot(instr.operands[0])}"
+                syn.operands = []
+                continue
+            mapping = {instr.ref: syn.ref}
+            syn.operands = []
+            for o in instr.operands:
+                if o.defn in out:
+                    mapping[o.ref] = out[o.defn].ref
+                    syn.operands.append(Operand(out[o.defn].ref, "ptr", out[o.defn]))
+                else:
+                    syn.operands.append(o)
+            syn.text = _ATTACHED_METADATA.sub("", rename(instr.text, mapping))
+        for store in stores:
+            value = out[store.operands[0].defn]
+            syn = Instr(store.block, "", "store", "void",
+                        f"store ptr {value.ref}, ptr {shadow_slot(store.operands[1])}")
+            syn.synthetic = True
+            out[store] = syn
+        return out
+
+    def defs(self, block):
+        """The values ``block`` defines in forward order: phis first, and each shadow
+        pointer right after its primal pointer."""
+        phis = block.phis
+        out = phis + [self.shadow_def[p] for p in phis if p in self.shadow_def]
+        for instr in block.instrs[len(phis):]:
+            out.append(instr)
+            if instr in self.shadow_def:
+                out.append(self.shadow_def[instr])
+        return out
 
     # -- small helpers ---------------------------------------------------------------
     def unsupported(self, instr, detail):
@@ -132,9 +202,9 @@ class AdjointGenerator:
         self.e.line(f"store {t} {float_const(t, 0)}, ptr {s}")
         return dy
 
-    def push(self, type_, ref):
+    def push(self, type_, ref, stack="%ad.stack"):
         self.stack_types.add(type_)
-        self.e.line(f"call void @ad.push.{tape_stack.type_tag(type_)}(ptr %ad.stack, {type_} {ref})")
+        self.e.line(f"call void @ad.push.{tape_stack.type_tag(type_)}(ptr {stack}, {type_} {ref})")
 
     def pop(self, type_):
         self.stack_types.add(type_)
@@ -142,6 +212,8 @@ class AdjointGenerator:
 
     # -- reverse-pass values ---------------------------------------------------------
     def recomputable(self, instr):
+        if getattr(instr, "synthetic", False):
+            return instr.opcode in PURE_OPS or getattr(instr, "reloadable", False)
         if instr.opcode in PURE_OPS:
             return True
         if instr.opcode == "call":
@@ -174,6 +246,8 @@ class AdjointGenerator:
         d = op.defn
         if isinstance(d, Arg):
             return self.shadow_ref[d]
+        if d in self.shadow_def:
+            return self.materialise(Operand(self.shadow_def[d].ref, "ptr", self.shadow_def[d]))
         key = ("shadow", d)
         if key in self.memo:
             return self.memo[key]
@@ -213,6 +287,9 @@ class AdjointGenerator:
             else:
                 raise self.unsupported(instr, "a non-float value is stored into a differentiable array")
             return
+        if is_memory_intrinsic(instr):
+            self.reverse_memory_intrinsic(instr)
+            return
         if instr not in act.active or instr.opcode == "phi":
             return
         dy = self.take_adjoint(instr)
@@ -229,6 +306,24 @@ class AdjointGenerator:
             if thunk is not None and o.defn in act.active:
                 self.accumulate(o.defn, thunk())
 
+    def reverse_memory_intrinsic(self, instr):
+        """memset(p, c, n): the old contents of p are gone, so their shadow is zeroed.
+        memcpy(d, s, n): shadow(s) += shadow(d), then shadow(d) = 0."""
+        act, e = self.act, self.e
+        dst, size = instr.operands[0], instr.operands[2]
+        if not act.is_shadowed(dst):
+            return
+        sd = self.shadow(dst)
+        n = self.materialise(size)
+        src = None if instr.callee.startswith("llvm.memset") else instr.operands[1]
+        if src is not None and act.is_shadowed(src):
+            t = act.element_type.get(act.base_of(dst)) or act.element_type.get(act.base_of(src), "double")
+            self.memory_types.add(t)
+            e.line(f"call void @ad.copy.adjoint.{t}(ptr {sd}, ptr {self.shadow(src)}, {size.type} {n})")
+        else:
+            e.declare("llvm.memset.p0.i64", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+            e.line(f"call void @llvm.memset.p0.i64(ptr {sd}, i8 0, i64 {n}, i1 false)")
+
     # -- the saving plan -------------------------------------------------------------
     def saves(self, block):
         """What the forward pass of ``block`` pushes, in order."""
@@ -236,7 +331,7 @@ class AdjointGenerator:
         events = []
         if len(block.preds) > 1 and block not in self.cfg.ivs:
             events.append(("pred", None))
-        for instr in block.instrs:
+        for instr in self.defs(block):
             if instr in self.registers and cyclic and instr not in self.iv_of:
                 events.append(("reg", instr))
         for header, iv in self.cfg.ivs.items():
@@ -280,32 +375,32 @@ class AdjointGenerator:
         self.exits()
         exits = self.e.lines
         params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params)
-        entry = ["ad.entry:", f"  %ad.stack = alloca {tape_stack.STACK_TYPE}",
-                 f"  store {tape_stack.STACK_TYPE} zeroinitializer, ptr %ad.stack"]
+        entry = ["ad.entry:"]
+        for stack in ("%ad.stack", "%ad.dtors"):
+            entry += [f"  {stack} = alloca {tape_stack.STACK_TYPE}",
+                      f"  store {tape_stack.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         body = "\n".join(entry + forward + exits + reverse)
         text = f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
-        return text + tape_stack.helpers(self.stack_types or {"i8"})
+        return text + tape_stack.helpers(self.stack_types | {"ptr"}, self.memory_types)
 
     def forward_block(self, block, plan):
         e = self.e
         e.label(block.name)
-        for phi in block.phis:
+        defs = self.defs(block)
+        nphis = sum(1 for d in defs if d.opcode == "phi")
+        for phi in defs[:nphis]:
             e.line(phi.text)
-        kinds = [k for k, _ in plan]
-        if "pred" in kinds:
+        if any(k == "pred" for k, _ in plan):
             entries = []
             for k, p in enumerate(block.preds):
                 entries += [f"[ {k}, {p.ref} ]"] * p.term.succ.count(block)
             pid = e(f"phi i32 {', '.join(entries)}", "pid")
             self.push("i32", pid)
         saved = {v for k, v in plan if k == "reg"}
-        for instr in block.instrs:
-            if instr.opcode == "phi":
-                self.save_register(instr, saved)
-        for instr in block.instrs:
-            if instr.opcode == "phi":
-                continue
+        for phi in defs[:nphis]:
+            self.save_register(phi, saved)
+        for instr in defs[nphis:]:
             if instr is block.term:
                 for kind, phi in plan:
                     if kind == "iv":
@@ -314,13 +409,23 @@ class AdjointGenerator:
                     self.ret_blocks.append((block, instr.operands[0]))
                     e.line("br label %ad.fwdexit")
                     continue
-            if instr.opcode == "store" and instr.operands[1].defn is self.retptr \
-                    and not self.spec.keep_primal:
-                discard = self.alloca(instr.operands[0].type, "discard")
-                e.line(rename(instr.text, {self.retptr.ref: discard}))
-                continue
-            e.line(instr.text)
+            e.line(self.forward_text(instr))
+            if getattr(instr, "synthetic", False) and instr.text.startswith(f"{instr.ref} = call ptr @ad.shadow.alloc"):
+                self.push("ptr", instr.ref, "%ad.dtors")
             self.save_register(instr, saved)
+
+    def forward_text(self, instr):
+        """The forward pass's copy of ``instr``: meminfo destructors are deferred to the
+        end of the reverse pass (which may still read the memory); an unneeded primal
+        return is discarded so that O3 can drop the code computing it."""
+        if instr.opcode == "call" and instr.callee == "NRT_MemInfo_call_dtor":
+            self.stack_types.add("ptr")
+            return f"call void @ad.push.ptr(ptr %ad.dtors, ptr {instr.operands[0].ref})"
+        if instr.opcode == "store" and instr.operands and instr.operands[1].defn is self.retptr \
+                and not self.spec.keep_primal:
+            discard = self.alloca(instr.operands[0].type, "discard")
+            return rename(instr.text, {self.retptr.ref: discard})
+        return instr.text
 
     def save_register(self, instr, saved):
         if instr not in self.registers:
@@ -393,6 +498,7 @@ class AdjointGenerator:
         e.line(f"br i1 {ok}, label %ad.rstart, label %ad.fail")
         e.label("ad.fail")
         e.line(f"call void @free(ptr {base})")
+        e.line("call void @ad.release(ptr %ad.dtors)")
         e.line(f"ret i32 {status}")
         e.label("ad.rstart")
         cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
@@ -405,6 +511,7 @@ class AdjointGenerator:
                 else float_const(arg.type, 0)
             e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {field_no}')}")
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+        e.line("call void @ad.release(ptr %ad.dtors)")
         e.line("ret i32 0")
 
 

@@ -13,6 +13,7 @@ import llvmlite.binding as llvm
 import numba
 from numba.core import codegen as _codegen
 from numba.core.registry import CPUDispatcher
+from numba.core.runtime import rtsys
 
 from .errors import ADError
 
@@ -66,8 +67,10 @@ def _overload(dispatcher, argtypes):
 
 
 def _unoptimised_module(library):
-    """Link the pre-optimisation clones of ``library`` and everything it links."""
-    seen, order, stack = set(), [], [library]
+    """Link the pre-optimisation clones of ``library``, everything it links, and Numba's
+    runtime library (whose IR-defined helpers, such as ``NRT_MemInfo_data_fast``, have
+    no native symbol of their own)."""
+    seen, order, stack = set(), [], [rtsys.library, library]     # the kernel first
     while stack:
         lib = stack.pop()
         if id(lib) in seen:
@@ -81,7 +84,7 @@ def _unoptimised_module(library):
         part = own.clone() if own is not None else lib._get_module_for_linking().clone()
         for fn in part.functions:
             if not fn.is_declaration:
-                fn.linkage = "linkonce_odr"
+                fn.linkage = "weak_odr"          # always linked, duplicates merge
         if module is None:
             module = part
         else:

@@ -8,14 +8,17 @@ by a cold out-of-line helper; push and pop are always-inlined.
 """
 SIZES = {"double": 8, "float": 4, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1, "ptr": 8}
 STACK_TYPE = "{ ptr, ptr, ptr }"
+MEMINFO_TYPE = "{ i64, ptr, ptr, ptr, i64, ptr }"   # NRT's MemInfo: refct, dtor, dtor_info, data, ...
 
 
 def type_tag(type_):
     return type_.replace(" ", "")
 
 
-def helpers(types):
-    """IR text of the grow helper and of push/pop for each type in ``types``."""
+def helpers(types, copy_types=()):
+    """IR text of the stack helpers (grow, push/pop for each type in ``types``), of the
+    release of deferred meminfos, of zeroed shadow allocations, and of the memcpy
+    adjoint for each float type in ``copy_types``."""
     out = [f"""define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
@@ -40,6 +43,59 @@ entry:
   store ptr %nend, ptr %endp
   ret void
 }}"""]
+    out.append(f"""define internal void @ad.release(ptr %s) noinline {{
+entry:
+  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
+  %base = load ptr, ptr %s
+  br label %loop
+loop:
+  %top = load ptr, ptr %topp
+  %done = icmp ule ptr %top, %base
+  br i1 %done, label %exit, label %body
+body:
+  %m = call ptr @ad.pop.ptr(ptr %s)
+  call void @NRT_MemInfo_call_dtor(ptr %m)
+  br label %loop
+exit:
+  call void @free(ptr %base)
+  ret void
+}}
+define internal ptr @ad.shadow.alloc(i64 %size, i32 %align) noinline {{
+entry:
+  %m = call ptr @NRT_MemInfo_alloc_aligned(i64 %size, i32 %align)
+  %null = icmp eq ptr %m, null
+  br i1 %null, label %exit, label %zero
+zero:
+  %dp = getelementptr inbounds {MEMINFO_TYPE}, ptr %m, i32 0, i32 3
+  %d = load ptr, ptr %dp
+  call void @llvm.memset.p0.i64(ptr %d, i8 0, i64 %size, i1 false)
+  br label %exit
+exit:
+  ret ptr %m
+}}""")
+    for t in sorted(copy_types):
+        n = SIZES[t]
+        out.append(f"""define internal void @ad.copy.adjoint.{t}(ptr %dst, ptr %src, i64 %bytes) {{
+entry:
+  %n = udiv i64 %bytes, {n}
+  br label %head
+head:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %more = icmp ult i64 %i, %n
+  br i1 %more, label %body, label %exit
+body:
+  %pd = getelementptr {t}, ptr %dst, i64 %i
+  %ps = getelementptr {t}, ptr %src, i64 %i
+  %vd = load {t}, ptr %pd
+  %vs = load {t}, ptr %ps
+  %sum = fadd {t} %vs, %vd
+  store {t} %sum, ptr %ps
+  store {t} 0.0, ptr %pd
+  %next = add i64 %i, 1
+  br label %head
+exit:
+  ret void
+}}""")
     for t in sorted(types):
         n, tag = SIZES[t], type_tag(t)
         out.append(f"""define internal void @ad.push.{tag}(ptr %s, {t} %v) alwaysinline {{
@@ -78,4 +134,7 @@ DECLARATIONS = {
     "realloc": "declare ptr @realloc(ptr, i64)",
     "free": "declare void @free(ptr)",
     "llvm.umax.i64": "declare i64 @llvm.umax.i64(i64, i64)",
+    "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+    "NRT_MemInfo_call_dtor": "declare void @NRT_MemInfo_call_dtor(ptr)",
+    "NRT_MemInfo_alloc_aligned": "declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)",
 }
