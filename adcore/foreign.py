@@ -20,7 +20,7 @@ from numba.np.numpy_support import as_dtype
 
 from . import native
 from .capture import Kernel
-from .cleanup import target_machine
+from .cleanup import clean, target_machine
 from .errors import ADError
 
 _counter = itertools.count()
@@ -74,9 +74,9 @@ def _global_ref(name):
 class Param:
     """One parameter: its LLVM type, kind (``ptr``, ``int`` or ``float``), a label for
     messages and, for pointers, the one scalar type the function reads or writes
-    through it (None when unknown)."""
+    through it (``element``, None when unknown)."""
 
-    def __init__(self, index, arg, element):
+    def __init__(self, index, arg):
         self.index, self.type = index, str(arg.type)
         self.label = f"argument {index} (%{arg.name}: {self.type})" if arg.name else \
             f"argument {index} ({self.type})"
@@ -89,7 +89,7 @@ class Param:
         else:
             raise ADError(f"{self.label}: unsupported parameter type {self.type} "
                           f"(only pointers, integers, float and double)")
-        self.element = element
+        self.element = None
 
     def __repr__(self):
         return self.label
@@ -186,9 +186,9 @@ class ForeignFunction:
             raise ADError("from_llvm(ir_text, name) takes two strings")
         self.name = name
         self.ir = opaque_pointers(ir_text)
-        fn = _lookup(_parse(self.ir), name)
-        self.params = [Param(k, a, _element_type(fn, a) if str(a.type) == "ptr" else None)
-                       for k, a in enumerate(fn.arguments)]
+        module = _parse(self.ir)
+        fn = _lookup(module, name)
+        self.params = [Param(k, a) for k, a in enumerate(fn.arguments)]
         self.ret = str(fn.global_value_type.get_function_return())
         if self.ret not in ("void", "double", "float") and not re.fullmatch(r"i\d+", self.ret):
             raise ADError(f"from_llvm: {name!r} returns {self.ret}; only void, float, double "
@@ -196,6 +196,10 @@ class ForeignFunction:
         header = str(fn).split("@", 1)[0]
         cc = _CALLING_CONV.search(header[header.rfind("define"):])
         self.calling_conv = cc.group(1) + " " if cc else ""
+        cleaned = clean(module, name).get_function(name)      # callees inlined, no allocas
+        for p, a in zip(self.params, cleaned.arguments):
+            if p.kind == "ptr":
+                p.element = _element_type(cleaned, a)
         self._context = cpu_target.target_context
         self._stubs = {}
         self._lock = threading.Lock()

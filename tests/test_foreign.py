@@ -216,6 +216,14 @@ def test_clang(opt, name, args, opts):
     check(f, *args(), **opts)
 
 
+@pytest.mark.parametrize("opt", ["-O1", "-O0"])
+def test_clang_element_types(opt):
+    f = adcore.from_llvm(clang_ir(opt), "scatter_axpy")
+    assert [p.element for p in f.params] == [None, "float", "i32", "float", None]
+    with pytest.raises(ADError, match="accesses float through it, but the array is float64"):
+        f(0.5, np.zeros(2), np.zeros(2, np.int32), np.zeros(2, np.float32), 2)
+
+
 RUST = """
 #[no_mangle]
 pub extern "C" fn expsum(x: *const f64, y: *mut f64, n: usize, a: f64) -> f64 {
