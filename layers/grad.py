@@ -1,20 +1,15 @@
 """``gradient`` and ``withgradient`` for models, with Flux's conventions.
 
-Plain arguments use the tape engine (``adcore.tape``).  The gradient of a model
-mirrors it (``adcore.tree``): dicts for layer fields, tuples for ``Chain.layers``,
-arrays at the leaves (zeros where the loss does not depend on them), ``None`` for
-non-trainable parts.
+Plain arguments use the tape engine (``adcore.tape``); a ``Duplicated`` argument
+selects the LLVM-level engine (``layers.staging``), where the other arguments are
+constants.  The gradient of a model mirrors it (``adcore.tree``): dicts for layer
+fields, tuples for ``Chain.layers``, arrays at the leaves (zeros where the loss does
+not depend on them), ``None`` for non-trainable parts.
 """
 from adcore.annotations import Duplicated
+from adcore.tape import ValueAndGradient
 
-
-def first_output(out):
-    """The loss part of ``f``'s output: the output, or the first element of a tuple or dict."""
-    if isinstance(out, tuple) and out:
-        return out[0]
-    if isinstance(out, dict) and out:
-        return next(iter(out.values()))
-    return out
+from .staging.program import loss_part as first_output, stage
 
 
 def withgradient(f, *args, zero=True):
@@ -22,13 +17,16 @@ def withgradient(f, *args, zero=True):
 
     ``f`` returns a scalar loss, or a tuple or dict whose first element is the loss
     (then ``val`` is the whole output); a non-scalar loss raises ``adcore.ADError``.
-    ``grad`` has one entry per argument.  ``zero`` concerns ``Duplicated`` models
-    (the LLVM-level engine), which are not supported yet.
+    ``grad`` has one entry per argument.
+
+    With a ``Duplicated`` argument the loss is compiled (once per model structure and
+    argument shapes) and differentiated by adcore; its gradient is written into the
+    stored shadow, which is zeroed first unless ``zero=False``, and the returned arrays
+    are that shadow's arrays.  Non-``Duplicated`` arguments are then constants (``None``).
     """
     if any(isinstance(a, Duplicated) for a in args):
-        raise NotImplementedError(
-            "Duplicated(model) selects the LLVM-level engine, which layers does not support "
-            "yet; pass the plain model to use the tape engine")
+        val, grad = stage(f, args, zero)
+        return ValueAndGradient(val, grad)
     from adcore import tape
     return tape.withgradient(f, *args)
 

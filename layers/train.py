@@ -2,8 +2,10 @@
 import numpy as np
 
 import optim
+from adcore.annotations import Duplicated
 
 from .grad import first_output, withgradient
+from .staging.loop import compiled_train
 
 __all__ = ["train", "NonFiniteLossError"]
 
@@ -24,11 +26,18 @@ def train(loss, model, data, state, *, progress=False):
     """For each item of ``data``: compute ``loss(model, *item)`` (tuples are splatted, any
     other item is passed whole) and its gradient, then ``optim.update`` the model in place.
 
-    ``model`` may be a ``Duplicated`` model (then its engine computes the gradient).
-    Returns the list of losses.  A non-finite loss raises ``NonFiniteLossError`` before
-    that item's update.  ``progress=True`` shows a tqdm bar with the running loss.
+    ``model`` may be a ``Duplicated`` model: then adcore computes the gradients, and when
+    the items all have the same shapes (and ``progress`` is off) the whole pass, gradients
+    and optimiser steps, runs as one native loop.  Returns the list of losses.  A
+    non-finite loss raises ``NonFiniteLossError`` before that item's update.
+    ``progress=True`` shows a tqdm bar with the running loss.
     """
     optim.state.check_state(state, "train")
+    if isinstance(model, Duplicated) and not progress:
+        data = data if isinstance(data, (list, tuple)) else list(data)
+        losses = compiled_train(loss, model, data, state, NonFiniteLossError)
+        if losses is not None:
+            return losses
     items = data
     if progress:
         from tqdm.auto import tqdm

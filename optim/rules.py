@@ -2,14 +2,26 @@
 
 A rule holds hyperparameters only.  ``rule.init(x)`` makes the per-array state and
 ``rule.apply(state, x, g)`` turns the gradient ``g`` (raveled, same dtype as ``x``)
-into the step ``x -= g`` in place, through the rule's Numba kernel in
-``optim.kernels``.  ``rule.adjust(**kw)`` returns a copy with new hyperparameters.
+into the step ``x -= g`` in place, through the rule's Numba kernels in
+``optim.kernels``: ``rule.steps(state)`` lists them, so a compiled training loop
+(``layers`` with ``Duplicated``) calls exactly what ``apply`` calls.
+``rule.adjust(**kw)`` returns a copy with new hyperparameters.
 """
 import copy
+from typing import NamedTuple
 
 import numpy as np
 
 from . import kernels
+
+
+class Step(NamedTuple):
+    """One kernel call ``kernel(x, g, *state, *hyper)``; ``check`` marks kernels returning
+    a norm that must be finite."""
+    kernel: object
+    state: tuple
+    hyper: tuple
+    check: bool = False
 
 
 class Rule:
@@ -20,8 +32,15 @@ class Rule:
     def init(self, x):
         return None
 
+    def steps(self, state):
+        """The kernel calls making up ``apply``, as a list of ``Step``."""
+        raise NotImplementedError(f"{type(self).__name__} does not list its kernel steps")
+
     def apply(self, state, x, g):
-        raise NotImplementedError
+        for s in self.steps(state):
+            n = s.kernel(x, g, *s.state, *s.hyper)
+            if s.check and not np.isfinite(n):
+                raise FloatingPointError(f"ClipNorm: the gradient norm is {n}")
 
     def adjust(self, **kw):
         """A copy with the given hyperparameters replaced; unknown names are ignored."""
@@ -57,8 +76,8 @@ class Descent(Rule):
     def __init__(self, eta=0.1):
         self.eta = eta
 
-    def apply(self, state, x, g):
-        kernels.descent(x, g, float(self.eta))
+    def steps(self, state):
+        return [Step(kernels.descent, (), (float(self.eta),))]
 
 
 class Momentum(Rule):
@@ -72,8 +91,8 @@ class Momentum(Rule):
     def init(self, x):
         return _zeros(x)
 
-    def apply(self, state, x, g):
-        kernels.momentum(x, g, state, float(self.eta), float(self.rho))
+    def steps(self, state):
+        return [Step(kernels.momentum, (state,), (float(self.eta), float(self.rho)))]
 
 
 class Nesterov(Rule):
@@ -87,8 +106,8 @@ class Nesterov(Rule):
     def init(self, x):
         return _zeros(x)
 
-    def apply(self, state, x, g):
-        kernels.nesterov(x, g, state, float(self.eta), float(self.rho))
+    def steps(self, state):
+        return [Step(kernels.nesterov, (state,), (float(self.eta), float(self.rho)))]
 
 
 class RMSProp(Rule):
@@ -102,8 +121,9 @@ class RMSProp(Rule):
     def init(self, x):
         return _zeros(x)
 
-    def apply(self, state, x, g):
-        kernels.rmsprop(x, g, state, float(self.eta), float(self.rho), float(self.epsilon))
+    def steps(self, state):
+        return [Step(kernels.rmsprop, (state,),
+                     (float(self.eta), float(self.rho), float(self.epsilon)))]
 
 
 class Adam(Rule):
@@ -120,11 +140,10 @@ class Adam(Rule):
     def _lambda(self):
         return 0.0
 
-    def apply(self, state, x, g):
-        mt, vt, beta_t = state
+    def steps(self, state):
         b1, b2 = self.beta
-        kernels.adam(x, g, mt, vt, beta_t, float(self.eta), float(b1), float(b2),
-                     float(self.epsilon), float(self._lambda()))
+        return [Step(kernels.adam, tuple(state), (float(self.eta), float(b1), float(b2),
+                                                  float(self.epsilon), float(self._lambda())))]
 
 
 class AdamW(Adam):
@@ -152,8 +171,8 @@ class AdaGrad(Rule):
     def init(self, x):
         return np.full(x.size, self.epsilon, dtype=x.dtype)
 
-    def apply(self, state, x, g):
-        kernels.adagrad(x, g, state, float(self.eta), float(self.epsilon))
+    def steps(self, state):
+        return [Step(kernels.adagrad, (state,), (float(self.eta), float(self.epsilon)))]
 
 
 class ClipGrad(Rule):
@@ -164,8 +183,8 @@ class ClipGrad(Rule):
     def __init__(self, delta=10.0):
         self.delta = delta
 
-    def apply(self, state, x, g):
-        kernels.clipgrad(x, g, float(self.delta))
+    def steps(self, state):
+        return [Step(kernels.clipgrad, (), (float(self.delta),))]
 
 
 class ClipNorm(Rule):
@@ -177,10 +196,8 @@ class ClipNorm(Rule):
     def __init__(self, omega=10.0, p=2.0, throw=True):
         self.omega, self.p, self.throw = omega, p, throw
 
-    def apply(self, state, x, g):
-        n = kernels.clipnorm(x, g, float(self.omega), float(self.p))
-        if self.throw and not np.isfinite(n):
-            raise FloatingPointError(f"ClipNorm: the gradient norm is {n}")
+    def steps(self, state):
+        return [Step(kernels.clipnorm, (), (float(self.omega), float(self.p)), bool(self.throw))]
 
 
 class WeightDecay(Rule):
@@ -191,8 +208,8 @@ class WeightDecay(Rule):
     def __init__(self, lambda_=5e-4):
         self.lambda_ = lambda_
 
-    def apply(self, state, x, g):
-        kernels.weightdecay(x, g, float(self.lambda_))
+    def steps(self, state):
+        return [Step(kernels.weightdecay, (), (float(self.lambda_),))]
 
 
 class OptimiserChain(Rule):
@@ -204,9 +221,8 @@ class OptimiserChain(Rule):
     def init(self, x):
         return tuple(r.init(x) for r in self.rules)
 
-    def apply(self, state, x, g):
-        for r, s in zip(self.rules, state):
-            r.apply(s, x, g)
+    def steps(self, state):
+        return [step for r, s in zip(self.rules, state) for step in r.steps(s)]
 
     def adjust(self, **kw):
         return OptimiserChain(*(r.adjust(**kw) for r in self.rules))

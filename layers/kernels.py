@@ -1,0 +1,120 @@
+"""Numba kernels of the compiled path (``Duplicated`` models).
+
+The program generated from a recording (``layers.staging``) calls these on flat
+buffers, so adcore differentiates them at the LLVM level: none has a backward.
+Scalar functions compute one element of an elementwise op; the array kernels work
+on strided views of flat buffers (offset and strides in elements, static at the
+call site, so LLVM specialises each call after inlining).
+"""
+import math
+
+import numba
+
+
+def _njit(f):
+    return numba.njit(cache=False, error_model="numpy")(f)
+
+
+# -- elementwise ---------------------------------------------------------------------
+@_njit
+def sigmoid(x):
+    """``1 / (1 + exp(-x))`` without overflow."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+@_njit
+def softplus(x):
+    """``log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))``."""
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+@_njit
+def relu(x):
+    return x if x > 0 else 0.0
+
+
+@_njit
+def maximum(a, b):
+    """numpy's ``maximum`` with the tape's tie rule (the first operand wins)."""
+    return a if a >= b else b
+
+
+@_njit
+def minimum(a, b):
+    return a if a <= b else b
+
+
+@_njit
+def logaddexp(a, b):
+    m = max(a, b)
+    return m + math.log(math.exp(a - m) + math.exp(b - m))
+
+
+@_njit
+def power(a, b):
+    return a ** b
+
+
+@_njit
+def clip(x, lo, hi):
+    return min(max(x, lo), hi)
+
+
+@_njit
+def where(c, a, b):
+    return a if c else b
+
+
+# -- matrix product --------------------------------------------------------------------
+@_njit
+def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
+    """``out[i, j] = sum_l a[i, l] b[l, j]`` for ``(n, k) @ (k, m)`` strided views."""
+    for i in range(n):
+        for j in range(m):
+            acc = 0.0
+            for l in range(k):
+                acc += a[ao + i * as0 + l * as1] * b[bo + l * bs0 + j * bs1]
+            out[oo + i * os0 + j * os1] = acc
+
+
+# -- along one axis ----------------------------------------------------------------------
+@_njit
+def _line_max(x, xo, xs, n):
+    m = x[xo]
+    for i in range(1, n):
+        v = x[xo + i * xs]
+        if v > m:
+            m = v
+    return m if math.isfinite(m) else 0.0
+
+
+@_njit
+def logsumexp_line(x, xo, xs, n):
+    """``log(sum(exp(x)))`` of the ``n`` entries at ``x[xo + i * xs]``, shifted by the max."""
+    m = _line_max(x, xo, xs, n)
+    s = 0.0
+    for i in range(n):
+        s += math.exp(x[xo + i * xs] - m)
+    return math.log(s) + m
+
+
+@_njit
+def softmax_line(out, oo, os, x, xo, xs, n):
+    """``out = exp(x - max) / sum(exp(x - max))`` along one line."""
+    m = _line_max(x, xo, xs, n)
+    s = 0.0
+    for i in range(n):
+        s += math.exp(x[xo + i * xs] - m)
+    for i in range(n):
+        out[oo + i * os] = math.exp(x[xo + i * xs] - m) / s
+
+
+@_njit
+def logsoftmax_line(out, oo, os, x, xo, xs, n):
+    """``out = x - logsumexp(x)`` along one line."""
+    lse = logsumexp_line(x, xo, xs, n)
+    for i in range(n):
+        out[oo + i * os] = x[xo + i * xs] - lse

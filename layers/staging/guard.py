@@ -1,0 +1,128 @@
+"""Generated Python functions that check a call matches a compiled program and gather
+its arrays.
+
+Staging walks the arguments once; ``GuardWriter`` turns that walk into straight-line
+Python: type, shape and dtype checks on every leaf, identity checks on the static parts
+of models (activation functions, ``only``, ...), and equality checks on ints and other
+plain values.  The generated ``gather(*args)`` returns ``None`` when anything differs
+(then the caller stages again) or the tuple of values the driver needs.
+"""
+import numpy as np
+
+from adcore.annotations import Const, Duplicated
+from adcore.tree import child, is_node
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), np.number, np.bool_)
+
+
+def _contiguous(x):
+    return x if x.flags.c_contiguous and x.flags.writeable else np.array(x, order="C")
+
+
+class GuardWriter:
+    """Accumulates checks and gathered expressions for ``gather(a0, a1, ...)``."""
+
+    def __init__(self, nargs):
+        self.nargs = nargs
+        self.lines = []
+        self.env = {"ndarray": np.ndarray, "Duplicated": Duplicated, "Const": Const,
+                    "_contiguous": _contiguous}
+        self.n = 0
+
+    def name(self, prefix="v"):
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def const(self, obj):
+        name = self.name("G")
+        self.env[name] = obj
+        return name
+
+    def let(self, expr):
+        v = self.name()
+        self.lines.append(f"    {v} = {expr}")
+        return v
+
+    def check(self, cond):
+        self.lines.append(f"    if not ({cond}): return None")
+
+    def same(self, var, value):
+        """Check ``var`` equals the static ``value`` (identity for objects)."""
+        if value is None or isinstance(value, bool):
+            self.check(f"{var} is {value}")
+        elif isinstance(value, _PLAIN) or (isinstance(value, tuple) and
+                                         all(isinstance(v, _PLAIN) for v in value)):
+            self.check(f"type({var}) is {self.const(type(value))} and {var} == {self.const(value)}")
+        else:
+            self.check(f"{var} is {self.const(value)}")
+
+    def array(self, var, value):
+        """Check type, shape and dtype (contiguity is left to the driver, whose
+        ``reshape`` refuses other layouts)."""
+        self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
+                   f"{var}.dtype is {self.const(value.dtype)}")
+
+    def closure(self, f):
+        """Rebinding a variable the loss captured (an array, a number) compiles again."""
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            self.check(f"{self.const(cell)}.cell_contents is {self.const(value)}")
+
+    def source(self, ret):
+        args = ", ".join(f"a{k}" for k in range(self.nargs))
+        body = "\n".join(self.lines)
+        return (f"def gather({args}):\n    try:\n" +
+                "\n".join("    " + line for line in body.splitlines()) +
+                f"\n    except (AttributeError, KeyError, IndexError, TypeError):\n"
+                f"        return None\n    return {ret}\n")
+
+    def compile(self, ret):
+        scope = dict(self.env)
+        exec(self.source(ret), scope)
+        return scope["gather"]
+
+
+def emit_tree(w, var, value, dvar, dvalue, sink, path=()):
+    """Write the checks for ``var`` holding a tree like ``value`` (and ``dvar`` its shadow
+    like ``dvalue``, or ``None``).  Each float or integer array and float leaf goes to
+    ``sink(path, var, dvar, value)``.  Returns the expression of the gradient mirror
+    (dicts for nodes, tuples, the shadow arrays at float array leaves, else ``None``)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
+        w.array(var, value)
+        if dvar is not None and value.dtype.kind == "f":
+            w.array(dvar, value)
+            sink(path, var, dvar, value)
+            return dvar
+        sink(path, var, None, value)
+        return "None"
+    if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+        w.check(f"type({var}) is {w.const(type(value))}")
+        sink(path, var, None, value)
+        return "None"
+
+    def sub(key, attr):
+        get = (lambda v: f"{v}.{key}") if attr else (lambda v: f"{v}[{key!r}]")
+        dget = (lambda v: f"{v}.{key}") if is_node(dvalue) else (lambda v: f"{v}[{key!r}]")
+        dv = w.let(dget(dvar)) if dvar is not None else None
+        return emit_tree(w, w.let(get(var)), child(value, key), dv,
+                         child(dvalue, key) if dvar is not None else None, sink, path + (key,))
+
+    if is_node(value):
+        fields = type(value).__tree_fields__
+        w.check(f"type({var}) is {w.const(type(value))}")
+        for k, v in getattr(value, "__dict__", {}).items():
+            if k not in fields:
+                w.same(w.let(f"{var}.{k}"), v)
+        items = [f"{k!r}: {sub(k, True)}" for k in fields]
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        w.check(f"type({var}) is {w.const(type(value))} and len({var}) == {len(value)}")
+        return "(" + "".join(f"{sub(i, False)}, " for i in range(len(value))) + ")"
+    if isinstance(value, dict):
+        w.check(f"type({var}) is dict and tuple({var}) == {w.const(tuple(value))}")
+        return "{" + ", ".join(f"{k!r}: {sub(k, False)}" for k in value) + "}"
+    w.same(var, value)
+    return "None"

@@ -1,0 +1,486 @@
+"""Lowering a recording to the source of one Numba function.
+
+Each record becomes loops (or a kernel call) writing a fresh slice of a flat workspace
+buffer, or a ``View`` of an earlier value when it only reinterprets memory (reshape,
+transpose, broadcasting, basic indexing, copy).  Shapes are static, so loops have
+constant trip counts and views constant strides.  The function returns the loss.
+
+The program's arguments are listed in ``Lowering.args`` as ``Arg(name, kind, payload)``;
+``kind`` is ``"param"`` (a differentiated leaf), ``"input"`` (a constant leaf),
+``"index"`` (an integer array argument used for indexing), ``"const"`` (an array baked
+from the recording), ``"work"`` (a workspace buffer) or ``"kbuf"`` (a buffer handed to
+a user kernel).  Params, workspaces and kernel buffers are ``Duplicated``.
+"""
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from adcore.errors import UnsupportedError
+
+from .. import kernels
+from .trace import Derived, ValueDependentError
+from .views import View, c_strides
+
+
+class Arg(NamedTuple):
+    name: str
+    kind: str
+    payload: Any
+
+
+UNARY = {
+    "negative": "-{0}", "positive": "{0}", "absolute": "abs({0})", "exp": "math.exp({0})",
+    "expm1": "math.expm1({0})", "exp2": "math.exp({0} * 0.6931471805599453)",
+    "log": "math.log({0})", "log1p": "math.log1p({0})",
+    "log2": "(math.log({0}) / 0.6931471805599453)", "log10": "(math.log({0}) / 2.302585092994046)",
+    "sqrt": "math.sqrt({0})", "square": "({0} * {0})", "reciprocal": "(1.0 / {0})",
+    "sin": "math.sin({0})", "cos": "math.cos({0})", "tan": "math.tan({0})",
+    "arctan": "math.atan({0})", "sinh": "math.sinh({0})", "cosh": "math.cosh({0})",
+    "tanh": "math.tanh({0})", "sigmoid": "K.sigmoid({0})", "softplus": "K.softplus({0})",
+    "relu": "K.relu({0})", "astype": "{0}",
+}
+BINARY = {
+    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
+    "divide": "({0} / {1})", "maximum": "K.maximum({0}, {1})", "minimum": "K.minimum({0}, {1})",
+    "logaddexp": "K.logaddexp({0}, {1})", "where": "({1} if {0} else {2})",
+}
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _power_template(b):
+    """``a ** b`` for a constant exponent: products for small integers, else ``pow``."""
+    if isinstance(b, (int, float, np.number)) and float(b) == int(b) and 0 <= int(b) <= 4:
+        n = int(b)
+        return "1.0" if n == 0 else "(" + " * ".join(["{0}"] * n) + ")"
+    if isinstance(b, (int, float, np.number)) and float(b) == 0.5:
+        return "math.sqrt({0})"
+    return None
+
+
+def _literal(v):
+    if isinstance(v, (bool, np.bool_)):
+        return "True" if v else "False"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    f = float(v)
+    return repr(f) if math.isfinite(f) else f"float('{f}')"
+
+
+class Lowering:
+    """Generate the program for ``records``; ``leaves`` maps input ids to program args:
+    ``{id: ("param" | "input", name, value)}``; ``indices`` maps ``id(array)`` of integer
+    argument arrays to their program names (``"index"`` args, flat; ``"index_nd"`` args,
+    named with a suffix ``nd``, keep their shape for user kernels)."""
+
+    def __init__(self, records, leaves, indices, kernel_names):
+        self.lines, self.depth, self.counter = [], 1, 0
+        self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
+        self.indices, self.kernel_names = indices, kernel_names
+        self.globals = {"K": kernels, "math": math}
+        for rec_id, (kind, name, value) in leaves.items():
+            self.views[rec_id] = self._leaf(kind, name, value)
+        for rec in records:
+            if rec.op != "input":
+                self._lower(rec)
+
+    # -- program arguments and buffers -----------------------------------------------
+    def _leaf(self, kind, name, value):
+        arr = np.asarray(value)
+        if arr.dtype not in FLOATS:
+            raise UnsupportedError(f"a {arr.dtype} leaf", detail="the compiled path handles "
+                                   "float32 and float64 arrays")
+        self.args.append(Arg(name, kind, value))
+        if arr.ndim == 0 and not isinstance(value, np.ndarray):
+            return View.scalar(name, arr.dtype)
+        return View(name, 0, arr.shape, c_strides(arr.shape), arr.dtype)
+
+    def fresh(self, prefix):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def buffer(self, shape, dtype):
+        """A fresh contiguous slice of the workspace of ``dtype``."""
+        dtype = np.dtype(dtype)
+        if dtype not in FLOATS:
+            raise UnsupportedError(f"a {dtype} intermediate value",
+                                   detail="the compiled path handles float32 and float64 arrays")
+        off = self.work[dtype]
+        self.work[dtype] += max(int(np.prod(shape, dtype=np.int64)), 1)
+        return View(work_name(dtype), off, shape, c_strides(shape), dtype)
+
+    def const(self, value):
+        """A constant array of the recording, passed as a program argument."""
+        if isinstance(value, Derived):
+            raise ValueDependentError("uses an array computed from traced values outside "
+                                      "recorded operations (a comparison, argmax, round, ...)")
+        ident = self.indices.get(id(value))
+        arr = np.ascontiguousarray(value)
+        if ident is not None:
+            if all(a.name != ident for a in self.args):
+                self.args.append(Arg(ident, "index", ident))
+        else:
+            ident = self.fresh("C")
+            if arr.dtype.kind in "iu":
+                arr = arr.astype(np.int64)
+            self.args.append(Arg(ident, "const", arr.reshape(-1)))
+        return View(ident, 0, arr.shape, c_strides(arr.shape), arr.dtype)
+
+    def operand(self, rec, k):
+        i, v = rec.inputs[k], rec.args[k]
+        if i is not None:
+            return self.views[i]
+        if v is None:
+            return None
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            return self.const(v)
+        if isinstance(v, Derived):
+            self.const(v)
+        return View.scalar(_literal(v), np.result_type(v))
+
+    # -- emission ----------------------------------------------------------------------
+    def emit(self, line):
+        self.lines.append("    " * self.depth + line)
+
+    def open_loops(self, shape):
+        idx = []
+        for n in shape:
+            v = self.fresh("i")
+            self.emit(f"for {v} in range({n}):")
+            self.depth += 1
+            idx.append(v)
+        return idx
+
+    def close_loops(self, idx):
+        self.depth -= len(idx)
+
+    def store(self, out, template, operands):
+        """``out[...] = template(operands[...])`` elementwise, operands broadcast to ``out``."""
+        ops = [o.broadcast(out.shape) for o in operands]
+        idx = self.open_loops(out.shape)
+        self.emit(f"{out.at(idx)} = {template.format(*(o.at(idx) for o in ops))}")
+        self.close_loops(idx)
+
+    def source(self, loss_id, loss_value):
+        """The program's source, returning the loss (the record ``loss_id``, or a constant)."""
+        for dtype, size in self.work.items():
+            if size:
+                self.args.append(Arg(work_name(dtype), "work", (size, dtype)))
+        if loss_id is None:
+            ret = _literal(np.asarray(loss_value).reshape(-1)[0])
+        else:
+            v = self.views[loss_id]
+            ret = v.at(["0"] * len(v.shape))
+        head = "def program(" + ", ".join(a.name for a in self.args) + "):"
+        return "\n".join([head] + self.lines + [f"    return {ret}"]) + "\n"
+
+    # -- records -------------------------------------------------------------------------
+    def _lower(self, rec):
+        op = rec.op
+        value = np.asarray(rec.value)
+        if op in UNARY or op in BINARY or op == "power" or op == "clip":
+            out = self.buffer(value.shape, value.dtype)
+            self.store(out, self._template(rec), [self.operand(rec, k) for k in
+                                                  range(len(rec.args)) if rec.args[k] is not None])
+        elif op in ("sum", "mean", "max", "min"):
+            out = self._reduce(rec, value)
+        elif op == "matmul":
+            out = self._matmul(rec, value)
+        elif op in ("softmax", "logsoftmax"):
+            out = self._softmax(rec, value)
+        elif op == "logsumexp":
+            out = self._logsumexp(rec, value)
+        elif op == "reshape":
+            x = self.views[rec.inputs[0]]
+            out = x.reshape(value.shape) or self._copy(x).reshape(value.shape)
+        elif op == "transpose":
+            out = self.views[rec.inputs[0]].transpose(rec.attrs["axes"])
+        elif op == "broadcast_to":
+            out = self.views[rec.inputs[0]].broadcast(value.shape)
+        elif op == "copy":
+            out = self.views[rec.inputs[0]]
+        elif op == "getitem":
+            out = self._getitem(self.views[rec.inputs[0]], rec.attrs["index"], value)
+        elif op == "take":
+            out = self._take(rec, value)
+        elif op == "setitem":
+            out = self._setitem(rec, value)
+        elif op in ("concatenate", "stack"):
+            out = self._join(rec, value)
+        elif op == "njit_kernel":
+            out = self._kernel(rec, value)
+        else:
+            raise UnsupportedError(f"the recorded operation {op!r}",
+                                   detail="the compiled path (Duplicated) has no lowering for it")
+        self.views[rec.out] = out
+
+    def _template(self, rec):
+        op = rec.op
+        if op in UNARY:
+            return UNARY[op]
+        if op in BINARY:
+            if op == "where":
+                self.operand(rec, 0)
+            return BINARY[op]
+        if op == "power":
+            t = _power_template(rec.args[1]) if rec.inputs[1] is None else None
+            return t or "({0} ** {1})"
+        lo, hi = rec.args[1] is not None, rec.args[2] is not None
+        if lo and hi:
+            return "K.minimum(K.maximum({0}, {1}), {2})"
+        return "K.maximum({0}, {1})" if lo else "K.minimum({0}, {1})" if hi else "{0}"
+
+    def _copy(self, x, dtype=None):
+        out = self.buffer(x.shape, dtype or x.dtype)
+        self.store(out, "{0}", [x])
+        return out
+
+    def _reduce(self, rec, value):
+        x = self.views[rec.inputs[0]]
+        axes = rec.attrs.get("axis")
+        axes = tuple(range(len(x.shape))) if axes is None else tuple(axes)
+        out = self.buffer(value.shape, value.dtype)
+        kept = [d for d in range(len(x.shape)) if d not in axes]
+        outer = self.open_loops([x.shape[d] for d in kept])
+        n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+        full = dict(zip(kept, outer))
+        first = x.at([full.get(d, "0") for d in range(len(x.shape))])
+        op, acc = rec.op, self.fresh("acc")
+        self.emit(f"{acc} = {'0.0' if op in ('sum', 'mean') else first}")
+        inner = self.open_loops([x.shape[d] for d in axes])
+        full.update(zip(axes, inner))
+        v = x.at([full[d] for d in range(len(x.shape))])
+        if op in ("sum", "mean"):
+            self.emit(f"{acc} += {v}")
+        else:
+            self.emit(f"if {v} {'>' if op == 'max' else '<'} {acc}:")
+            self.emit(f"    {acc} = {v}")
+        self.close_loops(inner)
+        out_idx = outer if not rec.attrs.get("keepdims") else \
+            [full.get(d, "0") if d in kept else "0" for d in range(len(x.shape))]
+        if len(out_idx) != len(out.shape):   # a 0-d reduction kept as shape ()
+            out_idx = []
+        self.emit(f"{out.at(out_idx)} = {acc}" + (f" / {n}" if op == "mean" else ""))
+        self.close_loops(outer)
+        return out
+
+    def _matmul(self, rec, value):
+        a, b = self.operand(rec, 0), self.operand(rec, 1)
+        if a.base is None or b.base is None:
+            raise UnsupportedError("matmul with a 0-d operand")
+        if len(a.shape) == 1:
+            a = View(a.base, a.off, (1,) + a.shape, (0,) + a.strides, a.dtype)
+        if len(b.shape) == 1:
+            b = View(b.base, b.off, b.shape + (1,), b.strides + (0,), b.dtype)
+        n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a, b = a.broadcast(batch + (n, k)), b.broadcast(batch + (k, m))
+        full = self.buffer(batch + (n, m), value.dtype)
+        idx = self.open_loops(batch)
+        z = ["0", "0"]
+        self.emit(f"K.gemm({full.base}, {full.offset(idx + z)}, {full.strides[-2]}, "
+                  f"{full.strides[-1]}, {a.base}, {a.offset(idx + z)}, {a.strides[-2]}, "
+                  f"{a.strides[-1]}, {b.base}, {b.offset(idx + z)}, {b.strides[-2]}, "
+                  f"{b.strides[-1]}, {n}, {k}, {m})")
+        self.close_loops(idx)
+        return full.reshape(value.shape)
+
+    def _lines(self, x, axis):
+        """Loops over every axis but ``axis``; returns the index list with a hole at ``axis``."""
+        other = [d for d in range(len(x.shape)) if d != axis]
+        idx = self.open_loops([x.shape[d] for d in other])
+        full = dict(zip(other, idx))
+        return idx, [full.get(d, "0") for d in range(len(x.shape))]
+
+    def _softmax(self, rec, value):
+        x = self.views[rec.inputs[0]]
+        if x.base is None:
+            x = self._copy(x.broadcast((1,))).reshape(())
+        axis = rec.attrs.get("axis", -1) % max(len(x.shape), 1)
+        out = self.buffer(value.shape, value.dtype)
+        idx, at = self._lines(x, axis)
+        self.emit(f"K.{rec.op}_line({out.base}, {out.offset(at)}, {out.strides[axis]}, "
+                  f"{x.base}, {x.offset(at)}, {x.strides[axis]}, {x.shape[axis]})")
+        self.close_loops(idx)
+        return out
+
+    def _logsumexp(self, rec, value):
+        x = self.views[rec.inputs[0]]
+        axes = rec.attrs.get("axis")
+        axes = tuple(range(len(x.shape))) if axes is None else tuple(axes)
+        if len(axes) > 1 and axes == tuple(range(len(x.shape))):
+            flat = (int(np.prod(x.shape)),)
+            x, axes = x.reshape(flat) or self._copy(x).reshape(flat), (0,)
+        if len(axes) != 1:
+            raise UnsupportedError("logsumexp over several axes",
+                                   detail="the compiled path reduces along one axis")
+        axis = axes[0]
+        out = self.buffer(value.shape, value.dtype)
+        idx, at = self._lines(x, axis)
+        o = [v for d, v in enumerate(at) if d != axis]
+        if rec.attrs.get("keepdims"):
+            o = at
+        self.emit(f"{out.at(o)} = K.logsumexp_line({x.base}, {x.offset(at)}, "
+                  f"{x.strides[axis]}, {x.shape[axis]})")
+        self.close_loops(idx)
+        return out
+
+    def _getitem(self, x, index, value):
+        items = list(index) if isinstance(index, tuple) else [index]
+        if not any(isinstance(i, (list, np.ndarray)) for i in items):
+            if x.base is None:
+                return x
+            return x.basic_index(index)
+        return self._gather(x, items, value)
+
+    def _gather(self, x, items, value):
+        """Advanced indexing with numpy's rules: integer arrays (and ints next to them)
+        broadcast together; their dimensions go in place when adjacent, else first."""
+        if any(i is Ellipsis for i in items):
+            k = items.index(Ellipsis)
+            used = sum(1 for i in items if i is not None and i is not Ellipsis)
+            items[k:k + 1] = [slice(None)] * (len(x.shape) - used)
+        items += [slice(None)] * (len(x.shape) - sum(1 for i in items if i is not None))
+        arrays, pieces, d = {}, [], 0
+        for p, it in enumerate(items):
+            if isinstance(it, (list, np.ndarray)):
+                arrays[p] = (self._index(it), d)
+            elif isinstance(it, (int, np.integer)):
+                arrays[p] = (View.scalar(str(int(it)), np.int64), d)
+            elif it is None:
+                pieces.append(None)
+                continue
+            else:
+                pieces.append((d,) + it.indices(x.shape[d]))
+            d += 1
+        adv = sorted(arrays)
+        bshape = np.broadcast_shapes(*(arrays[p][0].shape for p in adv))
+        first = adv[0] if adv == list(range(adv[0], adv[-1] + 1)) else 0
+        pieces.insert(sum(1 for p, it in enumerate(items[:first]) if p not in arrays), "adv")
+        out = self.buffer(value.shape, value.dtype)
+        idx = self.open_loops(out.shape)
+        pos, terms, bidx = 0, [str(x.off)], None
+        for pc in pieces:
+            if pc == "adv":
+                bidx = idx[pos:pos + len(bshape)]
+                pos += len(bshape)
+                continue
+            if pc is not None:
+                dim, start, _, step = pc
+                terms.append(f"({start} + {idx[pos]} * {step}) * {x.strides[dim]}")
+            pos += 1
+        for p in adv:
+            view, dim = arrays[p]
+            iv = view.broadcast(bshape).at(bidx)
+            terms.append(f"(({iv}) % {x.shape[dim]}) * {x.strides[dim]}")
+        self.emit(f"{out.at(idx)} = {x.base}[{' + '.join(terms)}]")
+        self.close_loops(idx)
+        return out
+
+    def _index(self, it):
+        """An integer index array as a view of a program argument."""
+        a = np.asarray(it) if isinstance(it, list) else it
+        if a.dtype == bool:
+            if id(a) in self.indices or isinstance(a, Derived):
+                raise ValueDependentError("indexes with a boolean mask taken from the data "
+                                          "(the result's shape depends on values)")
+            a = np.nonzero(a)[0]
+        return self.const(a)
+
+    def _take(self, rec, value):
+        x = self.views[rec.inputs[0]]
+        axis = rec.attrs.get("axis")
+        if axis is None:
+            flat = (int(np.prod(x.shape)),)
+            x = x.reshape(flat) or self._copy(x).reshape(flat)
+            return self._gather(x, [rec.args[1]], value)
+        axis %= len(x.shape)
+        return self._gather(x, [slice(None)] * axis + [rec.args[1]], value)
+
+    def _setitem(self, rec, value):
+        index = rec.attrs["index"]
+        items = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, (list, np.ndarray)) for i in items):
+            raise UnsupportedError("assignment with an integer-array index",
+                                   detail="the compiled path assigns to basic slices only")
+        out = self._copy(self.views[rec.inputs[0]], value.dtype)
+        target = out.basic_index(index)
+        self.store(target, "{0}", [self.operand(rec, 1)])
+        return out
+
+    def _join(self, rec, value):
+        out = self.buffer(value.shape, value.dtype)
+        axis = rec.attrs.get("axis", 0)
+        if rec.op == "concatenate" and axis is None:
+            parts = [self.operand(rec, k) for k in range(len(rec.args))]
+            parts = [p.reshape((int(np.prod(p.shape)),)) or
+                     self._copy(p).reshape((int(np.prod(p.shape)),)) for p in parts]
+            axis = 0
+        else:
+            parts = [self.operand(rec, k) for k in range(len(rec.args))]
+        start = 0
+        for p in parts:
+            if rec.op == "stack":
+                where = (slice(None),) * axis + (start,)
+                start += 1
+            else:
+                n = p.shape[axis]
+                where = (slice(None),) * axis + (slice(start, start + n),)
+                start += n
+            self.store(out.basic_index(where), "{0}", [p])
+        return out
+
+    def _kernel(self, rec, value):
+        """A user ``@njit`` kernel ``kernel(out, *operands)``: operands and output get
+        buffers of their own (with real shapes); the output is then copied to the workspace."""
+        kernel = rec.attrs["kernel"]
+        name = self.kernel_names.setdefault(kernel, f"KF{len(self.kernel_names)}")
+        self.globals[name] = kernel
+        bufs = []
+        out_buf = self._kbuf(value.shape, value.dtype)
+        for k, v in enumerate(rec.args):
+            if isinstance(v, np.ndarray) and v.ndim > 0 and rec.inputs[k] is None:
+                bufs.append(self._kernel_const(v))
+            elif isinstance(v, np.ndarray) and v.ndim > 0:
+                src = self.operand(rec, k)
+                b = self._kbuf(v.shape, v.dtype)
+                idx = self.open_loops(v.shape)
+                self.emit(f"{b}[{', '.join(idx)}] = {src.at(idx)}")
+                self.close_loops(idx)
+                bufs.append(b)
+            else:
+                src = self.operand(rec, k)
+                bufs.append(src.at([]) if src is not None else "None")
+        self.emit(f"{name}({', '.join([out_buf] + bufs)})")
+        out = self.buffer(value.shape, value.dtype)
+        idx = self.open_loops(value.shape)
+        self.emit(f"{out.at(idx)} = {out_buf}[{', '.join(idx)}]")
+        self.close_loops(idx)
+        return out
+
+    def _kernel_const(self, v):
+        """A constant operand of a user kernel, in its own shape: an integer argument
+        array (``indices``) is passed through, anything else is baked."""
+        if isinstance(v, Derived):
+            self.const(v)
+        key = self.indices.get(id(v))
+        if key is not None:
+            name = f"{key}nd"
+            if all(a.name != name for a in self.args):
+                self.args.append(Arg(name, "index_nd", key))
+            return name
+        name = self.fresh("C")
+        self.args.append(Arg(name, "const", np.ascontiguousarray(v)))
+        return name
+
+    def _kbuf(self, shape, dtype):
+        if not shape:
+            raise UnsupportedError("a 0-d array handed to an njit layer kernel",
+                                   detail="give kernel outputs and operands at least one dimension")
+        name = self.fresh("B")
+        self.args.append(Arg(name, "kbuf", (tuple(shape), np.dtype(dtype))))
+        return name
+
+
+def work_name(dtype):
+    return f"W_{np.dtype(dtype).name}"

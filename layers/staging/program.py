@@ -1,0 +1,264 @@
+"""One staged loss: trace it, lower the recording, differentiate the program with adcore,
+and generate the guard and the driver that call it.
+
+``Staged(f, args)`` compiles; ``staged.gather(*args)`` returns ``None`` when the arguments
+do not match what was compiled (other shapes, another model structure, another
+activation, a rebound captured variable...), else the driver's arguments, which
+``staged.run`` uses.  ``lookup`` keeps the compiled programs per loss function and picks
+the one that matches.
+"""
+import threading
+
+import numba
+import numpy as np
+
+from adcore import tape
+from adcore.annotations import Const, Duplicated
+from adcore.api import _annotate, _compiled
+from adcore.errors import ActivityError, ADError
+from adcore.tape.tracked import Tracked
+from adcore.tree import is_node
+
+from .guard import GuardWriter, emit_tree
+from .lower import Lowering
+from .trace import Derived, ValueDependentError, tracing
+
+_MAX_PER_FUNCTION = 8
+_cache = {}
+_cache_lock = threading.RLock()
+
+
+def loss_part(out):
+    """The differentiated part of a loss's output: itself, or the first element of a
+    tuple or dict."""
+    if isinstance(out, tuple) and out:
+        return out[0]
+    if isinstance(out, dict) and out:
+        return next(iter(out.values()))
+    return out
+
+
+def _tracked_leaves(tree):
+    if type(tree) is Tracked:
+        return [tree]
+    if is_node(tree):
+        kids = [getattr(tree, k) for k in type(tree).__tree_fields__]
+    elif isinstance(tree, (tuple, list)):
+        kids = list(tree)
+    elif isinstance(tree, dict):
+        kids = list(tree.values())
+    else:
+        return []
+    return [t for k in kids for t in _tracked_leaves(k)]
+
+
+@numba.njit(cache=False)
+def _zero(a):
+    for i in range(a.size):
+        a[i] = 0
+
+
+class Staged:
+    """The compiled gradient of ``f`` for arguments like ``args`` (see the module doc)."""
+
+    def __init__(self, f, args):
+        self.lock = threading.Lock()
+        w = GuardWriter(len(args))
+        w.closure(f)
+        t = tape.Tape()
+        tracked, leaves, indices, grads, exprs = [], {}, {}, [], {}
+        for j, a in enumerate(args):
+            v, val, dv, dval = self._arg(w, j, a)
+            found = []
+            mirror = emit_tree(w, v, val, dv, dval, lambda *leaf: found.append(leaf))
+            grads.append(mirror if dv is not None else "None")
+            tr = tape.track(val, t)
+            tracked.append(tr)
+            floats = iter(_tracked_leaves(tr))
+            for path, var, dvar, value in found:
+                if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+                    name = f"I{len(exprs)}"
+                    indices[id(value)] = name
+                    exprs[name] = (f"_contiguous({var})", None, value, j, path)
+                    continue
+                name = f"{'P' if dvar is not None else 'X'}{len(exprs)}"
+                leaves[next(floats).id] = ("param" if dvar is not None else "input", name,
+                                           self._leaf_value(value, dvar, path, j))
+                exprs[name] = (var if dvar is not None or not isinstance(value, np.ndarray)
+                               else f"_contiguous({var})", dvar, value, j, path)
+        with tracing():
+            out = f(*tracked)
+        self._check_output(out)
+        loss = loss_part(out)
+        if type(loss) is Tracked:
+            if loss.size != 1:
+                raise ADError(f"gradient needs a scalar loss, but f returned an array of shape "
+                              f"{loss.shape}; reduce it (e.g. np.sum)")
+            loss_id = loss.id
+        else:
+            if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float)):
+                raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
+            loss_id = None
+        low = Lowering(t.records, leaves, indices, {})
+        self.source = low.source(loss_id, loss)
+        self.out, self.views = out, low.views
+        self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
+        self._compile(low, w, exprs, grads)
+
+    @staticmethod
+    def _arg(w, j, a):
+        var = f"a{j}"
+        if isinstance(a, Duplicated):
+            w.check(f"type({var}) is Duplicated")
+            return w.let(f"{var}.val"), a.val, w.let(f"{var}.dval"), a.dval
+        if isinstance(a, Const):
+            w.check(f"type({var}) is Const")
+            return w.let(f"{var}.val"), a.val, None, None
+        w.check(f"not isinstance({var}, (Const, Duplicated))")
+        return var, a, None, None
+
+    @staticmethod
+    def _leaf_value(value, dvar, path, j):
+        if not isinstance(value, np.ndarray):
+            return value
+        if dvar is not None and not (value.flags.c_contiguous and value.flags.writeable):
+            where = ".".join(map(str, path)) or "the array"
+            raise ActivityError(f"argument {j}: {where} is not a writeable C-contiguous array; "
+                                "Duplicated models need those (np.ascontiguousarray)")
+        return value
+
+    def _check_output(self, out):
+        if isinstance(out, Derived):
+            raise ValueDependentError("returns a value computed from traced arrays outside "
+                                      "recorded operations")
+        if isinstance(out, (tuple, list)):
+            for v in out:
+                self._check_output(v)
+        elif isinstance(out, dict):
+            for v in out.values():
+                self._check_output(v)
+
+    def _compile(self, low, w, exprs, grads):
+        scope = dict(low.globals)
+        exec(self.source, scope)
+        program = numba.njit(cache=False, error_model="numpy")(scope["program"])
+        anns, gather, flat, shadows, dflat = [], [], [], [], []
+        self.slots = []   # per driver argument: (kind, argument index, path, sample value)
+        for a in low.args:
+            if a.kind in ("param", "input", "index", "index_nd"):
+                expr, dvar, sample, j, path = exprs[a.name if a.kind != "index_nd" else a.payload]
+                self.slots.append((a.kind, j, path, sample))
+                gather.append(expr)
+                flat.append(a.kind != "index_nd" and (a.kind != "input" or
+                                                     isinstance(a.payload, np.ndarray)))
+            if a.kind == "param":
+                value = a.payload.reshape(-1)
+                anns.append(Duplicated(value, np.zeros_like(value)))
+                shadows.append(dvar)
+                dflat.append(True)
+            elif a.kind in ("input", "index", "const"):
+                value = a.payload
+                if isinstance(value, np.ndarray) and a.kind == "input":
+                    value = np.ascontiguousarray(value).reshape(-1)
+                if a.kind == "index":
+                    value = np.ascontiguousarray(sample).reshape(-1)
+                anns.append(Const(value))
+                if a.kind == "const":
+                    gather.append(w.const(value))
+                    flat.append(False)
+                    self.slots.append((a.kind, None, None, value))
+            elif a.kind == "index_nd":
+                anns.append(Const(np.ascontiguousarray(sample)))
+            else:
+                shape, dtype = a.payload
+                buf, dbuf = np.zeros(shape, dtype), np.zeros(shape, dtype)
+                anns.append(Duplicated(buf, dbuf))
+                gather.append(w.const(buf))
+                flat.append(False)
+                self.slots.append((a.kind, None, None, buf))
+                shadows.append(w.const(dbuf))
+                dflat.append(False)
+        self.names = [a.name for a in low.args]
+        self.grad = _compiled(program, _annotate(anns), None, True)
+        self.program = program
+        self.positions = {a.name: k for k, a in enumerate(low.args)}
+        self.flat, self.dflat = flat, dflat
+        self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
+        self.driver = _driver(self.grad.stub, flat, dflat,
+                              [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")])
+        self.loops = {}
+        ret = f"({', '.join(gather + shadows)},), ({''.join(g + ', ' for g in grads)})"
+        self.gather = w.compile(ret)
+        self.guard_source = w.source(ret)
+
+    def run(self, dargs, grads, zero):
+        """``(val, grads)`` for the driver arguments ``dargs`` gathered from a call."""
+        with self.lock:
+            r = self.driver(zero, *dargs)
+            val = self.scalar(r) if self.scalar is not None else self._value(self.out, dargs)
+        return val, grads
+
+    def _value(self, out, dargs):
+        """The loss's output with traced arrays replaced by their values after the run."""
+        if type(out) is Tracked:
+            return self.read(self.views[out.id], dargs)
+        if isinstance(out, (tuple, list)):
+            items = [self._value(v, dargs) for v in out]
+            return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
+        if isinstance(out, dict):
+            return type(out)((k, self._value(v, dargs)) for k, v in out.items())
+        return out
+
+    def read(self, view, dargs):
+        """A copy of ``view``'s current value."""
+        if view.base is None:
+            k = self.positions.get(view.expr)
+            return view.dtype.type(dargs[k] if k is not None else float(view.expr))
+        base = np.asarray(dargs[self.positions[view.base]]).reshape(-1)
+        item = base.itemsize
+        v = np.lib.stride_tricks.as_strided(base[view.off:], view.shape,
+                                            [s * item for s in view.strides]).copy()
+        return v if view.shape else v[()]
+
+
+def _driver(stub, flat, dflat, is_param):
+    """An njit ``driver(zero, *args, *shadows)``: zero the scratch shadows (and the
+    parameters' shadows when ``zero``), call the gradient, return the loss."""
+    n, m = len(flat), len(dflat)
+    a = [f"a{k}" for k in range(n)]
+    d = [f"d{k}" for k in range(m)]
+    lines = [f"def driver(zero, {', '.join(a + d)}):"]
+    for k in range(m):
+        lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))" if is_param[k] else
+                     f"    _zero({d[k]}.reshape(-1))")
+    call = [f"{x}.reshape(-1)" if fl else x for x, fl in zip(a, flat)]
+    call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, dflat)]
+    lines.append(f"    return stub({', '.join(call)})[0]")
+    scope = {"stub": stub, "_zero": _zero}
+    exec("\n".join(lines) + "\n", scope)
+    return numba.njit(cache=False)(scope["driver"])
+
+
+def lookup(f, args):
+    """``(staged, (dargs, grads))``: the compiled program matching ``args`` (compiling
+    one when none does) and what its guard gathered from them."""
+    with _cache_lock:
+        entries = _cache.setdefault(f, [])
+        for e in entries:
+            got = e.gather(*args)
+            if got is not None:
+                return e, got
+        e = Staged(f, args)
+        entries.insert(0, e)
+        del entries[_MAX_PER_FUNCTION:]
+    got = e.gather(*args)
+    if got is None:
+        raise ADError("internal error: a freshly compiled program does not accept the "
+                      "arguments it was compiled for; please report this")
+    return e, got
+
+
+def stage(f, args, zero):
+    """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args``."""
+    e, (dargs, grads) = lookup(f, args)
+    return e.run(dargs, grads, zero)
