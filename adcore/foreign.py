@@ -133,7 +133,7 @@ def _parse(text):
         module = llvm.parse_assembly(text)
         module.verify()
     except RuntimeError as e:
-        raise ADError(f"from_llvm: the LLVM IR does not parse: {str(e).strip()}") from None
+        raise ADError(f"from_llvm: the LLVM IR is invalid: {str(e).strip()}") from None
     return module
 
 
@@ -158,10 +158,6 @@ def _flat_types(context, t):
             for x in context.get_arg_packer([t]).argument_types]
 
 
-def _int_width(t):
-    return int(t[1:])
-
-
 def _convert(value, src, param, signed):
     """Instructions turning ``value`` of LLVM type ``src`` into ``param``'s type."""
     dst = param.type
@@ -169,7 +165,7 @@ def _convert(value, src, param, signed):
         return [], value
     out = f"%c{param.index}"
     if param.kind == "int":
-        op = "trunc" if _int_width(src) > _int_width(dst) else ("sext" if signed else "zext")
+        op = "trunc" if int(src[1:]) > int(dst[1:]) else ("sext" if signed else "zext")
     elif src.startswith("i"):
         op = "sitofp" if signed else "uitofp"
     else:
@@ -265,7 +261,8 @@ class ForeignFunction:
             body.append(f"  %r = call {call}")
             value, rt = "%r", str(self._context.get_value_type(self.restype))
             if self.ret.startswith("i") and self.ret != "i64":
-                op = "zext" if self.ret == "i1" else "sext"
+                width = int(self.ret[1:])
+                op = "zext" if width == 1 else ("trunc" if width > 64 else "sext")
                 body.append(f"  %r64 = {op} {self.ret} %r to i64")
                 value = "%r64"
             body.append(f"  store {rt} {value}, ptr %retptr")

@@ -144,8 +144,12 @@ def test_missing_and_declared_functions():
 
 
 def test_parse_error_has_llvm_message():
-    with pytest.raises(ADError, match=r"(?s)does not parse.*error: value doesn't match function result"):
+    with pytest.raises(ADError, match=r"(?s)IR is invalid.*error: value doesn't match function result"):
         adcore.from_llvm("define void @f() {\n  ret i32 0\n}\n", "f")
+    undominated = ("define double @f(i1 %c) {\nentry:\n  br i1 %c, label %a, label %b\n"
+                   "a:\n  %x = fadd double 1.0, 2.0\n  br label %b\nb:\n  ret double %x\n}\n")
+    with pytest.raises(ADError, match=r"(?s)IR is invalid.*does not dominate all uses"):
+        adcore.from_llvm(undominated, "f")
 
 
 def test_unsupported_signatures():
