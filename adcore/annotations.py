@@ -51,4 +51,7 @@ class Duplicated(Annotation):
         self.dval = make_zero(val) if dval is None else dval
 
     def __repr__(self):
+        show = getattr(type(self.val), "__adcore_show__", None)  # e.g. layers models
+        if show is not None:
+            return show(self.val, self.dval)
         return f"Duplicated({self.val!r}, {self.dval!r})"

@@ -11,6 +11,7 @@ from .init import glorot_uniform
 from .io import state, loadmodel, save, load
 from .losses import (mse, mae, crossentropy, logitcrossentropy, binarycrossentropy,
                      logitbinarycrossentropy, huber_loss, kldivergence)
+from .njit_layer import kernel_call
 from .train import train, NonFiniteLossError
 from .utils import only, onehot, onehotbatch, onecold, f32, f64, destructure, batches
 
@@ -21,6 +22,6 @@ __all__ = [
     "state", "loadmodel", "save", "load",
     "mse", "mae", "crossentropy", "logitcrossentropy", "binarycrossentropy",
     "logitbinarycrossentropy", "huber_loss", "kldivergence",
-    "train", "NonFiniteLossError",
+    "train", "NonFiniteLossError", "kernel_call",
     "only", "onehot", "onehotbatch", "onecold", "f32", "f64", "destructure", "batches",
 ]

@@ -19,6 +19,10 @@ class Layer:
     def __repr__(self):
         return show.show(self)
 
+    def __adcore_show__(self, shadow):
+        """How ``Duplicated(self)`` prints (see ``adcore.Duplicated.__repr__``)."""
+        return show.show_duplicated(self, shadow)
+
 
 def as_input(x, dtype):
     """The input as an array of the layer's dtype, as Flux converts inputs: numbers and

@@ -5,6 +5,8 @@ parameter count aligned at a fixed column; a ``Chain`` prints one element per li
 and, at the top level when it holds more than two arrays, a total line
 ``# Total: 4 arrays, 25_450 parameters, 99.414 KiB.`` (the bytes of the arrays).
 """
+import numpy as np
+
 from adcore.tree import is_node, leaves, node_fields
 
 _NAMES = {"sigmoid": "σ"}
@@ -81,9 +83,10 @@ def lines(x, indent=0, name=None):
     return out
 
 
-def total_comment(x):
+def total_comment(x, extra_bytes=0):
     """``# Total: ...`` for a model with more than two arrays, else ``""``."""
     arrays, n, nbytes = count(x)
+    nbytes += extra_bytes
     if arrays <= 2:
         return ""
     return f"# Total: {arrays} arrays, {n:_} parameters, {format_bytes(nbytes)}."
@@ -94,5 +97,21 @@ def show(x):
     out = lines(x)
     total = total_comment(x)
     if total and _is_container(x):
+        out[-1] = out[-1].ljust(2) + " " * 18 + total
+    return "\n".join(out)
+
+
+def norm_string(x):
+    """``norm(∇)`` of the float arrays of ``x`` rounded to 3 significant digits."""
+    total = sum(float(np.sum(np.square(a, dtype=np.float64))) for _, a in leaves(x))
+    return repr(float(f"{np.sqrt(total):.3g}"))
+
+
+def show_duplicated(model, shadow):
+    """How ``Duplicated(model)`` prints: the model, then ``# norm(∇) ≈ ...`` of the stored
+    gradient, as in Flux (the total counts the bytes of both)."""
+    out = ["Duplicated("] + lines(model, indent=2) + [f"  # norm(∇) ≈ {norm_string(shadow)}", ")"]
+    total = total_comment(model, count(shadow)[2])
+    if total:
         out[-1] = out[-1].ljust(2) + " " * 18 + total
     return "\n".join(out)
