@@ -26,17 +26,53 @@ from .errors import ADError
 _counter = itertools.count()
 
 # -- typed pointers -> opaque pointers ---------------------------------------------------
+# Outside strings and comments, ``*`` only ends a pointer type in LLVM assembly.
 _LITERAL = re.compile(r'"[^"]*"|;[^\n]*')                 # strings and comments
-_ATOM = (r'(?:i\d+|half|bfloat|float|double|x86_fp80|fp128|ppc_fp128|x86_mmx|x86_amx|void|'
-         r'ptr|%[-\w.$]+|%\x00\d+\x00|\[[^][{}<>()]*\]|<[^<>{}()]*>|\{[^{}]*\}|<\{[^{}]*\}>)')
-_ADDRSPACE = r'\s*(?:(addrspace\(\s*\d+\s*\))\s*)?\*'
-_POINTER = re.compile(_ATOM + _ADDRSPACE)                  # double*, %T addrspace(1)*
-_FUNCTION_POINTER = re.compile(_ATOM + r'\s*\([^()]*\)' + _ADDRSPACE)   # void (i8*)*
+_TOKEN = re.compile(r"\x00\d+\x00|[-\w.$%@!#]+|\s+|.", re.S)
+_OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}
 _NOINLINE = re.compile(r'(?<![-\w.$%@!#"])\b(?:noinline|optnone)\b')
 
 
-def _ptr(m):
-    return "ptr " + m.group(1) if m.group(1) else "ptr"
+def _skip_space(out, k):
+    while k >= 0 and out[k].isspace():
+        k -= 1
+    return k
+
+
+def _group_start(out, k):
+    """Index of the bracket that opens the group closed at ``out[k]``."""
+    depth = 0
+    while True:
+        if out[k] in _OPENER:
+            depth += 1
+        elif out[k] in _OPENER.values():
+            depth -= 1
+            if depth == 0:
+                return k
+        k -= 1
+
+
+def _type_start(out, k):
+    """Index of the first token of the type whose last token is ``out[k]``."""
+    k = _skip_space(out, k)
+    if out[k] not in _OPENER:
+        return k - 1 if out[k].startswith("\x00") and out[k - 1] == "%" else k
+    k = _group_start(out, k)
+    return _type_start(out, k - 1) if out[k] == "(" else k   # a function type: return type first
+
+
+def _pointer(out):
+    """Replace the pointee type at the end of ``out`` (before a ``*``) by ``ptr``."""
+    k = _skip_space(out, len(out) - 1)
+    space = ""
+    if out[k] == ")":
+        open_ = _group_start(out, k)
+        before = _skip_space(out, open_ - 1)
+        if out[before] == "addrspace":
+            space = " " + "".join(out[before:k + 1])
+            k = before - 1
+    del out[_type_start(out, k):]
+    out.append("ptr" + space)
 
 
 def opaque_pointers(text):
@@ -48,12 +84,13 @@ def opaque_pointers(text):
         literals.append(m.group(0))
         return f"\x00{len(literals) - 1}\x00"
 
-    code = _LITERAL.sub(hide, text)
-    previous = None
-    while previous != code:
-        previous = code
-        code = _FUNCTION_POINTER.sub(_ptr, _POINTER.sub(_ptr, code))
-    code = _NOINLINE.sub("", code)
+    out = []
+    for token in _TOKEN.findall(_LITERAL.sub(hide, text)):
+        if token == "*":
+            _pointer(out)
+        else:
+            out.append(token)
+    code = _NOINLINE.sub("", "".join(out))
     return re.sub(r"\x00(\d+)\x00", lambda m: literals[int(m.group(1))], code)
 
 

@@ -128,6 +128,8 @@ def test_integer_return_is_not_seeded():
     ("[4 x double]* %p, <4 x float>* %v, { i32*, double }* %s", "ptr %p, ptr %v, ptr %s"),
     ("void (i8*, ...)* %f, double (double)** %g", "ptr %f, ptr %g"),
     ("float addrspace(1)* %p", "ptr addrspace(1) %p"),
+    ("[4 x [3 x double]]* %p, <{ i8, double* }>* %q, %0** %r", "ptr %p, ptr %q, ptr %r"),
+    ("{ double, double } (i8*)* %f, i32 (i32)* (i8)* %g", "ptr %f, ptr %g"),
     ('@s = constant [3 x i8] c"a*\\00" ; i8* comment', '@s = constant [3 x i8] c"a*\\00" ; i8* comment'),
     ("define void @f() noinline optnone {", "define void @f()   {"),
 ])
