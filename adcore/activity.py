@@ -1,7 +1,9 @@
-"""Pointer-base, activity and read-only analyses.
+"""Pointer-base, activity and memory analyses.
 
-* Pointer bases: every pointer value is traced through GEPs, casts, phis and selects
-  to the function argument it points into (``UNKNOWN`` when it cannot be).
+* Pointer bases: every pointer value is traced through GEPs, casts, phis, selects and
+  stack slots to the set of objects it may point into: arguments, allocations (the NRT
+  call that made them), meminfo headers, allocas.  ``UNKNOWN`` when it cannot be told.
+* Shadowed memory: Duplicated arrays, and allocations whose data is used as floats.
 * Activity (Enzyme's two directions): a value is *varied* when derivative-carrying data
   can flow into it (Active arguments, float loads from shadowed memory), *useful* when it
   can flow to a differentiated output (stores into shadowed memory, the active return);
@@ -15,12 +17,20 @@ from .errors import UnsupportedError
 from .ir import Arg, FLOAT_TYPES
 
 UNKNOWN = "unknown"
-NOWHERE = "nowhere"              # constants, globals: not derived from any argument
+NOWHERE = frozenset()            # constants, null, globals: no argument or allocation
 
 ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned", "NRT_MemInfo_alloc",
               "NRT_MemInfo_alloc_safe")
+RAW_ALLOCATORS = ("NRT_Allocate",)
 MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
+PURE_CASTS = ("bitcast", "addrspacecast")
+FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
+             "select", "phi", "freeze", "call")
+INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
+MEMORY_WRITERS = ("store", "atomicrmw", "cmpxchg")
+PUN_TYPES = {"i64": "double", "i32": "float"}
+_BYTE_GEP = re.compile(r"=\s*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*i8,")
 
 
 class MemInfo:
@@ -31,7 +41,16 @@ class MemInfo:
         self.alloc = alloc
 
 
-_BYTE_GEP = re.compile(r"=\s*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*i8,")
+def is_allocation(base):
+    return getattr(base, "callee", None) in ALLOCATORS + RAW_ALLOCATORS
+
+
+def is_memory_intrinsic(instr):
+    return instr.opcode == "call" and (instr.callee or "").startswith(MEMORY_INTRINSICS)
+
+
+def is_memcpy(instr):
+    return is_memory_intrinsic(instr) and not instr.callee.startswith("llvm.memset")
 
 
 def stack_slot(op):
@@ -43,21 +62,15 @@ def stack_slot(op):
     if d.opcode == "alloca":
         return d, 0
     if d.opcode == "getelementptr" and len(d.operands) == 2 and d.operands[1].is_const \
-            and _BYTE_GEP.search(d.text) and d.operands[0].defn is not None \
-            and getattr(d.operands[0].defn, "opcode", None) == "alloca":
+            and _BYTE_GEP.search(d.text) and getattr(d.operands[0].defn, "opcode", None) == "alloca":
         return d.operands[0].defn, int(d.operands[1].ref)
     return None
 
 
-def is_memory_intrinsic(instr):
-    return instr.opcode == "call" and (instr.callee or "").startswith(MEMORY_INTRINSICS)
-
-PURE_CASTS = ("bitcast", "addrspacecast")
-FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
-             "select", "phi", "freeze", "call")
-INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
-MEMORY_WRITERS = ("store", "atomicrmw", "cmpxchg")
-PUN_TYPES = {"i64": "double", "i32": "float"}
+def _join(sets):
+    if any(s == UNKNOWN for s in sets):
+        return UNKNOWN
+    return frozenset().union(*sets)
 
 
 class Activity:
@@ -67,6 +80,13 @@ class Activity:
         self.active_args, self.shadow_args = set(active_args), set(shadow_args)
         self.retptr, self.ret_active = retptr, ret_active
         self.data_args = set(data_args)
+        self.is_pure_call = is_pure_call
+        self.distinct_arrays = distinct_arrays
+        self.users = {}
+        for instr in func.instructions():
+            for o in instr.operands:
+                if o.defn is not None:
+                    self.users.setdefault(o.defn, []).append(instr)
         self.base = self._pointer_bases()
         self.pun_type = {}
         self.element_type = {}
@@ -74,8 +94,6 @@ class Activity:
         self.varied = self._varied(is_differentiable_call)
         self.useful = self._useful()
         self.active = self.varied & self.useful
-        self.is_pure_call = is_pure_call
-        self.distinct_arrays = distinct_arrays
         self.written = self._written_bases()
         self._reach = {}
 
@@ -84,9 +102,7 @@ class Activity:
 
     # -- pointers ---------------------------------------------------------------------
     def _pointer_bases(self):
-        """Trace pointers to their base object: an argument, an allocation (the NRT call
-        whose data it points into), a meminfo header, an alloca; or UNKNOWN."""
-        base = {a: a for a in self.func.args if a.type == "ptr"}
+        base = {a: frozenset([a]) for a in self.func.args if a.type == "ptr"}
         meminfo = {}
         slot_values = {}                 # pointers stored in stack slots, by slot
         for instr in self.func.instructions():
@@ -96,9 +112,7 @@ class Activity:
                     slot_values.setdefault(slot, []).append(instr.operands[0])
 
         def of(op):
-            if op.defn is None:
-                return NOWHERE
-            return base.get(op.defn)
+            return NOWHERE if op.defn is None else base.get(op.defn, NOWHERE)
 
         changed = True
         while changed:
@@ -106,45 +120,52 @@ class Activity:
             for instr in self.func.instructions():
                 if instr.type != "ptr":
                     continue
-                if instr.opcode in ("getelementptr",) + PURE_CASTS:
-                    new = of(instr.operands[0])
-                elif instr.opcode in ("phi", "select"):
-                    ops = instr.operands if instr.opcode == "phi" else instr.operands[1:]
-                    seen = {of(o) for o in ops} - {None, NOWHERE}
-                    new = seen.pop() if len(seen) == 1 else (UNKNOWN if seen else None)
-                elif instr.opcode == "call" and instr.callee in ALLOCATORS:
-                    new = meminfo.setdefault(instr, MemInfo(instr))
-                elif instr.opcode == "alloca":
-                    new = instr
-                elif (instr.opcode == "load" or instr.opcode == "call" and instr.callee in MEMINFO_DATA) \
-                        and isinstance(of(instr.operands[0]), MemInfo):
-                    new = of(instr.operands[0]).alloc
-                elif instr.opcode == "load" and stack_slot(instr.operands[0]) in slot_values:
-                    seen = {of(v) for v in slot_values[stack_slot(instr.operands[0])]} - {None, NOWHERE}
-                    new = seen.pop() if len(seen) == 1 else (UNKNOWN if seen else None)
+                op, first = instr.opcode, (of(instr.operands[0]) if instr.operands else UNKNOWN)
+                if op in ("getelementptr",) + PURE_CASTS:
+                    new = first
+                elif op == "phi":
+                    new = _join([of(o) for o in instr.operands])
+                elif op == "select":
+                    new = _join([of(o) for o in instr.operands[1:]])
+                elif op == "call" and instr.callee in ALLOCATORS:
+                    new = frozenset([meminfo.setdefault(instr, MemInfo(instr))])
+                elif op == "call" and instr.callee in RAW_ALLOCATORS or op == "alloca":
+                    new = frozenset([instr])
+                elif (op == "load" or op == "call" and instr.callee in MEMINFO_DATA) and \
+                        first != UNKNOWN and first and all(isinstance(b, MemInfo) for b in first):
+                    new = frozenset(b.alloc for b in first)
+                elif op == "load" and stack_slot(instr.operands[0]) in slot_values:
+                    new = _join([of(v) for v in slot_values[stack_slot(instr.operands[0])]])
                 else:
                     new = UNKNOWN
-                if new is not None and base.get(instr) != new:
-                    if base.get(instr) is not None and base[instr] != new:
-                        new = UNKNOWN
-                    if base.get(instr) != new:
-                        base[instr] = new
-                        changed = True
+                old = base.get(instr, NOWHERE)
+                new = _join([old, new])
+                if new != old:
+                    base[instr] = new
+                    changed = True
         return base
 
-    def base_of(self, op):
-        if op.defn is None:
-            return NOWHERE
-        return self.base.get(op.defn, UNKNOWN)
+    def bases(self, op):
+        """The objects pointer operand ``op`` may point into (a frozenset), or UNKNOWN."""
+        return self.base.get(op.defn, NOWHERE)   # pointers into nothing traceable are not stored
+
+    def has_shadow(self, base):
+        return base in self.shadow_args or base in self.shadow_allocs
 
     def is_shadowed(self, op):
         """True when pointer operand ``op`` points into memory with a shadow: a
         Duplicated array or an allocation that holds floats."""
-        b = self.base_of(op)
-        if b == UNKNOWN and (self.shadow_args or self.shadow_allocs):
+        bs = self.bases(op)
+        if bs == UNKNOWN:
+            if self.shadow_args or self.shadow_allocs:
+                raise UnsupportedError(f"pointer {op.ref}", self.kernel_name,
+                                       "cannot tell which array it points into")
+            return False
+        flags = {self.has_shadow(b) for b in bs}
+        if len(flags) > 1:
             raise UnsupportedError(f"pointer {op.ref}", self.kernel_name,
-                                   "cannot tell which array it points into")
-        return b in self.shadow_args or b in self.shadow_allocs
+                                   "it may point into a differentiated or a constant array")
+        return flags == {True}
 
     def _float_allocations(self):
         """Allocations whose data is read or written as floats (they get zeroed shadows);
@@ -157,24 +178,40 @@ class Activity:
                 ptr, t = instr.operands[1], instr.operands[0].type
             else:
                 continue
-            b = self.base_of(ptr)
-            if t in FLOAT_TYPES and b != UNKNOWN:
-                self.element_type[b] = t
-                if getattr(b, "callee", None) in ALLOCATORS:
-                    out.add(b)
+            bs = self.bases(ptr)
+            if t in FLOAT_TYPES and bs != UNKNOWN:
+                for b in bs:
+                    self.element_type[b] = t
+                    if is_allocation(b):
+                        out.add(b)
         changed = True
-        while changed:                   # copies between float memory make float memory
+        while changed:                   # copies to and from float memory are float memory
             changed = False
             for instr in self.func.instructions():
-                if is_memory_intrinsic(instr) and not instr.callee.startswith("llvm.memset"):
-                    dst, src = self.base_of(instr.operands[0]), self.base_of(instr.operands[1])
-                    for a, b in ((dst, src), (src, dst)):
-                        if getattr(a, "callee", None) in ALLOCATORS and a not in out and \
-                                (b in out or b in self.shadow_args):
-                            out.add(a)
-                            self.element_type.setdefault(a, self.element_type.get(b, "double"))
-                            changed = True
+                if not is_memcpy(instr):
+                    continue
+                dst, src = self.bases(instr.operands[0]), self.bases(instr.operands[1])
+                if dst == UNKNOWN or src == UNKNOWN:
+                    continue
+                for xs, ys in ((dst, src), (src, dst)):
+                    if any(y in out or y in self.shadow_args for y in ys):
+                        for x in xs:
+                            if is_allocation(x) and x not in out:
+                                out.add(x)
+                                t = next((self.element_type[y] for y in ys if y in self.element_type), "double")
+                                self.element_type.setdefault(x, t)
+                                changed = True
         return out
+
+    def element_type_of(self, *ops):
+        """The float type stored in the memory ``ops`` point into (double by default)."""
+        for op in ops:
+            bs = self.bases(op)
+            if bs != UNKNOWN:
+                for b in bs:
+                    if b in self.element_type:
+                        return self.element_type[b]
+        return "double"
 
     # -- activity ---------------------------------------------------------------------
     def _varied(self, is_differentiable_call):
@@ -189,12 +226,15 @@ class Activity:
                 if op == "load":
                     hit = self.is_shadowed(instr.operands[0])
                     if hit and not instr.is_float:
-                        self._check_punned_copy(instr)
+                        if instr.type == "ptr":
+                            hit = False  # a pointer kept in float memory is not a float
+                        else:
+                            self._check_punned_copy(instr)
                 else:
                     srcs = instr.operands[1:] if op == "select" else instr.operands
                     hit = any(o.defn in varied for o in srcs)
                     if hit and (op not in FLOAT_OPS or not instr.is_float):
-                        if op in INACTIVE_RESULTS or op in MEMORY_WRITERS or instr.is_float is False and op in ("select", "phi", "freeze"):
+                        if op in INACTIVE_RESULTS or op in MEMORY_WRITERS:
                             hit = False
                         else:
                             raise self.unsupported(instr, "no derivative rule for this instruction")
@@ -209,10 +249,11 @@ class Activity:
             if instr.opcode == "call" and instr not in varied:
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
-                if not is_differentiable_call(instr) and not is_memory_intrinsic(instr) and any(
-                        o.type == "ptr" and (self.base_of(o) in self.shadow_args
-                                             or self.base_of(o) in self.shadow_allocs)
-                        for o in instr.operands):
+                if not is_differentiable_call(instr) and not is_memory_intrinsic(instr) \
+                        and instr.callee not in ("NRT_Free",) and any(
+                            o.type == "ptr" and self.bases(o) != UNKNOWN
+                            and any(self.has_shadow(b) for b in self.bases(o))
+                            for o in instr.operands):
                     raise self.unsupported(instr, f"callee '{instr.callee}' receives a differentiable array")
         return varied
 
@@ -221,7 +262,7 @@ class Activity:
         another float array (instcombine writes some copies that way); it is then
         differentiated as the float of the same width."""
         width = PUN_TYPES.get(load.type)
-        users = [i for i in self.func.instructions() if any(o.defn is load for o in i.operands)]
+        users = self.users.get(load, [])
         if width is None or not all(u.opcode == "store" and u.operands[0].defn is load
                                     and u.operands[1].defn is not load and self.is_shadowed(u.operands[1])
                                     for u in users):
@@ -233,6 +274,11 @@ class Activity:
         """The float type a value is differentiated as (its own, or that of a punned copy)."""
         return self.pun_type.get(value, value.type)
 
+    def _note_unshadowed_write(self, ptr):
+        bs = self.bases(ptr)
+        if bs != UNKNOWN:
+            self.unshadowed_writes.update(b for b in bs if b in self.data_args and not self.has_shadow(b))
+
     def _useful(self):
         useful = set()
         work = []
@@ -240,16 +286,12 @@ class Activity:
         for instr in self.func.instructions():
             if instr.opcode == "store":
                 value, ptr = instr.operands
-                if value.defn in self.varied and self.base_of(ptr) in self.data_args \
-                        and self.base_of(ptr) not in self.shadow_args:
-                    self.unshadowed_writes.add(self.base_of(ptr))
                 if value.defn in self.varied:
-                    if self.is_shadowed(ptr) or (self.ret_active and ptr.defn is self.retptr):
+                    self._note_unshadowed_write(ptr)
+                    if ptr.defn is self.retptr and self.ret_active or self.is_shadowed(ptr):
                         work.append(value.defn)
-            elif is_memory_intrinsic(instr) and not instr.callee.startswith("llvm.memset"):
-                dst, src = instr.operands[0], instr.operands[1]
-                if self.is_shadowed(src) and not self.is_shadowed(dst) and self.base_of(dst) in self.data_args:
-                    self.unshadowed_writes.add(self.base_of(dst))
+            elif is_memcpy(instr) and self.is_shadowed(instr.operands[1]):
+                self._note_unshadowed_write(instr.operands[0])
         while work:
             v = work.pop()
             if v in useful:
@@ -261,19 +303,20 @@ class Activity:
 
     # -- memory -----------------------------------------------------------------------
     def _written_bases(self):
-        """For each block, the bases written by its instructions, as (position, base)."""
+        """For each block, the bases its instructions may write, as (position, bases)."""
         written = {}
         for block in self.func.blocks:
             for pos, instr in enumerate(block.instrs):
                 if instr.opcode in MEMORY_WRITERS:
-                    ptr = instr.operands[1] if instr.opcode == "store" else instr.operands[0]
-                    written.setdefault(block, []).append((pos, self.base_of(ptr)))
+                    ptrs = [instr.operands[1] if instr.opcode == "store" else instr.operands[0]]
                 elif is_memory_intrinsic(instr):
-                    written.setdefault(block, []).append((pos, self.base_of(instr.operands[0])))
+                    ptrs = [instr.operands[0]]
                 elif instr.opcode == "call" and not self.is_pure_call(instr):
-                    for o in instr.operands:
-                        if o.type == "ptr":
-                            written.setdefault(block, []).append((pos, self.base_of(o)))
+                    ptrs = [o for o in instr.operands if o.type == "ptr"]
+                else:
+                    continue
+                for p in ptrs:
+                    written.setdefault(block, []).append((pos, self.bases(p)))
         return written
 
     def _reachable(self, block):
@@ -291,19 +334,21 @@ class Activity:
         """True when no write that may alias ``load``'s address can follow it, so the
         reverse pass (which leaves primal memory as the forward pass left it) may
         load it again instead of caching it."""
-        b = self.base_of(load.operands[0])
-        if b == NOWHERE or isinstance(b, MemInfo) and load.type == "ptr":
-            return True                  # constants; a meminfo's data pointer never changes
-        if b == UNKNOWN:
+        bs = self.bases(load.operands[0])
+        if bs == UNKNOWN:
             return False
+        if load.type == "ptr" and bs and all(isinstance(b, MemInfo) for b in bs):
+            return True                  # a meminfo's data pointer never changes
+        if not bs:
+            return True                  # constants
 
-        def clobbers(w):
-            if w == UNKNOWN or w == b:
+        def clobbers(ws):
+            if ws == UNKNOWN or ws & bs:
                 return True
-            return not self.distinct_arrays and w in self.data_args and b in self.data_args
+            return not self.distinct_arrays and bool(ws & self.data_args) and bool(bs & self.data_args)
 
         pos = load.block.instrs.index(load)
-        if any(clobbers(w) for p, w in self.written.get(load.block, ()) if p > pos):
+        if any(clobbers(ws) for p, ws in self.written.get(load.block, ()) if p > pos):
             return False
-        return not any(clobbers(w) for blk in self._reachable(load.block)
-                       for _, w in self.written.get(blk, ()))
+        return not any(clobbers(ws) for blk in self._reachable(load.block)
+                       for _, ws in self.written.get(blk, ()))

@@ -21,7 +21,8 @@ only the rest is kept in registers.
 """
 import re
 
-from .activity import ALLOCATORS, Activity, MemInfo, is_memory_intrinsic, stack_slot
+from .activity import (ALLOCATORS, RAW_ALLOCATORS, UNKNOWN, Activity, MemInfo,
+                       is_memory_intrinsic, stack_slot)
 from .cfg import ControlFlow, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
@@ -34,6 +35,7 @@ PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", 
             "getelementptr", "extractvalue", "insertvalue", "zext", "sext", "trunc", "fpext",
             "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "ptrtoint", "inttoptr",
             "addrspacecast", "freeze"}
+DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
 _ATTACHED_METADATA = re.compile(r",\s*![-a-zA-Z_.0-9]+\s+!(?:[0-9]+|\{[^}]*\})")
 
 
@@ -97,27 +99,25 @@ class AdjointGenerator:
         self.memo = {}
         self.iv_of = {iv.phi: iv for iv in self.cfg.ivs.values()}
         self.ret_blocks = []         # (block, status operand)
-        self.shadow_def = self._allocation_shadows()
+        self.shadow_def = self._shadow_pointers()
 
-    def _allocation_shadows(self):
-        """For each pointer into a float allocation (or its meminfo), an instruction of
-        the forward pass computing the matching shadow pointer: the allocation call
-        becomes a zeroed shadow allocation; loads of the data pointer, GEPs, phis and
-        selects are mirrored on the shadow; a pointer stored in a stack slot has its
-        shadow stored in a shadow slot, and loads from the slot read that."""
+    def _shadow_pointers(self):
+        """For each pointer into shadowed memory, an instruction of the forward pass that
+        computes the matching shadow pointer: an allocation call becomes a zeroed shadow
+        allocation; loads of a meminfo's data pointer, GEPs, casts, phis and selects are
+        mirrored on the shadows of their operands (a Duplicated argument's shadow is a
+        parameter); a pointer stored in a stack slot has its shadow stored in a shadow
+        slot, and loads from the slot read that."""
         act = self.act
-        allocs = act.shadow_allocs
 
-        def alloc_based(op):
-            b = act.base_of(op)
-            return b in allocs or isinstance(b, MemInfo) and b.alloc in allocs
+        def mirrored(op):
+            bs = act.bases(op)
+            return bs != UNKNOWN and bool(bs) and all(
+                act.has_shadow(b) or isinstance(b, MemInfo) and b.alloc in act.shadow_allocs for b in bs)
 
         pointers = [i for b in self.cfg.rpo for i in b.instrs
-                    if i.type == "ptr" and alloc_based(Operand(i.ref, "ptr", i))]
-        stores = [i for b in self.cfg.rpo for i in b.instrs if i.opcode == "store"
-                  and i.operands[0].defn is not None and i.operands[0].type == "ptr"
-                  and alloc_based(i.operands[0]) and stack_slot(i.operands[1]) is not None]
-        out = {i: Instr(i.block, self.e.fresh("ash")[1:], i.opcode, "ptr", "") for i in pointers}
+                    if i.type == "ptr" and mirrored(Operand(i.ref, "ptr", i))]
+        out = {i: Instr(i.block, self.e.fresh("sh")[1:], i.opcode, "ptr", "") for i in pointers}
         slots = {}
 
         def shadow_slot(op):
@@ -128,32 +128,40 @@ class AdjointGenerator:
 
         for instr, syn in out.items():
             syn.synthetic, syn.incoming, syn.callee = True, instr.incoming, None
-            syn.reloadable = instr.opcode == "load" and isinstance(act.base_of(instr.operands[0]), MemInfo)
-            if instr.opcode == "call" and instr.callee in ALLOCATORS:
+            syn.reloadable = instr.opcode == "load" and all(
+                isinstance(b, MemInfo) for b in act.bases(instr.operands[0]))
+            syn.operands = []
+            if instr.opcode == "call" and instr.callee in ALLOCATORS + RAW_ALLOCATORS:
                 size = instr.operands[0]
-                align = instr.operands[1].ref if len(instr.operands) > 1 else "32"
-                syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
-                syn.operands = [size]
+                if instr.callee in RAW_ALLOCATORS:
+                    syn.text = f"{syn.ref} = call ptr @ad.shadow.raw(i64 {size.ref})"
+                else:
+                    align = instr.operands[1].ref if len(instr.operands) > 1 else "32"
+                    syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
                 continue
             if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
                 syn.text = f"{syn.ref} = load ptr, ptr {shadow_slot(instr.operands[0])}"
-                syn.operands = []
                 continue
             mapping = {instr.ref: syn.ref}
-            syn.operands = []
             for o in instr.operands:
                 if o.defn in out:
                     mapping[o.ref] = out[o.defn].ref
                     syn.operands.append(Operand(out[o.defn].ref, "ptr", out[o.defn]))
+                elif o.defn in self.shadow_ref:
+                    mapping[o.ref] = self.shadow_ref[o.defn]
+                    syn.operands.append(Operand(self.shadow_ref[o.defn], "ptr"))
                 else:
                     syn.operands.append(o)
             syn.text = _ATTACHED_METADATA.sub("", rename(instr.text, mapping))
-        for store in stores:
-            value = out[store.operands[0].defn]
-            syn = Instr(store.block, "", "store", "void",
-                        f"store ptr {value.ref}, ptr {shadow_slot(store.operands[1])}")
-            syn.synthetic = True
-            out[store] = syn
+        for block in self.cfg.rpo:
+            for store in block.instrs:
+                if store.opcode == "store" and store.operands[0].defn in out \
+                        and stack_slot(store.operands[1]) is not None:
+                    value = out[store.operands[0].defn]
+                    syn = Instr(block, "", "store", "void",
+                                f"store ptr {value.ref}, ptr {shadow_slot(store.operands[1])}")
+                    syn.synthetic = True
+                    out[store] = syn
         return out
 
     def defs(self, block):
@@ -242,28 +250,14 @@ class AdjointGenerator:
         return ref
 
     def shadow(self, op):
-        """The shadow address of pointer ``op`` (which points into a Duplicated array)."""
+        """The shadow address of pointer ``op`` (which points into shadowed memory)."""
         d = op.defn
-        if isinstance(d, Arg):
+        if d in self.shadow_ref:
             return self.shadow_ref[d]
-        if d in self.shadow_def:
-            return self.materialise(Operand(self.shadow_def[d].ref, "ptr", self.shadow_def[d]))
-        key = ("shadow", d)
-        if key in self.memo:
-            return self.memo[key]
-        if d.opcode in ("getelementptr", "bitcast", "addrspacecast"):
-            base = d.operands[0]
-            mapping = {o.ref: self.materialise(o) for o in d.operands[1:]
-                       if o.defn is not None and not isinstance(o.defn, Arg)}
-            mapping[base.ref] = self.shadow(base)
-            ref = self.e.fresh("sh")
-            mapping[d.ref] = ref
-            self.e.line(_ATTACHED_METADATA.sub("", rename(d.text, mapping)))
-        else:
-            primal = self.materialise(op)
-            ref = self.e(f"getelementptr i8, ptr {primal}, i64 {self.delta[self.act.base_of(op)]}", "sh")
-        self.memo[key] = ref
-        return ref
+        if d not in self.shadow_def:
+            raise UnsupportedError(f"pointer {op.ref}", self.spec.pyname,
+                                   "its shadow cannot be computed")
+        return self.materialise(Operand(self.shadow_def[d].ref, "ptr", self.shadow_def[d]))
 
     # -- reverse of one instruction ------------------------------------------------------
     def reverse_instruction(self, instr):
@@ -317,7 +311,7 @@ class AdjointGenerator:
         n = self.materialise(size)
         src = None if instr.callee.startswith("llvm.memset") else instr.operands[1]
         if src is not None and act.is_shadowed(src):
-            t = act.element_type.get(act.base_of(dst)) or act.element_type.get(act.base_of(src), "double")
+            t = act.element_type_of(dst, src)
             self.memory_types.add(t)
             e.line(f"call void @ad.copy.adjoint.{t}(ptr {sd}, ptr {self.shadow(src)}, {size.type} {n})")
         else:
@@ -343,13 +337,6 @@ class AdjointGenerator:
     def build(self):
         """The gradient function and its helpers, as IR text."""
         blocks = self.cfg.rpo
-        self.delta = {}
-        for base in self.shadow_ref:
-            ref = self.e.fresh("delta")
-            self.allocas.append(f"  {ref}.p = ptrtoint ptr {base.ref} to i64")
-            self.allocas.append(f"  {ref}.s = ptrtoint ptr {self.shadow_ref[base]} to i64")
-            self.allocas.append(f"  {ref} = sub i64 {ref}.s, {ref}.p")
-            self.delta[base] = ref
         for iv in self.cfg.ivs.values():
             self.register(iv.phi)
         reverse_bodies, iv_inits = {}, {}
@@ -376,7 +363,7 @@ class AdjointGenerator:
         exits = self.e.lines
         params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params)
         entry = ["ad.entry:"]
-        for stack in ("%ad.stack", "%ad.dtors"):
+        for stack in ("%ad.stack", "%ad.dtors", "%ad.rawfrees"):
             entry += [f"  {stack} = alloca {tape_stack.STACK_TYPE}",
                       f"  store {tape_stack.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
@@ -410,17 +397,18 @@ class AdjointGenerator:
                     e.line("br label %ad.fwdexit")
                     continue
             e.line(self.forward_text(instr))
-            if getattr(instr, "synthetic", False) and instr.text.startswith(f"{instr.ref} = call ptr @ad.shadow.alloc"):
-                self.push("ptr", instr.ref, "%ad.dtors")
+            if getattr(instr, "synthetic", False) and instr.opcode == "call":
+                raw = "@ad.shadow.raw" in instr.text
+                self.push("ptr", instr.ref, "%ad.rawfrees" if raw else "%ad.dtors")
             self.save_register(instr, saved)
 
     def forward_text(self, instr):
         """The forward pass's copy of ``instr``: meminfo destructors are deferred to the
         end of the reverse pass (which may still read the memory); an unneeded primal
         return is discarded so that O3 can drop the code computing it."""
-        if instr.opcode == "call" and instr.callee == "NRT_MemInfo_call_dtor":
+        if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
-            return f"call void @ad.push.ptr(ptr %ad.dtors, ptr {instr.operands[0].ref})"
+            return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
         if instr.opcode == "store" and instr.operands and instr.operands[1].defn is self.retptr \
                 and not self.spec.keep_primal:
             discard = self.alloca(instr.operands[0].type, "discard")
@@ -483,6 +471,11 @@ class AdjointGenerator:
                 self.accumulate(incoming.defn, dy)
         e.line(f"br label {local('ad.r.' + pred.name)}")
 
+    def release(self):
+        """Run the deferred destructors and frees of the forward pass."""
+        self.e.line("call void @ad.release(ptr %ad.dtors, ptr @NRT_MemInfo_call_dtor)")
+        self.e.line("call void @ad.release(ptr %ad.rawfrees, ptr @NRT_Free)")
+
     def exits(self):
         e, spec = self.e, self.spec
         rt = spec.result_type
@@ -498,7 +491,7 @@ class AdjointGenerator:
         e.line(f"br i1 {ok}, label %ad.rstart, label %ad.fail")
         e.label("ad.fail")
         e.line(f"call void @free(ptr {base})")
-        e.line("call void @ad.release(ptr %ad.dtors)")
+        self.release()
         e.line(f"ret i32 {status}")
         e.label("ad.rstart")
         cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
@@ -511,7 +504,7 @@ class AdjointGenerator:
                 else float_const(arg.type, 0)
             e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {field_no}')}")
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
-        e.line("call void @ad.release(ptr %ad.dtors)")
+        self.release()
         e.line("ret i32 0")
 
 

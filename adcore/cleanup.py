@@ -41,7 +41,8 @@ def clean(module, symbol):
             fn.linkage = "external"
         else:
             fn.linkage = "internal"
-            fn.add_function_attribute("alwaysinline")
+            if not any(b"noinline" in a.split() for a in fn.attributes):
+                fn.add_function_attribute("alwaysinline")
     for gv in module.global_variables:
         if not gv.is_declaration and gv.linkage != llvm.Linkage.internal:
             gv.linkage = "internal"

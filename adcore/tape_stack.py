@@ -43,7 +43,7 @@ entry:
   store ptr %nend, ptr %endp
   ret void
 }}"""]
-    out.append(f"""define internal void @ad.release(ptr %s) noinline {{
+    out.append(f"""define internal void @ad.release(ptr %s, ptr %release) noinline {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
   %base = load ptr, ptr %s
@@ -54,11 +54,17 @@ loop:
   br i1 %done, label %exit, label %body
 body:
   %m = call ptr @ad.pop.ptr(ptr %s)
-  call void @NRT_MemInfo_call_dtor(ptr %m)
+  call void %release(ptr %m)
   br label %loop
 exit:
   call void @free(ptr %base)
   ret void
+}}
+define internal ptr @ad.shadow.raw(i64 %size) noinline {{
+entry:
+  %p = call ptr @NRT_Allocate(i64 %size)
+  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %size, i1 false)
+  ret ptr %p
 }}
 define internal ptr @ad.shadow.alloc(i64 %size, i32 %align) noinline {{
 entry:
@@ -137,4 +143,6 @@ DECLARATIONS = {
     "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
     "NRT_MemInfo_call_dtor": "declare void @NRT_MemInfo_call_dtor(ptr)",
     "NRT_MemInfo_alloc_aligned": "declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)",
+    "NRT_Allocate": "declare ptr @NRT_Allocate(i64)",
+    "NRT_Free": "declare void @NRT_Free(ptr)",
 }

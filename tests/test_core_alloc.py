@@ -1,0 +1,107 @@
+"""Kernels that allocate: temporaries, array expressions, reductions, copies and views."""
+import numba
+import numpy as np
+import pytest
+
+import adcore
+from adcore import Duplicated, Reverse
+from fdcheck import check
+
+
+@numba.njit
+def temporary(x):
+    t = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        t[i] = x[i] * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += t[i] * x[i]
+    return s
+
+
+@numba.njit
+def array_expression(a, b, c):
+    t = a * b + np.sin(c)
+    return np.sum(t * t) + np.mean(t) + t.max()
+
+
+@numba.njit
+def constructors(a):
+    z = np.zeros(3)
+    z[0] = a[1] * 2.0
+    o = np.ones_like(a)
+    e = np.empty_like(a)
+    e[:] = a * a
+    return (o * a).sum() + z.sum() + e.sum()
+
+
+@numba.njit
+def copies_and_views(a):
+    y = a.copy()
+    y[0] = 5.0                 # overwriting the copy does not touch a
+    return (y * y).sum() + a[1:].sum() + (a[::2] * 3.0).sum()
+
+
+@numba.njit
+def make_scaled(a, k):         # a helper returning a new array
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        out[i] = a[i] * k
+    return out
+
+
+@numba.njit
+def calls_helper(a, b):
+    u = make_scaled(a, 2.0)
+    v = make_scaled(np.exp(b), 0.5)
+    return np.sum(u * v)
+
+
+@numba.njit
+def in_loop_allocation(x, steps):
+    s = 0.0
+    for t in range(steps):
+        tmp = np.tanh(x * (t + 1.0))        # a new array every iteration
+        s += tmp.sum() * x[t % x.shape[0]]
+    return s
+
+
+@numba.njit
+def matrix_temporaries(A, x):
+    y = np.zeros(A.shape[0])
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            y[i] += A[i, j] * x[j]
+    return np.sum(np.tanh(y) ** 2)
+
+
+@pytest.mark.parametrize("kernel, make", [
+    (temporary, lambda r: (r.random(5),)),
+    (array_expression, lambda r: (r.random(4), r.random(4), r.random(4))),
+    (constructors, lambda r: (r.random(4),)),
+    (copies_and_views, lambda r: (r.random(5),)),
+    (calls_helper, lambda r: (r.random(3), r.random(3))),
+    (in_loop_allocation, lambda r: (r.random(3), 4)),
+    (matrix_temporaries, lambda r: (r.standard_normal((3, 4)), r.standard_normal(4))),
+])
+def test_allocating_kernels_against_finite_differences(kernel, make):
+    check(kernel, *make(np.random.default_rng(0)))
+
+
+def test_repeated_calls_free_their_memory():
+    from numba.core.runtime import _nrt_python as nrt
+    x, dx = np.random.default_rng(1).random(50), np.zeros(50)
+    adcore.autodiff(Reverse, in_loop_allocation, Duplicated(x, dx), 3)
+    enabled = nrt.memsys_stats_enabled()
+    nrt.memsys_enable_stats()
+    try:
+        alloc0, free0 = nrt.memsys_get_stats_mi_alloc(), nrt.memsys_get_stats_mi_free()
+        for _ in range(200):
+            adcore.autodiff(Reverse, in_loop_allocation, Duplicated(x, dx), 3)
+        allocated = nrt.memsys_get_stats_mi_alloc() - alloc0
+        freed = nrt.memsys_get_stats_mi_free() - free0
+    finally:
+        if not enabled:
+            nrt.memsys_disable_stats()
+    assert allocated >= 200 * 3 * 2          # primal and shadow temporaries each iteration
+    assert allocated == freed
