@@ -210,6 +210,15 @@ def _convert(value, src, param, signed):
     return [f"  {out} = {op} {src} {value} to {dst}"], out
 
 
+def _unresolved_callees(module):
+    """Functions ``module`` calls that neither it nor this process defines."""
+    names = {list(ins.operands)[-1].name for f in module.functions for b in f.blocks
+             for ins in b.instructions if ins.opcode in ("call", "invoke")}
+    defined = {f.name for f in module.functions if not f.is_declaration}
+    return sorted(n for n in names - defined
+                  if n and not n.startswith("llvm.") and not llvm.address_of_symbol(n))
+
+
 class ForeignFunction:
     """A function of a foreign LLVM module: callable on numpy arrays and Python numbers,
     and differentiable with ``adcore.autodiff`` / ``adcore.gradient``."""
@@ -328,14 +337,23 @@ class ForeignFunction:
             with self._lock:
                 stub = self._stubs.get(argtypes)
                 if stub is None:
-                    module, symbol = self._module(argtypes)
-                    for g in itertools.chain(module.functions, module.global_variables):
-                        if not g.is_declaration and g.name != symbol:
-                            g.linkage = "internal"
-                    native.compile_ir(str(module), symbol)
-                    stub = self._stubs[argtypes] = native.make_stub(symbol, argtypes,
-                                                                    self.restype)
+                    stub = self._stubs[argtypes] = self._compile(argtypes)
         return stub
+
+    def _compile(self, argtypes):
+        """JIT-compile the wrapper for ``argtypes`` (everything else internal); its stub."""
+        module, symbol = self._module(argtypes)
+        for g in itertools.chain(module.functions, module.global_variables):
+            if not g.is_declaration and g.name != symbol:
+                g.linkage = "internal"
+        native.optimise(module)
+        missing = _unresolved_callees(module)
+        if missing:
+            raise ADError(f"{self.name} calls {', '.join(missing)}, which this process does "
+                          f"not define; load the library that does with "
+                          f"llvmlite.binding.load_library_permanently")
+        native.compile_ir(str(module), symbol)
+        return native.make_stub(symbol, argtypes, self.restype)
 
     def __call__(self, *values):
         """Run the function: arrays are passed by data pointer (and modified in place)."""

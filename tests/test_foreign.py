@@ -191,6 +191,16 @@ def test_wrong_arguments():
         fn("loops.ll", "newton_sqrt")("2")
 
 
+def test_unresolved_external_call():
+    f = adcore.from_llvm("declare double @mystery(double)\n"
+                         "define double @g(double %a) {\n"
+                         "  %r = call double @mystery(double %a)\n  ret double %r\n}\n", "g")
+    with pytest.raises(ADError, match="g calls mystery, which this process does not define"):
+        f(0.5)
+    with pytest.raises(adcore.UnsupportedError, match="mystery"):
+        adcore.gradient(Reverse, f, 0.5)
+
+
 def test_wrong_arguments_to_autodiff():
     x = np.zeros(3)
     with pytest.raises(ADError, match=r"argument 2 \(%n: i64\) takes an integer"):
