@@ -42,7 +42,9 @@ class MemInfo:
 
 
 def is_allocation(base):
-    return getattr(base, "callee", None) in ALLOCATORS + RAW_ALLOCATORS
+    """Heap allocations (NRT calls) and stack allocations (allocas)."""
+    return getattr(base, "callee", None) in ALLOCATORS + RAW_ALLOCATORS \
+        or getattr(base, "opcode", None) == "alloca"
 
 
 def is_memory_intrinsic(instr):
@@ -249,7 +251,7 @@ class Activity:
             if instr.opcode == "call" and instr not in varied:
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
-                if not is_differentiable_call(instr) and not is_memory_intrinsic(instr) \
+                if not self.is_pure_call(instr) and not is_memory_intrinsic(instr) \
                         and instr.callee not in ("NRT_Free",) and any(
                             o.type == "ptr" and self.bases(o) != UNKNOWN
                             and any(self.has_shadow(b) for b in self.bases(o))

@@ -139,6 +139,12 @@ class AdjointGenerator:
                     align = instr.operands[1].ref if len(instr.operands) > 1 else "32"
                     syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
                 continue
+            if instr.opcode == "alloca":
+                allocated = instr.text.split("alloca", 1)[1].split(",")[0].strip()
+                size = f"ptrtoint (ptr getelementptr ({allocated}, ptr null, i32 1) to i64)"
+                syn.text = (f"{syn.ref} = alloca {allocated}\n  call void @llvm.memset.p0.i64("
+                            f"ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
+                continue
             if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
                 syn.text = f"{syn.ref} = load ptr, ptr {shadow_slot(instr.operands[0])}"
                 continue
@@ -403,9 +409,12 @@ class AdjointGenerator:
             self.save_register(instr, saved)
 
     def forward_text(self, instr):
-        """The forward pass's copy of ``instr``: meminfo destructors are deferred to the
-        end of the reverse pass (which may still read the memory); an unneeded primal
+        """The forward pass's copy of ``instr``: frees, meminfo destructors and lifetime
+        ends are deferred to the end of the reverse pass (which may still read the
+        memory); an unneeded primal
         return is discarded so that O3 can drop the code computing it."""
+        if instr.opcode == "call" and (instr.callee or "").startswith("llvm.lifetime.end"):
+            return "; lifetime.end dropped: the reverse pass may read this memory"
         if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
