@@ -12,16 +12,42 @@ from .measure import failed, first_call, median_seconds, row, skipped
 
 def _seed(quick, size):
     """bench/seed.py's rows (the engines of layers and a hand-written Numba loop), then the
-    peers trained for the same epochs from the same initial weights."""
+    peers trained for the same epochs from the same initial weights, checked against the
+    reference's final loss (seed.py's hand-written loop; the tape engine while seed.py is
+    missing)."""
     epochs = max(1, int((100 if quick else 1000) * size))
     try:
         seed = importlib.import_module("bench.seed")
     except ImportError:
-        seed = None
-    rows = [skipped("seed", "", "bench/seed.py", "not written yet: layers' engines not run")]
-    if seed is None:
+        rows = [skipped("seed", "", "bench/seed.py", "not written yet: layers' engines not run")]
         ref_loss, ref_ms = _tape_seed(epochs, rows)
+        return rows + seed_peer_rows(epochs, ref_loss, ref_ms)
+    rows, ref_loss, ref_ms, epochs = _adapt_seed(seed.run(quick))
     return rows + seed_peer_rows(epochs, ref_loss, ref_ms)
+
+
+def _pick(r, *keys):
+    return next((r[k] for k in keys if r.get(k) is not None), None)
+
+
+def _adapt_seed(seed_rows):
+    """``(rows, reference final loss, reference ms, epochs)`` from bench/seed.py's rows: each
+    names its implementation, its time and its final loss; the hand-written one is the
+    reference."""
+    rows = []
+    ref = next((r for r in seed_rows if "hand" in str(_pick(r, "impl", "engine", "name"))), seed_rows[0])
+    ref_ms = _pick(ref, "ms") or 1e3 * _pick(ref, "seconds", "s", "time_s")
+    ref_loss = _pick(ref, "final_loss", "loss")
+    epochs = int(_pick(ref, "epochs") or 1000)
+    for r in seed_rows:
+        ms = _pick(r, "ms") or 1e3 * _pick(r, "seconds", "s", "time_s")
+        loss = _pick(r, "final_loss", "loss")
+        err = None if loss is None or ref_loss is None else abs(loss - ref_loss) / abs(ref_loss)
+        rows.append(row("seed", f"{epochs} epochs x 41 samples", str(_pick(r, "impl", "engine", "name")),
+                        ms, vs_ref=ms / ref_ms, first_s=_pick(r, "first_call_s", "compile_s"),
+                        err=None if r is ref else err, tol=1e-3,
+                        note="reference" if r is ref else ("" if loss is None else f"final loss {loss:.6f}")))
+    return rows, ref_loss, ref_ms, epochs
 
 
 def _seed_model():
