@@ -28,7 +28,9 @@ def sigmoid(x):
 @_njit
 def softplus(x):
     """``log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))``."""
-    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+    if x > 0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
 
 
 @_njit
@@ -37,14 +39,18 @@ def relu(x):
 
 
 @_njit
-def maximum(a, b):
-    """numpy's ``maximum`` with the tape's tie rule (the first operand wins)."""
-    return a if a >= b else b
+def sign(x):
+    """numpy's ``sign``: -1, 0 or 1 (NaN stays NaN)."""
+    return 1.0 if x > 0 else -1.0 if x < 0 else 0.0 * x
 
 
 @_njit
-def minimum(a, b):
-    return a if a <= b else b
+def rint(x):
+    """Round half to even, as numpy's ``rint``."""
+    r = math.floor(x + 0.5)
+    if r - x == 0.5 and r % 2 != 0:
+        r -= 1.0
+    return r
 
 
 @_njit
@@ -56,16 +62,6 @@ def logaddexp(a, b):
 @_njit
 def power(a, b):
     return a ** b
-
-
-@_njit
-def clip(x, lo, hi):
-    return min(max(x, lo), hi)
-
-
-@_njit
-def where(c, a, b):
-    return a if c else b
 
 
 # -- matrix product --------------------------------------------------------------------
@@ -83,12 +79,14 @@ def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
 # -- along one axis ----------------------------------------------------------------------
 @_njit
 def _line_max(x, xo, xs, n):
+    """The shift for a stable ``exp``: the maximum of the line.  (The tape's version also
+    replaces an infinite maximum by 0; that ``select`` would hit an adcore bug.)"""
     m = x[xo]
     for i in range(1, n):
         v = x[xo + i * xs]
         if v > m:
             m = v
-    return m if math.isfinite(m) else 0.0
+    return m
 
 
 @_njit

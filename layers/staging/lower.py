@@ -19,8 +19,8 @@ import numpy as np
 from adcore.errors import UnsupportedError
 
 from .. import kernels
-from .trace import Derived, ValueDependentError
-from .views import View, c_strides
+from .trace import Derived, TapeRef, ValueDependentError
+from .views import ExprView, View, c_strides
 
 
 class Arg(NamedTuple):
@@ -42,8 +42,29 @@ UNARY = {
 }
 BINARY = {
     "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
-    "divide": "({0} / {1})", "maximum": "K.maximum({0}, {1})", "minimum": "K.minimum({0}, {1})",
-    "logaddexp": "K.logaddexp({0}, {1})", "where": "({1} if {0} else {2})",
+    "divide": "({0} / {1})", "logaddexp": "K.logaddexp({0}, {1})",
+}
+# Choices are written as if/else statements storing each branch: a ``select`` over
+# values loaded from the workspace hits an adcore bug (see the README).  Ties go to
+# the first operand, as in the tape's rules.
+CHOICES = {
+    "where": ["if {0}:", "    {out} = {1}", "else:", "    {out} = {2}"],
+    "maximum": ["if {0} >= {1}:", "    {out} = {0}", "else:", "    {out} = {1}"],
+    "minimum": ["if {0} <= {1}:", "    {out} = {0}", "else:", "    {out} = {1}"],
+    "clip": ["if {0} < {1}:", "    {out} = {1}", "elif {0} > {2}:", "    {out} = {2}",
+             "else:", "    {out} = {0}"],
+    "clip_lo": ["if {0} < {1}:", "    {out} = {1}", "else:", "    {out} = {0}"],
+    "clip_hi": ["if {0} > {1}:", "    {out} = {1}", "else:", "    {out} = {0}"],
+}
+DERIVED = {
+    "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "less": "({0} < {1})",
+    "less_equal": "({0} <= {1})", "equal": "({0} == {1})", "not_equal": "({0} != {1})",
+    "logical_and": "(bool({0}) and bool({1}))", "logical_or": "(bool({0}) or bool({1}))",
+    "logical_xor": "(bool({0}) != bool({1}))", "logical_not": "(not {0})",
+    "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
+    "isfinite": "math.isfinite({0})", "isnan": "math.isnan({0})", "isinf": "math.isinf({0})",
+    "sign": "K.sign({0})", "floor": "math.floor({0})", "ceil": "math.ceil({0})",
+    "trunc": "math.trunc({0})", "rint": "K.rint({0})", "astype": "{0}",
 }
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -132,11 +153,32 @@ class Lowering:
             return self.views[i]
         if v is None:
             return None
+        if isinstance(v, Derived):
+            return self.derived(v)
         if isinstance(v, np.ndarray) and v.ndim > 0:
             return self.const(v)
-        if isinstance(v, Derived):
-            self.const(v)
         return View.scalar(_literal(v), np.result_type(v))
+
+    def derived(self, v):
+        """An elementwise value computed from traced arrays (a comparison, ...), recomputed
+        inside the loops that use it."""
+        if v.expr is None:
+            self.const(v)
+        name, operands = v.expr
+        template = DERIVED[name]
+        if name == "invert":
+            template = "(not {0})" if v.dtype == bool else "(~{0})"
+        views = []
+        for o in operands:
+            if isinstance(o, TapeRef):
+                views.append(self.views[o.id])
+            elif isinstance(o, Derived):
+                views.append(self.derived(o))
+            elif isinstance(o, np.ndarray) and o.ndim > 0:
+                views.append(self.const(o))
+            else:
+                views.append(View.scalar(_literal(o), np.result_type(o)))
+        return ExprView(template, [x.broadcast(v.shape) for x in views], v.shape, v.dtype)
 
     # -- emission ----------------------------------------------------------------------
     def emit(self, line):
@@ -155,10 +197,16 @@ class Lowering:
         self.depth -= len(idx)
 
     def store(self, out, template, operands):
-        """``out[...] = template(operands[...])`` elementwise, operands broadcast to ``out``."""
+        """``out[...] = template(operands[...])`` elementwise, operands broadcast to ``out``;
+        a list ``template`` holds the lines of a statement assigning ``{out}``."""
         ops = [o.broadcast(out.shape) for o in operands]
         idx = self.open_loops(out.shape)
-        self.emit(f"{out.at(idx)} = {template.format(*(o.at(idx) for o in ops))}")
+        values = [o.at(idx) for o in ops]
+        if isinstance(template, list):
+            for line in template:
+                self.emit(line.format(*values, out=out.at(idx)))
+        else:
+            self.emit(f"{out.at(idx)} = {template.format(*values)}")
         self.close_loops(idx)
 
     def source(self, loss_id, loss_value):
@@ -178,7 +226,7 @@ class Lowering:
     def _lower(self, rec):
         op = rec.op
         value = np.asarray(rec.value)
-        if op in UNARY or op in BINARY or op == "power" or op == "clip":
+        if op in UNARY or op in BINARY or op in CHOICES or op == "power":
             out = self.buffer(value.shape, value.dtype)
             self.store(out, self._template(rec), [self.operand(rec, k) for k in
                                                   range(len(rec.args)) if rec.args[k] is not None])
@@ -219,16 +267,14 @@ class Lowering:
         if op in UNARY:
             return UNARY[op]
         if op in BINARY:
-            if op == "where":
-                self.operand(rec, 0)
             return BINARY[op]
         if op == "power":
             t = _power_template(rec.args[1]) if rec.inputs[1] is None else None
             return t or "({0} ** {1})"
+        if op != "clip":
+            return CHOICES[op]
         lo, hi = rec.args[1] is not None, rec.args[2] is not None
-        if lo and hi:
-            return "K.minimum(K.maximum({0}, {1}), {2})"
-        return "K.maximum({0}, {1})" if lo else "K.minimum({0}, {1})" if hi else "{0}"
+        return CHOICES["clip" if lo and hi else "clip_lo" if lo else "clip_hi"] if lo or hi else "{0}"
 
     def _copy(self, x, dtype=None):
         out = self.buffer(x.shape, dtype or x.dtype)

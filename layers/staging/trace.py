@@ -1,12 +1,14 @@
 """Tracing a loss for the compiled path: the tape's recording, refusing value-dependent code.
 
 The compiled program replays one recording, so a loss whose Python code looks at the
-values of traced arrays (``if``, ``float()``, ``.item()``, comparisons, ``argmax``)
-would silently replay stale decisions.  While ``tracing()`` is active on this thread,
-converting a traced value to a Python number raises ``ValueDependentError``, and
-comparisons and other plain (non-differentiable) results computed from traced values
-come back as ``Derived`` arrays, which raise the same error when converted or when the
-lowering meets them in the recording.
+values of traced arrays (``if``, ``float()``, ``.item()``, ``argmax``) would silently
+replay stale decisions.  While ``tracing()`` is active on this thread, converting a
+traced value to a Python number raises ``ValueDependentError``, and plain
+(non-differentiable) results computed from traced values come back as ``Derived``
+arrays.  Elementwise ones (comparisons, ``isfinite``, logical operators, ``sign``,
+``floor``...) remember how they were computed (``Derived.expr``), so the lowering
+recomputes them in the program (``np.where(x > 0, x, 0.1 * x)`` works); any other
+``Derived`` raises the same error when converted or met by the lowering.
 """
 import contextlib
 import threading
@@ -48,8 +50,44 @@ def tracing():
         _local.active = old
 
 
+ELEMENTWISE = {"greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+               "logical_and", "logical_or", "logical_xor", "logical_not", "invert",
+               "bitwise_and", "bitwise_or", "bitwise_xor",
+               "isfinite", "isnan", "isinf", "sign", "floor", "ceil", "trunc", "rint"}
+
+
+class TapeRef:
+    """A traced operand of a ``Derived`` expression: the tape id of its value."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id):
+        self.id = id
+
+
 class Derived(np.ndarray):
-    """A plain array computed from traced values outside recorded ops (a comparison, ...)."""
+    """A plain array computed from traced values outside recorded ops (a comparison, ...).
+
+    ``expr`` is ``(ufunc name, operands)`` for elementwise ufuncs, an operand being a
+    ``TapeRef`` to a traced value, a ``Derived``, or a plain value; else ``None``."""
+
+    expr = None
+
+    def __array_finalize__(self, obj):
+        self.expr = None
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [np.asarray(i) if isinstance(i, Derived) else i for i in inputs]
+        out = getattr(ufunc, method)(*plain, **kwargs)
+        if out is NotImplemented or not isinstance(out, (np.ndarray, np.generic)):
+            return out
+        expr = None
+        if method == "__call__" and ufunc.__name__ in ELEMENTWISE and not kwargs:
+            expr = (ufunc.__name__, inputs)
+        return derived(out, expr)
+
+    def astype(self, dtype, *args, **kwargs):
+        return derived(np.asarray(self).astype(dtype, *args, **kwargs), ("astype", (self,)))
 
     def __bool__(self):
         raise ValueDependentError("branches on a value computed from traced arrays (`if`/`and`/`or`)")
@@ -66,8 +104,14 @@ class Derived(np.ndarray):
         raise ValueDependentError("converts a value computed from traced arrays with .item()")
 
 
-def derived(x):
-    return np.asarray(x).view(Derived)
+def derived(x, expr=None):
+    out = np.asarray(x).view(Derived)
+    out.expr = expr
+    return out
+
+
+def _operand(v):
+    return TapeRef(v._id) if type(v) is Tracked else v
 
 
 def _involves_traced(values):
@@ -87,17 +131,21 @@ def _refuse(what):
     return method
 
 
-def _plain_result(name):
+def _plain_result(name, ufunc=None):
     def method(self, *args, **kw):
         out = original[name](self, *args, **kw)
-        return derived(out) if active() else out
+        if not active():
+            return out
+        return derived(out, (ufunc, (TapeRef(self._id),) + tuple(map(_operand, args)))
+                       if ufunc else None)
     return method
 
 
 def _ufunc_call(ufunc, method, inputs, kwargs):
     out = original["ufunc_call"](ufunc, method, inputs, kwargs)
     if active() and type(out) is not Tracked and _involves_traced(inputs):
-        return derived(out)
+        elementwise = method == "__call__" and ufunc.__name__ in ELEMENTWISE and not kwargs
+        return derived(out, (ufunc.__name__, tuple(map(_operand, inputs))) if elementwise else None)
     return out
 
 
@@ -126,7 +174,9 @@ for _name, _what in (("__bool__", "branches on a traced value (`if`, `and`, `or`
     _m = _refuse(_what)
     _m.__name__ = _name
     setattr(Tracked, _name, _m)
-for _name in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "argmax", "argmin"):
-    setattr(Tracked, _name, _plain_result(_name))
+for _name, _ufunc in (("__lt__", "less"), ("__le__", "less_equal"), ("__gt__", "greater"),
+                      ("__ge__", "greater_equal"), ("__eq__", "equal"), ("__ne__", "not_equal"),
+                      ("argmax", None), ("argmin", None)):
+    setattr(Tracked, _name, _plain_result(_name, _ufunc))
 numpy_api.ufunc_call = _ufunc_call
 numpy_api.function_call = _function_call

@@ -94,3 +94,21 @@ class View:
                 off += (int(i) % n) * s
             d += 1
         return View(self.base, off, shape, strides, self.dtype)
+
+
+class ExprView:
+    """An elementwise expression over views (a comparison of traced values, ...): it has
+    no memory; ``at`` inlines the expression with its operands' element expressions."""
+
+    __slots__ = ("template", "operands", "shape", "dtype")
+
+    def __init__(self, template, operands, shape, dtype):
+        self.template, self.operands = template, operands
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def broadcast(self, shape):
+        return ExprView(self.template, [o.broadcast(shape) for o in self.operands], shape,
+                        self.dtype)
+
+    def at(self, idx):
+        return self.template.format(*(o.at(idx) for o in self.operands))
