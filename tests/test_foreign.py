@@ -67,9 +67,6 @@ def test_vector_ir():
     check(fn("vector.ll", "vscale"), rand(2), 0.7)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="core: a float stored into a stack buffer (alloca) that SROA cannot "
-                          "promote loses its derivative (tests/ll/stack.ll @stackbuf: 0, not 2 x[0])")
 def test_stack_buffer():
     check(fn("stack.ll", "stackbuf"), np.array([1.5]), 1, 1)
 
