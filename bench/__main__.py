@@ -62,14 +62,17 @@ def main(argv=None):
     print(report.LEGEND)
     print()
     print("  ".join(f"{n}: {s:.1f} s, peak RSS {p / 2**20:.0f} MB" for n, s, _, p in memory))
-    notes = []
+    notes = ["adcore keeps compiled gradients in memory only (no on-disk cache), so each 1st call "
+             "is a cold compile; Numba's are too (cache=False)",
+             "single-threaded throughout: one BLAS/OpenMP thread, torch.set_num_threads(1); "
+             "JAX uses XLA's defaults"]
     if not args.workloads and not args.quick and args.size == 1.0:
         chart = report.seed_chart(rows, report.HERE / "seed.png")
         notes.append(chart or "chart of the seed workload: bench/seed.png")
         command = "python -m bench"
         (report.HERE / "RESULTS.md").write_text(report.results_md(rows, memory, notes, command, seconds))
         print("wrote bench/RESULTS.md" + ("" if chart else " and bench/seed.png"))
-    for note in notes:
+    for note in notes[2:]:
         if not note.startswith("chart"):
             print(note)
     bad = report.failures(rows)

@@ -123,8 +123,8 @@ def versions():
     import llvmlite
     import numba
     import numpy
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                            text=True).stdout.strip() or "?"
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE,
+                            capture_output=True, text=True).stdout.strip() or "?"
     out = {"python": platform.python_version(), "adcore": commit, "numpy": numpy.__version__,
            "numba": numba.__version__, "llvmlite": llvmlite.__version__}
     for name in peers.NAMES:
