@@ -11,7 +11,7 @@ from . import peers
 HERE = Path(__file__).resolve().parent
 COLUMNS = ("implementation", "time", "x ref", "grad/obj", "1st call", "cached", "alloc", "check")
 LEGEND = """\
-time: median after warm-up, per gradient (per training run for seed); x ref: time / the
+time: median after warm-up, per gradient (per 1000 epochs for seed); x ref: time / the
 hand-written Numba reference of the same case; grad/obj: gradient time / the same
 implementation's objective time; 1st call: first call in this process (includes compiling);
 cached: bytes adcore's reverse pass cached (adcore.last_cached_bytes); alloc: peak bytes
@@ -166,7 +166,7 @@ Written by `{command}` on {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} i
 
 def seed_chart(rows, path):
     """A bar chart of the seed workload's times (PNG); returns a note when it cannot be drawn."""
-    rows = [r for r in rows if r["workload"] == "seed" and r["ms"]]
+    rows = [r for r in rows if r["workload"] == "seed" and r["ms"] and r["case"].startswith("time per")]
     if not rows:
         return "no seed timings: chart not drawn"
     try:

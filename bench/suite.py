@@ -11,43 +11,40 @@ from .measure import failed, first_call, median_seconds, row, skipped
 
 
 def _seed(quick, size):
-    """bench/seed.py's rows (the engines of layers and a hand-written Numba loop), then the
-    peers trained for the same epochs from the same initial weights, checked against the
-    reference's final loss (seed.py's hand-written loop; the tape engine while seed.py is
-    missing)."""
+    """bench/seed.py's rows (the engines of layers and a hand-written Numba loop, per 1000
+    epochs), then the peers trained from the same initial weights with the same Adam; their
+    final loss is checked against layers.train on the tape engine for the same epochs."""
     epochs = max(1, int((100 if quick else 1000) * size))
+    rows, ref_ms = [], None
     try:
         seed = importlib.import_module("bench.seed")
     except ImportError:
-        rows = [skipped("seed", "", "bench/seed.py", "not written yet: layers' engines not run")]
-        ref_loss, ref_ms = _tape_seed(epochs, rows)
-        return rows + seed_peer_rows(epochs, ref_loss, ref_ms)
-    rows, ref_loss, ref_ms, epochs = _adapt_seed(seed.run(quick))
-    return rows + seed_peer_rows(epochs, ref_loss, ref_ms)
+        rows.append(skipped("seed", "", "bench/seed.py", "not written yet: layers' engines not run"))
+    else:
+        rows, ref_ms = _adapt_seed(seed.run(quick or size < 1)[0])
+    ref_loss, tape_ms = _tape_seed(epochs, rows)
+    return rows + seed_peer_rows(epochs, ref_loss, ref_ms or tape_ms)
 
 
-def _pick(r, *keys):
-    return next((r[k] for k in keys if r.get(k) is not None), None)
+CASE = "time per 1000 epochs x 41 samples"
 
 
 def _adapt_seed(seed_rows):
-    """``(rows, reference final loss, reference ms, epochs)`` from bench/seed.py's rows: each
-    names its implementation, its time and its final loss; the hand-written one is the
-    reference."""
-    rows = []
-    ref = next((r for r in seed_rows if "hand" in str(_pick(r, "impl", "engine", "name"))), seed_rows[0])
-    ref_ms = _pick(ref, "ms") or 1e3 * _pick(ref, "seconds", "s", "time_s")
-    ref_loss = _pick(ref, "final_loss", "loss")
-    epochs = int(_pick(ref, "epochs") or 1000)
+    """``(rows, ms per 1000 epochs of the hand-written loop)`` from bench/seed.py's rows."""
+    timed = [r for r in seed_rows if "seconds_per_1000_epochs" in r]
+    ref = next(r for r in timed if "hand" in r["variant"])["seconds_per_1000_epochs"] * 1e3
+    rows = [row("seed", CASE, r["variant"], r["seconds_per_1000_epochs"] * 1e3,
+                vs_ref=r["seconds_per_1000_epochs"] * 1e3 / ref,
+                note="reference" if "hand" in r["variant"] else
+                f"last-epoch loss {r['mean_loss_after_warmup']:.4f} (bench/seed.py)")
+            for r in timed]
     for r in seed_rows:
-        ms = _pick(r, "ms") or 1e3 * _pick(r, "seconds", "s", "time_s")
-        loss = _pick(r, "final_loss", "loss")
-        err = None if loss is None or ref_loss is None else abs(loss - ref_loss) / abs(ref_loss)
-        rows.append(row("seed", f"{epochs} epochs x 41 samples", str(_pick(r, "impl", "engine", "name")),
-                        ms, vs_ref=ms / ref_ms, first_s=_pick(r, "first_call_s", "compile_s"),
-                        err=None if r is ref else err, tol=1e-3,
-                        note="reference" if r is ref else ("" if loss is None else f"final loss {loss:.6f}")))
-    return rows, ref_loss, ref_ms, epochs
+        if "seconds_per_1000_epochs" not in r:
+            first = "first" in r["variant"]
+            rows.append(row("seed", "compile and call latency (bench/seed.py)", r["variant"],
+                            None if first else r["seconds"] * 1e3,
+                            first_s=r["seconds"] if first else None))
+    return rows, ref
 
 
 def _seed_model():
@@ -70,16 +67,18 @@ def _tape_seed(epochs, rows):
         return (m(x) - y) ** 2
     t, _ = first_call(lambda: [train(loss, model, data, state) for _ in range(epochs)])
     final = seed_peers.mean_loss(model[0].weight, model[0].bias, model[1].weight, xs, ys)
-    rows.append(row("seed", f"{epochs} epochs x 41 samples", "layers.train, tape engine", t * 1e3,
-                    check=f"final loss {final:.6f}", note="reference"))
-    return final, t * 1e3
+    rows.append(row("seed", f"final loss after {epochs} epochs (checks the peers)",
+                    "layers.train, tape engine", check=f"final loss {final:.6f}",
+                    note=f"{t / epochs * 1e3:.2f} s per 1000 epochs"))
+    return final, t / epochs * 1e6
 
 
 def seed_peer_rows(epochs, ref_loss, ref_ms):
-    """The peers' training runs: time and final loss against ``ref_loss``."""
+    """The peers' training runs: time per 1000 epochs against ``ref_ms``, final loss against
+    ``ref_loss``."""
     model, (xs, ys) = _seed_model()
     init = (model[0].weight, model[0].bias, model[1].weight)
-    case = f"{epochs} epochs x 41 samples"
+    case = CASE
     out = []
     for name, train in seed_peers.trainers(*init, xs, ys).items():
         if isinstance(train, str):
@@ -93,7 +92,8 @@ def seed_peer_rows(epochs, ref_loss, ref_ms):
         except Exception as exc:
             out.append(failed("seed", case, name, exc))
             continue
-        out.append(row("seed", case, name, t * 1e3, vs_ref=t * 1e3 / ref_ms,
+        ms = t / epochs * 1e6
+        out.append(row("seed", case, name, ms, vs_ref=ms / ref_ms,
                        first_s=None if first > 1 else first,
                        err=abs(final - ref_loss) / ref_loss, tol=1e-3,
                        note=f"final loss {final:.6f}"))
