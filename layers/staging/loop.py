@@ -22,48 +22,60 @@ def _items(data):
     return data if isinstance(data, (list, tuple)) else list(data)
 
 
-def _stack(staged, items, n_args):
-    """Per driver argument, the stacked per-item values (``None`` where the argument is
-    the same for every item), or ``None`` when the items differ in shape or kind."""
-    first = items[0] if type(items[0]) is tuple else (items[0],)
-    varying = {}
-    for k, (kind, j, path, sample) in enumerate(staged.slots):
-        if j is None or j == 0 or kind not in ("input", "index", "index_nd"):
-            continue
-        if path != ():
-            return None
-        varying[k] = j - 1
-    fixed = [i for i in range(len(first)) if i not in varying.values()]
-    cols = {i: [] for i in varying.values()}
-    for item in items:
-        args = item if type(item) is tuple else (item,)
-        if len(args) != n_args - 1:
-            return None
-        for i in fixed:
-            if args[i] is not first[i]:
+def _column(col, sample):
+    """The values of one item position stacked: ``(n,)`` for scalars, ``(n, size)`` for
+    arrays; ``None`` when they differ in type, shape or dtype."""
+    n = len(col)
+    if isinstance(sample, np.ndarray):
+        if sample.ndim == 1 and set(map(len, col)) == {len(sample)}:
+            arr = np.concatenate(col)
+        else:
+            try:
+                arr = np.array(col)
+            except ValueError:
                 return None
-        for i, col in cols.items():
-            col.append(args[i])
+        if arr.size != n * sample.size or arr.dtype != sample.dtype:
+            return None
+        return arr.reshape(n, -1)
+    if set(map(type, col)) != {type(sample)}:
+        return None
+    return np.array(col, dtype=np.result_type(sample))
+
+
+def _stack(staged, items, n_args):
+    """Per driver argument that varies with the item, the items' values stacked (see
+    ``_column``); ``None`` when the items differ in structure, or in an argument that
+    is not an array or a float."""
+    if type(items[0]) is tuple:
+        if set(map(type, items)) != {tuple} or set(map(len, items)) != {n_args - 1}:
+            return None
+        cols = list(zip(*items))
+    elif n_args == 2:
+        cols = [items]
+    else:
+        return None
+    varying = staged.varying
+    if varying is None:
+        return None
+    for i, col in enumerate(cols):
+        if i not in varying.values():
+            first = col[0]
+            if not all(v is first for v in col):
+                return None
     stacked = {}
     for k, i in varying.items():
-        sample = first[i]
-        col = cols[i]
-        if isinstance(sample, np.ndarray):
-            shape, dtype = sample.shape, sample.dtype
-            if not all(type(v) is np.ndarray and v.shape == shape and v.dtype is dtype
-                       for v in col):
-                return None
-            stacked[k] = np.stack(col)
-        else:
-            t = type(sample)
-            if not all(type(v) is t for v in col):
-                return None
-            stacked[k] = np.array(col, dtype=np.float64 if t is float else sample.dtype)
+        arr = _column(cols[i], cols[i][0])
+        if arr is None:
+            return None
+        stacked[k] = arr
     return stacked
 
 
 def _groups(staged, state):
     """``[(leaf, [driver positions of its parameters])]`` for the unfrozen leaves."""
+    cached = staged.groups
+    if cached is not None and cached[0] is state:
+        return [(leaf, pos) for leaf, pos in cached[1] if not leaf.frozen]
     groups = {}
     for k, (kind, j, path, sample) in enumerate(staged.slots):
         if kind != "param" or j != 0:
@@ -74,58 +86,58 @@ def _groups(staged, state):
         if not isinstance(leaf, optim.Leaf):
             raise TypeError(f"optimiser state at {'.'.join(map(str, path))} is {leaf!r}, "
                             "not a Leaf; was the state made by setup for this model?")
-        if not leaf.frozen:
-            groups.setdefault(id(leaf), (leaf, []))[1].append(k)
-    return list(groups.values())
+        groups.setdefault(id(leaf), (leaf, []))[1].append(k)
+    staged.groups = (state, list(groups.values()))
+    return _groups(staged, state)
 
 
 def _loop_source(staged, stacked, plan):
-    """Source of ``loop(n, *args, *shadows, *grads, *states, hyper, losses)``."""
+    """Source of ``loop(n, *args, *shadows, *grads, *states, hyper, losses)``; flat views
+    are made once, before the loop over items (per-item inputs arrive as ``(n, size)``)."""
     na, nd = len(staged.flat), len(staged.dflat)
     a = [f"a{k}" for k in range(na)]
     d = [f"d{k}" for k in range(nd)]
     g = [f"g{k}" for k in range(len(plan))]
     s = [f"s{k}" for k in range(sum(len(st.state) for _, steps in plan for st in steps))]
-    lines = [f"def loop(n, {', '.join(a + d + g + s)}, hyper, losses):",
-             "    for it in range(n):"]
-    for k in range(nd):
-        lines.append(f"        _zero({d[k]}.reshape(-1))")
+    lines = [f"def loop(n, {', '.join(a + d + g + s)}, hyper, losses):"]
     call = []
     for k in range(na):
         if k in stacked:
             sample = staged.slots[k][3]
-            if isinstance(sample, np.ndarray) and sample.ndim == 0:
-                call.append(f"{a[k]}[it:it + 1]")
-            elif isinstance(sample, np.ndarray):
-                call.append(f"{a[k]}[it].reshape(-1)" if staged.flat[k] else f"{a[k]}[it]")
-            else:
-                call.append(f"{a[k]}[it]")
+            scalar = not isinstance(sample, np.ndarray)
+            call.append(f"{a[k]}[it]" if scalar else f"{a[k]}[it, :]")
+        elif staged.flat[k]:
+            lines.append(f"    f{a[k]} = {a[k]}.reshape(-1)")
+            call.append(f"f{a[k]}")
         else:
-            call.append(f"{a[k]}.reshape(-1)" if staged.flat[k] else a[k])
-    call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, staged.dflat)]
+            call.append(a[k])
+    for k in range(nd):
+        lines.append(f"    f{d[k]} = {d[k]}.reshape(-1)")
+    call += [f"f{x}" if fl else x for x, fl in zip(d, staged.dflat)]
+    lines.append("    for it in range(n):")
+    lines += [f"        _zero(f{x})" for x in d]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
               "            return it, 1"]
     si, hi = 0, 0
     for q, (positions, steps) in enumerate(plan):
-        p = f"{a[positions[0]]}.reshape(-1)"
-        ds = [f"{d[staged.shadow_of.index(pos)]}.reshape(-1)" for pos in positions]
-        lines += [f"        p = {p}",
-                  f"        for i in range({g[q]}.size):",
+        ds = [f"f{d[staged.shadow_of.index(pos)]}" for pos in positions]
+        p = f"f{a[positions[0]]}"
+        lines += [f"        for i in range({g[q]}.size):",
                   f"            {g[q]}[i] = {' + '.join(x + '[i]' for x in ds)}"]
         for k, st in enumerate(steps):
             args = [s[si + m] for m in range(len(st.state))]
             args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
             si, hi = si + len(st.state), hi + len(st.hyper)
-            call = f"K{q}_{k}(p, {g[q]}{''.join(', ' + x for x in args)})"
+            call = f"K{q}_{k}({p}, {g[q]}{''.join(', ' + x for x in args)})"
             if st.check:
                 lines += [f"        if not math.isfinite({call}):",
                           "            return it, 2"]
             else:
                 lines.append(f"        {call}")
         lines += [f"        for i in range({g[q]}.size):",
-                  f"            p[i] -= {g[q]}[i]"]
+                  f"            {p}[i] -= {g[q]}[i]"]
     lines.append("    return n, 0")
     return "\n".join(lines) + "\n"
 

@@ -186,10 +186,24 @@ class Staged:
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
         self.driver = _driver(self.grad.stub, flat, dflat,
                               [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")])
-        self.loops = {}
+        self.loops = {}     # the compiled train loops (layers.staging.loop)
+        self.groups = None  # the optimiser leaves of the last state used by train
+        self.varying = self._varying()
         ret = f"({', '.join(gather + shadows)},), ({''.join(g + ', ' for g in grads)})"
         self.gather = w.compile(ret)
         self.guard_source = w.source(ret)
+
+    def _varying(self):
+        """``{driver position: argument index - 1}`` of the inputs that are whole arguments
+        after the first (what ``train`` takes from each data item), or ``None`` when one
+        is nested inside an argument."""
+        varying = {}
+        for k, (kind, j, path, _) in enumerate(self.slots):
+            if j is not None and j > 0 and kind in ("input", "index", "index_nd"):
+                if path != ():
+                    return None
+                varying[k] = j - 1
+        return varying
 
     def run(self, dargs, grads, zero):
         """``(val, grads)`` for the driver arguments ``dargs`` gathered from a call."""

@@ -1,0 +1,213 @@
+"""The seed workload of the Flux pull request that added Enzyme training, four ways.
+
+``Chain(Dense(1, 23, tanh), Dense(23, 1, bias=False), only)``, 41 samples ``x in -2:0.1:2``,
+target ``2x - x^3``, loss ``(m(x) - y)^2``, Adam, one step per sample:
+
+- ``tape``: ``train(loss, model, data, state)`` on the tape engine;
+- ``duplicated train``: ``train(loss, Duplicated(model), data, state)`` (one native loop per call);
+- ``duplicated steps``: a Python loop of ``gradient(loss, dup, x, y)`` and ``update(state, dup)``;
+- ``hand-written numba``: forward, backward and Adam written out in one ``@njit`` epoch.
+
+Each runs one epoch per call; times are medians over blocks of epochs after a warm-up
+epoch, scaled to 1000 epochs.  Also reported: the latency of one ``gradient`` call with a
+``Duplicated`` model, and the first-call compile times measured in a fresh process.
+
+    python -m bench.seed            # from the repository root; full run
+    python -m bench.seed --quick
+"""
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numba
+import numpy as np
+
+from adcore import Duplicated
+from layers import Chain, Dense, gradient, only, tanh, train
+from optim import Adam, setup, update
+
+EPOCHS = 1000
+
+
+def seed_data():
+    return [(np.array([x], np.float32), np.float32(2 * x - x ** 3))
+            for x in np.arange(-2, 2.0001, 0.1)]
+
+
+def seed_model():
+    return Chain(Dense(1, 23, tanh, rng=0), Dense(23, 1, bias=False, rng=1), only)
+
+
+def loss(m, x, y):
+    return (m(x) - y) ** 2
+
+
+@numba.njit(cache=False, fastmath=False)
+def _adam(p, g, mt, vt, bt, eta, b1, b2, eps):
+    bt[0] *= b1
+    bt[1] *= b2
+    for i in range(p.size):
+        mt[i] = b1 * mt[i] + (1 - b1) * g[i]
+        vt[i] = b2 * vt[i] + (1 - b2) * g[i] * g[i]
+        p[i] -= eta * (mt[i] / (1 - bt[0])) / (math.sqrt(vt[i] / (1 - bt[1])) + eps)
+
+
+@numba.njit(cache=False)
+def hand_epoch(w1, b1, w2, state, xs, ys, losses):
+    """One epoch of the seed model written by hand: forward, backward, Adam per sample."""
+    n = w1.shape[0]
+    h = np.empty(n, np.float32)
+    gw1, gb1, gw2 = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32)
+    for k in range(xs.shape[0]):
+        x = xs[k]
+        yhat = np.float32(0.0)
+        for j in range(n):
+            h[j] = math.tanh(w1[j, 0] * x + b1[j])
+            yhat += w2[0, j] * h[j]
+        r = yhat - ys[k]
+        losses[k] = r * r
+        d = 2 * r
+        for j in range(n):
+            gw2[j] = d * h[j]
+            dz = d * w2[0, j] * (1 - h[j] * h[j])
+            gw1[j] = dz * x
+            gb1[j] = dz
+        _adam(w1.reshape(-1), gw1, state[0], state[1], state[2], 0.001, 0.9, 0.999, 1e-8)
+        _adam(b1, gb1, state[3], state[4], state[5], 0.001, 0.9, 0.999, 1e-8)
+        _adam(w2.reshape(-1), gw2, state[6], state[7], state[8], 0.001, 0.9, 0.999, 1e-8)
+
+
+def _hand_runner():
+    m = seed_model()
+    w1, b1, w2 = m[0].weight, m[0].bias, m[1].weight
+    z = lambda: np.zeros(23, np.float32)
+    state = (z(), z(), np.ones(2), z(), z(), np.ones(2), z(), z(), np.ones(2))
+    data = seed_data()
+    losses = np.empty(len(data), np.float32)
+
+    def epoch():
+        xs = np.array([x[0] for x, _ in data], np.float32)   # re-read the data each epoch,
+        ys = np.array([y for _, y in data], np.float32)      # as train does
+        hand_epoch(w1, b1, w2, state, xs, ys, losses)
+        return losses.tolist()
+    return epoch
+
+
+def _runners():
+    data = seed_data()
+    m_tape, m_dup, m_steps = seed_model(), seed_model(), seed_model()
+    s_tape, s_dup, s_steps = setup(Adam(), m_tape), setup(Adam(), m_dup), setup(Adam(), m_steps)
+    dup, dup_steps = Duplicated(m_dup), Duplicated(m_steps)
+
+    def steps():
+        out = []
+        for x, y in data:
+            val, _ = __import__("layers").withgradient(loss, dup_steps, x, y)
+            update(s_steps, dup_steps)
+            out.append(float(val))
+        return out
+    return {"tape": lambda: train(loss, m_tape, data, s_tape),
+            "duplicated train": lambda: train(loss, dup, data, s_dup),
+            "duplicated steps": steps,
+            "hand-written numba": _hand_runner()}
+
+
+def _time_epochs(run, blocks, per_block):
+    run()   # warm-up (compiles)
+    times, last = [], None
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(per_block):
+            last = run()
+        times.append((time.perf_counter() - t0) / per_block)
+    return statistics.median(times), last
+
+
+_FIRST_CALL = """
+import time, numpy as np
+t0 = time.perf_counter()
+import layers, optim
+from adcore import Duplicated
+t1 = time.perf_counter()
+m = layers.Chain(layers.Dense(1, 23, layers.tanh, rng=0), layers.Dense(23, 1, bias=False, rng=1),
+                 layers.only)
+data = [(np.array([x], np.float32), np.float32(2 * x - x ** 3)) for x in np.arange(-2, 2.0001, 0.1)]
+loss = lambda m, x, y: (m(x) - y) ** 2
+dup = Duplicated(m)
+t2 = time.perf_counter()
+layers.gradient(loss, dup, *data[0])
+t3 = time.perf_counter()
+layers.train(loss, dup, data, optim.setup(optim.Adam(), dup))
+t4 = time.perf_counter()
+print(t1 - t0, t3 - t2, t4 - t3)
+"""
+
+
+def first_call_seconds():
+    """``(import, first gradient, first train)`` seconds in a fresh Python process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True,
+                         check=True, cwd=root)
+    return tuple(float(v) for v in out.stdout.split())
+
+
+def gradient_latency(calls=20000):
+    """Median seconds of one ``gradient(loss, Duplicated(model), x, y)`` call after warm-up."""
+    dup = Duplicated(seed_model())
+    x, y = seed_data()[5]
+    gradient(loss, dup, x, y)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls // 5):
+            gradient(loss, dup, x, y)
+        times.append((time.perf_counter() - t0) / (calls // 5))
+    return statistics.median(times)
+
+
+def run(quick=False):
+    """Measure everything; returns ``(rows, report)``: a list of dicts and printable text."""
+    rows = []
+    per_block = {"tape": 3 if quick else 30}
+    for name, fn in _runners().items():
+        blocks, n = (3, per_block.get(name, 20 if quick else 200))
+        sec, losses = _time_epochs(fn, blocks, n)
+        rows.append({"variant": name, "seconds_per_epoch": sec,
+                     "seconds_per_1000_epochs": sec * EPOCHS,
+                     "mean_loss_after_warmup": float(np.mean(losses))})
+    tape = rows[0]["seconds_per_epoch"]
+    hand = rows[-1]["seconds_per_epoch"]
+    for r in rows:
+        r["speedup_vs_tape"] = tape / r["seconds_per_epoch"]
+        r["ratio_to_hand_written"] = r["seconds_per_epoch"] / hand
+    latency = gradient_latency(5000 if quick else 50000)
+    imp, first_grad, first_train = first_call_seconds()
+    rows.append({"variant": "gradient call latency", "seconds": latency})
+    rows.append({"variant": "first gradient compile (fresh process)", "seconds": first_grad,
+                 "import_seconds": imp})
+    rows.append({"variant": "first train call (loop compile, fresh process)",
+                 "seconds": first_train})
+    return rows, report(rows)
+
+
+def report(rows):
+    lines = ["seed workload: Chain(Dense(1 => 23, tanh), Dense(23 => 1; bias=False), only), "
+             "41 samples, Adam, 1 step per sample",
+             f"{'variant':<22}{'s / 1000 epochs':>16}{'x tape':>9}{'/ hand':>9}{'loss':>10}"]
+    for r in rows:
+        if "seconds_per_1000_epochs" in r:
+            lines.append(f"{r['variant']:<22}{r['seconds_per_1000_epochs']:>16.3f}"
+                         f"{r['speedup_vs_tape']:>9.1f}{r['ratio_to_hand_written']:>9.2f}"
+                         f"{r['mean_loss_after_warmup']:>10.4f}")
+    for r in rows:
+        if "seconds" in r:
+            unit = f"{r['seconds'] * 1e6:.2f} µs" if r["seconds"] < 1e-3 else f"{r['seconds']:.3f} s"
+            lines.append(f"{r['variant']}: {unit}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(run(quick="--quick" in sys.argv)[1])
