@@ -77,12 +77,14 @@ def _join(sets):
 
 class Activity:
     def __init__(self, func, kernel_name, active_args, shadow_args, retptr, ret_active,
-                 is_differentiable_call, is_pure_call, data_args=(), distinct_arrays=True):
+                 is_differentiable_call, is_pure_call, data_args=(), distinct_arrays=True,
+                 rule_of=lambda instr: None):
         self.func, self.kernel_name = func, kernel_name
         self.active_args, self.shadow_args = set(active_args), set(shadow_args)
         self.retptr, self.ret_active = retptr, ret_active
         self.data_args = set(data_args)
         self.is_pure_call = is_pure_call
+        self.rule_of = rule_of
         self.distinct_arrays = distinct_arrays
         self.users = {}
         for instr in func.instructions():
@@ -232,6 +234,8 @@ class Activity:
                             hit = False  # a pointer kept in float memory is not a float
                         else:
                             self._check_punned_copy(instr)
+                elif op == "call" and self.rule_of(instr) is not None:
+                    hit = False          # a custom rule handles the call's derivative
                 else:
                     srcs = instr.operands[1:] if op == "select" else instr.operands
                     hit = any(o.defn in varied for o in srcs)
@@ -248,7 +252,7 @@ class Activity:
         for instr in self.func.instructions():
             if instr.opcode in MEMORY_WRITERS[1:] and any(o.defn in varied for o in instr.operands):
                 raise self.unsupported(instr, "atomic update of a differentiable value")
-            if instr.opcode == "call" and instr not in varied:
+            if instr.opcode == "call" and instr not in varied and self.rule_of(instr) is None:
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
                 if not self.is_pure_call(instr) and not is_memory_intrinsic(instr) \
@@ -294,6 +298,8 @@ class Activity:
                         work.append(value.defn)
             elif is_memcpy(instr) and self.is_shadowed(instr.operands[1]):
                 self._note_unshadowed_write(instr.operands[0])
+            elif instr.opcode == "call" and self.rule_of(instr) is not None:
+                work.extend(o.defn for o in instr.operands if o.defn in self.varied)
         while work:
             v = work.pop()
             if v in useful:
@@ -313,6 +319,8 @@ class Activity:
                     ptrs = [instr.operands[1] if instr.opcode == "store" else instr.operands[0]]
                 elif is_memory_intrinsic(instr):
                     ptrs = [instr.operands[0]]
+                elif instr.opcode == "call" and self.rule_of(instr) is not None:
+                    ptrs = [instr.operands[k] for k in self.rule_of(instr).outputs]
                 elif instr.opcode == "call" and not self.is_pure_call(instr):
                     ptrs = [o for o in instr.operands if o.type == "ptr"]
                 else:
@@ -332,6 +340,20 @@ class Activity:
             self._reach[block] = seen
         return self._reach[block]
 
+    def clobbered_after(self, instr, op):
+        """True when a write that may alias pointer ``op`` can follow ``instr``."""
+        bs = self.bases(op)
+        if bs == UNKNOWN:
+            return True
+        return self._written_after(instr, lambda ws: ws == UNKNOWN or bool(ws & bs))
+
+    def _written_after(self, instr, clobbers):
+        pos = instr.block.instrs.index(instr)
+        if any(clobbers(ws) for p, ws in self.written.get(instr.block, ()) if p > pos):
+            return True
+        return any(clobbers(ws) for blk in self._reachable(instr.block)
+                   for _, ws in self.written.get(blk, ()))
+
     def can_reload(self, load):
         """True when no write that may alias ``load``'s address can follow it, so the
         reverse pass (which leaves primal memory as the forward pass left it) may
@@ -349,8 +371,4 @@ class Activity:
                 return True
             return not self.distinct_arrays and bool(ws & self.data_args) and bool(bs & self.data_args)
 
-        pos = load.block.instrs.index(load)
-        if any(clobbers(ws) for p, ws in self.written.get(load.block, ()) if p > pos):
-            return False
-        return not any(clobbers(ws) for blk in self._reachable(load.block)
-                       for _, ws in self.written.get(blk, ()))
+        return not self._written_after(load, clobbers)

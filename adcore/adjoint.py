@@ -28,7 +28,7 @@ from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
 from .ir import Arg, FLOAT_TYPES, Instr, Operand, label, local, rename
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
-from . import tape_stack
+from . import custom_rules, tape_stack
 
 PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
             "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
@@ -72,8 +72,9 @@ class Lazy:
 
 
 class AdjointGenerator:
-    def __init__(self, func, spec):
-        self.func, self.spec = func, spec
+    def __init__(self, func, spec, context=None):
+        self.func, self.spec, self.context = func, spec, context
+        self._rules = {}
         self.cfg = ControlFlow(func)
         args = func.args
         self.retptr = args[0]
@@ -87,7 +88,7 @@ class AdjointGenerator:
                             list(self.shadow_ref), self.retptr, spec.ret_active,
                             is_differentiable_call, is_pure_call,
                             data_args=[args[i] for i in spec.data_args],
-                            distinct_arrays=spec.distinct_arrays)
+                            distinct_arrays=spec.distinct_arrays, rule_of=self.rule_of)
         taken = {a.name for a in args} | {b.name for b in func.blocks}
         taken |= {i.name for i in func.instructions() if i.name}
         self.e = Emitter(taken)
@@ -180,6 +181,14 @@ class AdjointGenerator:
             if instr in self.shadow_def:
                 out.append(self.shadow_def[instr])
         return out
+
+    def rule_of(self, instr):
+        """The custom rule bound to a call's callee, or None."""
+        if instr.opcode != "call":
+            return None
+        if instr.callee not in self._rules:
+            self._rules[instr.callee] = custom_rules.find(instr.callee)
+        return self._rules[instr.callee]
 
     # -- small helpers ---------------------------------------------------------------
     def unsupported(self, instr, detail):
@@ -290,6 +299,9 @@ class AdjointGenerator:
         if is_memory_intrinsic(instr):
             self.reverse_memory_intrinsic(instr)
             return
+        if self.rule_of(instr) is not None:
+            self.reverse_rule_call(instr, self.rule_of(instr))
+            return
         if instr not in act.active or instr.opcode == "phi":
             return
         dy = self.take_adjoint(instr)
@@ -323,6 +335,91 @@ class AdjointGenerator:
         else:
             e.declare("llvm.memset.p0.i64", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
             e.line(f"call void @llvm.memset.p0.i64(ptr {sd}, i8 0, i64 {n}, i1 false)")
+
+    def reverse_rule_call(self, instr, rule):
+        """Call the rule's reverse with the call's arguments and their shadows."""
+        act, e = self.act, self.e
+        ops = instr.operands
+        for k, o in enumerate(ops):
+            if o.type == "ptr" and k not in rule.outputs and act.is_shadowed(o) \
+                    and act.clobbered_after(instr, o):
+                raise self.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
+                                              f"the call, but its custom rule reads it in the reverse pass")
+        if rule.is_external:
+            self.reverse_external_rule(instr, rule)
+        else:
+            self.reverse_njit_rule(instr, rule)
+
+    def reverse_external_rule(self, instr, rule):
+        e = self.e
+        args, types_ = [], []
+        for o in instr.operands:
+            v = self.materialise(o)
+            if o.type == "ptr":
+                v = e(f"ptrtoint ptr {v} to i64")
+            args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")
+            types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
+        for o in instr.operands:
+            if o.type == "ptr":
+                sh = e(f"ptrtoint ptr {self.shadow(o)} to i64") if self.act.is_shadowed(o) else "0"
+                args.append(f"i64 {sh}")
+                types_.append(custom_rules.LLVM_TO_NUMBA["i64"])
+        symbol, _ = rule.reverse_symbol(types_)
+        params = ", ".join(["ptr", "ptr"] + [a.split(" ")[0] for a in args])
+        e.declare(symbol, f"declare i32 @{symbol}({params})")
+        ret, exc = self.alloca("i64", "ruleret"), self.alloca("ptr", "ruleexc")
+        e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+
+    def reverse_njit_rule(self, instr, rule):
+        """``reverse(args..., shadows of array args..., dret)`` for an njit callee, whose
+        call passes Numba's flattened arguments after its return slot and excinfo."""
+        from numba.core import types as nbtypes
+        e, act, ctx = self.e, self.act, self.context
+        ops = instr.operands
+        flat, pos, groups = [], 2, []
+        for t in rule.argtypes:
+            n = len(ctx.get_arg_packer([t]).argument_types)
+            groups.append((t, ops[pos:pos + n]))
+            pos += n
+        args = [f"{o.type} {self.materialise(o)}" for _, g in groups for o in g]
+        types_ = list(rule.argtypes)
+        for t, g in groups:
+            if isinstance(t, nbtypes.Array):
+                data = ctx.data_model_manager[t]._fields.index("data")
+                shadowed = act.is_shadowed(g[data])
+                for j, o in enumerate(g):
+                    if j == data:
+                        args.append(f"ptr {self.shadow(o) if shadowed else 'null'}")
+                    elif not shadowed and j in (2, 5):        # nitems, shape[0]: empty shadow
+                        args.append(f"{o.type} 0")
+                    else:
+                        args.append(f"{o.type} {self.materialise(o)}")
+                types_.append(t)
+        float_ret = isinstance(rule.restype, nbtypes.Float)
+        if float_ret:
+            rt = str(ctx.get_value_type(rule.restype))
+            retp = ops[0]
+            if act.is_shadowed(retp):
+                sp = self.shadow(retp)
+                dret = e(f"load {rt}, ptr {sp}")
+                e.line(f"store {rt} {float_const(rt, 0)}, ptr {sp}")
+            else:
+                dret = float_const(rt, 0)
+            args.append(f"{rt} {dret}")
+            types_.append(rule.restype)
+        symbol, restype = rule.reverse_symbol(types_)
+        params = ", ".join(["ptr", "ptr"] + [a.rsplit(" ", 1)[0] for a in args])
+        e.declare(symbol, f"declare i32 @{symbol}({params})")
+        out_type = "i64" if restype == nbtypes.none else str(ctx.get_value_type(restype))
+        ret, exc = self.alloca(out_type, "ruleret"), self.alloca("ptr", "ruleexc")
+        e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+        if restype == nbtypes.none:
+            return
+        floats = [g[0] for t, g in groups if isinstance(t, nbtypes.Float)]
+        for k, o in enumerate(floats):
+            if o.defn in act.active:
+                field = e(f"getelementptr inbounds {out_type}, ptr {ret}, i32 0, i32 {k}")
+                self.accumulate(o.defn, e(f"load {o.type}, ptr {field}"))
 
     # -- the saving plan -------------------------------------------------------------
     def saves(self, block):
@@ -415,6 +512,9 @@ class AdjointGenerator:
         return is discarded so that O3 can drop the code computing it."""
         if instr.opcode == "call" and (instr.callee or "").startswith("llvm.lifetime.end"):
             return "; lifetime.end dropped: the reverse pass may read this memory"
+        if instr.opcode == "call" and instr.callee == "NRT_decref":
+            self.stack_types.add("ptr")
+            return f"call void @ad.decref(ptr %ad.dtors, ptr {instr.operands[0].ref})"
         if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"

@@ -7,7 +7,7 @@ import numba
 import numpy as np
 from numba.core import types as nbtypes
 
-from . import native
+from . import custom_rules, native
 from .adjoint import AdjointGenerator, Spec, gradient_module
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .capture import as_dispatcher, capture
@@ -101,7 +101,9 @@ class CompiledGradient:
         self.pyname = kernel.pyname
         restype = kernel.restype
         ctx = kernel.context
-        module = clean(kernel.module, kernel.symbol)
+        keep = {fn.name for fn in kernel.module.functions
+                if not fn.is_declaration and custom_rules.find(fn.name) is not None}
+        module = clean(kernel.module, kernel.symbol, keep)
         self.primal_ir = str(module)
         func = read_function(module.get_function(kernel.symbol))
         is_float_ret = isinstance(restype, nbtypes.Float)
@@ -142,7 +144,7 @@ class CompiledGradient:
             spec = Spec(symbol, self.pyname, active, shadows + [scratch_shadow(k) for k in sorted(self.scratch)],
                         self.ret_active, str(ctx.get_value_type(result)), active_fields,
                         len(fields) - 1, data_args, distinct, keep_primal=with_primal)
-            gen = AdjointGenerator(func, spec)
+            gen = AdjointGenerator(func, spec, ctx)
             lost = {k for k in range(len(anns))
                     if isinstance(argtypes[k], nbtypes.Array)
                     and func.args[starts[k] + data_pos] in gen.act.unshadowed_writes}

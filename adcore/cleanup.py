@@ -29,8 +29,9 @@ def _run(module, *passes):
     _pass_manager(*passes).run(module, pb)
 
 
-def clean(module, symbol):
-    """Reduce ``module`` to the cleaned function ``symbol`` (modified in place and returned)."""
+def clean(module, symbol, keep=()):
+    """Reduce ``module`` to the cleaned function ``symbol`` (modified in place and
+    returned); functions named in ``keep`` (those with custom rules) stay calls."""
     tm = target_machine()
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
@@ -41,7 +42,9 @@ def clean(module, symbol):
             fn.linkage = "external"
         else:
             fn.linkage = "internal"
-            if not any(b"noinline" in a.split() for a in fn.attributes):
+            if fn.name in keep:
+                fn.add_function_attribute("noinline")
+            elif not any(b"noinline" in a.split() for a in fn.attributes):
                 fn.add_function_attribute("alwaysinline")
     for gv in module.global_variables:
         if not gv.is_declaration and gv.linkage != llvm.Linkage.internal:

@@ -158,6 +158,13 @@ def read_function(fn):
     return func
 
 
+def _bare(token):
+    name = token[1:]
+    return name[1:-1] if name.startswith('"') else name
+
+
 def rename(text, mapping):
-    """Replace each ``%name`` token of ``text`` found in ``mapping`` by its value."""
-    return _LOCAL.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
+    """Replace each ``%name`` token of ``text`` (quoted or not) whose value is a key of
+    ``mapping`` (spelt either way) by the mapped text."""
+    bare = {_bare(k): v for k, v in mapping.items()}
+    return _LOCAL.sub(lambda m: bare.get(_bare(m.group(0)), m.group(0)), text)

@@ -17,8 +17,8 @@ def type_tag(type_):
 
 def helpers(types, copy_types=()):
     """IR text of the stack helpers (grow, push/pop for each type in ``types``), of the
-    release of deferred meminfos, of zeroed shadow allocations, and of the memcpy
-    adjoint for each float type in ``copy_types``."""
+    deferred decref and release of meminfos, of zeroed shadow allocations, and of the
+    memcpy adjoint for each float type in ``copy_types``."""
     out = [f"""define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
@@ -58,6 +58,20 @@ body:
   br label %loop
 exit:
   call void @free(ptr %base)
+  ret void
+}}
+define internal void @ad.decref(ptr %s, ptr %m) {{
+entry:
+  %null = icmp eq ptr %m, null
+  br i1 %null, label %exit, label %dec
+dec:
+  %old = atomicrmw sub ptr %m, i64 1 acq_rel
+  %last = icmp eq i64 %old, 1
+  br i1 %last, label %defer, label %exit
+defer:
+  call void @ad.push.ptr(ptr %s, ptr %m)
+  br label %exit
+exit:
   ret void
 }}
 define internal ptr @ad.shadow.raw(i64 %size) noinline {{

@@ -139,3 +139,21 @@ def swap_phis(x):
 
 def test_parallel_phi_swap():
     check(swap_phis, np.random.default_rng(4).uniform(-1, 1, 5))
+
+
+@numba.njit
+def finite_max(x):
+    m = x[0]
+    for i in range(1, x.shape[0]):
+        if x[i] > m:
+            m = x[i]
+    return m if math.isfinite(m) else 0.0
+
+
+@numba.njit
+def helper_twice(x):
+    return finite_max(x) * finite_max(x * 2.0)
+
+
+def test_helper_inlined_twice():
+    check(helper_twice, np.array([1.0, 3.0, 2.0]))

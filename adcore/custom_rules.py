@@ -1,0 +1,121 @@
+"""Custom derivative rules (the EnzymeRules analogue).
+
+A rule replaces differentiating *through* a callee: the forward pass calls the callee
+as it is, and the reverse pass calls the rule's ``reverse`` function, an njit function
+that adds the callee's vector-Jacobian product into the shadows.
+
+* For an **njit function** ``g(a, b, ...)`` the reverse is called as
+  ``reverse(a, b, ..., da, db, ..., dret)``: the arguments as they were at the call, then
+  one shadow per array argument (an empty array of the same type when the argument has
+  none), then ``dret``, the adjoint of ``g``'s float return (only when ``g`` returns a
+  float).  It returns a tuple with the adjoint of each float scalar argument, in order,
+  or ``None`` when there is none.
+* For an **external symbol** (a C function the kernel calls, such as Numba's BLAS
+  helpers) the reverse is called as ``reverse(*args, *shadow_addresses)``: the C
+  arguments (pointers as int64 addresses), then for each pointer argument the address of
+  its shadow (0 when it has none); :func:`carray` views an address as an array.  It
+  returns ``None``.
+
+The values the reverse reads through pointers must be unchanged between the call and the
+reverse pass; adcore refuses a kernel that overwrites them after the call.
+"""
+import itertools
+
+import llvmlite.binding as llvm
+import numba
+from numba.core import cgutils, types
+from numba.core.registry import CPUDispatcher
+from numba.extending import intrinsic
+
+from .errors import ADError
+
+_RULES = []                    # (target, reverse)
+_bound = {}                    # (reverse, argtypes) -> symbol
+_counter = itertools.count()
+LLVM_TO_NUMBA = {"i8": types.int8, "i16": types.int16, "i32": types.int32, "i64": types.int64,
+                 "float": types.float32, "double": types.float64, "ptr": types.int64}
+
+
+def register_rule(target, reverse, outputs=()):
+    """Differentiate calls to ``target`` (an njit function or the name of an external
+    symbol) with the njit function ``reverse`` (see the module docstring).  ``outputs``
+    lists the positions of pointer arguments the callee only writes: the reverse does not
+    read them, so later code may overwrite them."""
+    if not isinstance(reverse, CPUDispatcher):
+        raise ADError(f"the reverse of a rule must be a numba.njit function, got {reverse!r}")
+    if not isinstance(target, (str, CPUDispatcher)):
+        raise ADError(f"a rule's target must be an njit function or a symbol name, got {target!r}")
+    _RULES.append((target, reverse, tuple(outputs)))
+    return reverse
+
+
+def rule(target, outputs=()):
+    """Decorator form: ``@adcore.rule(g)`` above ``@numba.njit def g_reverse(...)``."""
+    return lambda reverse: register_rule(target, reverse, outputs)
+
+
+class BoundRule:
+    """A rule matched to one callee symbol: ``argtypes`` are the callee's Numba argument
+    types (``None`` for an external symbol), ``restype`` its return type."""
+
+    def __init__(self, symbol, reverse, outputs, argtypes=None, restype=None):
+        self.symbol, self.reverse, self.outputs = symbol, reverse, outputs
+        self.argtypes, self.restype = argtypes, restype
+
+    @property
+    def is_external(self):
+        return self.argtypes is None
+
+    def reverse_symbol(self, types_):
+        """The native symbol of ``reverse`` compiled for ``types_`` (registered with LLVM)."""
+        key = (self.reverse, tuple(types_))
+        if key not in _bound:
+            self.reverse.compile(tuple(types_))
+            cres = self.reverse.overloads[tuple(types_)]
+            name = f"adcore_rule_{next(_counter)}"
+            llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.mangled_name))
+            _bound[key] = (name, cres.signature.return_type)
+        return _bound[key]
+
+
+def find(callee):
+    """The rule for LLVM function ``callee``, or None."""
+    if not callee:
+        return None
+    for target, reverse, outputs in reversed(_RULES):
+        if isinstance(target, str):
+            if target == callee:
+                return BoundRule(callee, reverse, outputs)
+            continue
+        for sig, cres in list(target.overloads.items()):
+            if cres.fndesc.mangled_name == callee:
+                return BoundRule(callee, reverse, (0, 1), list(sig), cres.signature.return_type)
+    return None
+
+
+@intrinsic
+def carray(typingctx, address, length, dtype):
+    """``carray(address, n, np.float64)``: a 1-D array view of ``n`` elements at an int64
+    address (the pointers and shadow addresses external-symbol rules receive).  The
+    element type is given as a dtype, a scalar type, or a sample scalar value."""
+    if isinstance(dtype, types.DType):
+        elem = dtype.dtype
+    elif isinstance(dtype, types.NumberClass):
+        elem = dtype.instance_type
+    elif isinstance(dtype, types.Number):
+        elem = dtype                     # a sample value of the element type
+    else:
+        return None
+    arrty = types.Array(elem, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        addr, n, _ = args
+        ptr = builder.inttoptr(addr, context.get_value_type(elem).as_pointer())
+        ary = context.make_array(arrty)(context, builder)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_value_type(elem)))
+        context.populate_array(ary, data=ptr, shape=cgutils.pack_array(builder, [n]),
+                               strides=cgutils.pack_array(builder, [itemsize]),
+                               itemsize=itemsize, meminfo=None)
+        return ary._getvalue()
+
+    return arrty(address, length, dtype), codegen

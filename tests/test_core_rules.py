@@ -1,0 +1,165 @@
+"""Custom derivative rules, and the BLAS rules behind np.dot and @ inside kernels."""
+import math
+import warnings
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+import adcore
+from adcore import Active, Duplicated, Reverse, UnsupportedError
+from fdcheck import check
+
+warnings.filterwarnings("ignore", category=numba.NumbaPerformanceWarning)
+
+
+# -- BLAS -----------------------------------------------------------------------------------
+@numba.njit
+def matmul_loss(A, B):
+    C = A @ B
+    return np.sum(C * C)
+
+
+@numba.njit
+def matvec_loss(A, x):
+    return np.sum(np.tanh(A @ x))
+
+
+@numba.njit
+def vecmat_loss(x, A):
+    return np.sum(np.sin(x @ A))
+
+
+@numba.njit
+def dot_loss(x, y):
+    return np.dot(x, y) * np.dot(x, x)
+
+
+@numba.njit
+def transposed_products(A, B):
+    return np.sum((A.T @ B) ** 2) + np.sum(A @ B.T)
+
+
+@numba.njit
+def chained(W1, W2, x):
+    h = np.tanh(W1 @ x)
+    return np.sum((W2 @ h) ** 2)
+
+
+@pytest.mark.parametrize("kernel, make", [
+    (matmul_loss, lambda r: (r.standard_normal((3, 4)), r.standard_normal((4, 2)))),
+    (matvec_loss, lambda r: (r.standard_normal((3, 4)), r.standard_normal(4))),
+    (vecmat_loss, lambda r: (r.standard_normal(3), r.standard_normal((3, 4)))),
+    (dot_loss, lambda r: (r.standard_normal(5), r.standard_normal(5))),
+    (transposed_products, lambda r: (r.standard_normal((3, 4)), r.standard_normal((3, 4)))),
+    (chained, lambda r: (r.standard_normal((5, 3)), r.standard_normal((2, 5)), r.standard_normal(3))),
+])
+def test_blas_products_against_finite_differences(kernel, make):
+    check(kernel, *make(np.random.default_rng(0)))
+
+
+def test_float32_matrix_product():
+    r = np.random.default_rng(1)
+    A, B = r.standard_normal((3, 4)).astype(np.float32), r.standard_normal((4, 2)).astype(np.float32)
+    dA, dB = np.zeros_like(A), np.zeros_like(B)
+    adcore.autodiff(Reverse, matmul_loss, Duplicated(A, dA), Duplicated(B, dB))
+    C = A.astype(np.float64) @ B
+    np.testing.assert_allclose(dA, 2 * C @ B.T, rtol=1e-4)
+    np.testing.assert_allclose(dB, 2 * A.T @ C, rtol=1e-4)
+    assert dA.dtype == np.float32
+
+
+def test_product_operand_overwritten_afterwards_is_refused():
+    @numba.njit
+    def overwrites(A, B):
+        C = A @ B
+        A[0, 0] = 0.0
+        return np.sum(C)
+    with pytest.raises(UnsupportedError, match="overwritten after the call"):
+        adcore.gradient(Reverse, overwrites, np.ones((2, 2)), np.ones((2, 2)))
+
+
+# -- rules on njit functions -----------------------------------------------------------------
+@numba.njit
+def bitwise_norm(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    bits = np.float64(s).view(np.int64)          # a bit-level first guess of sqrt(s):
+    y = np.int64((bits >> 1) + (1023 << 51)).view(np.float64)   # not differentiable as such
+    for _ in range(8):
+        y = 0.5 * (y + s / y)                    # Newton steps to full precision
+    return y
+
+
+@adcore.rule(bitwise_norm)
+@numba.njit
+def bitwise_norm_reverse(x, dx, dret):
+    # n = |x|                            dx += dn x / n
+    n = bitwise_norm(x)
+    for i in range(x.shape[0]):
+        dx[i] += dret * x[i] / n
+
+
+@numba.njit
+def weighted_square(x, a):
+    return a * x[0] ** 2
+
+
+@adcore.rule(weighted_square)
+@numba.njit
+def weighted_square_reverse(x, a, dx, dret):
+    # r = a x0^2                         dx0 += 2 a x0 dr,  da = x0^2 dr
+    dx[0] += dret * 2.0 * a * x[0]
+    return (dret * x[0] ** 2,)
+
+
+@numba.njit
+def uses_rules(x, a):
+    return bitwise_norm(x) * 2.0 + weighted_square(x, a)
+
+
+def test_rules_on_njit_functions():
+    check(uses_rules, np.random.default_rng(2).random(4), 0.7)
+
+
+def test_without_the_rule_the_callee_is_unsupported():
+    with pytest.raises(UnsupportedError):
+        adcore.gradient(Reverse, numba.njit(bitwise_norm.py_func), np.ones(2))
+
+
+# -- rules on external symbols -----------------------------------------------------------------
+@numba.cfunc("void(CPointer(float64), int64)")
+def _c_square_inplace(x, n):
+    for i in range(n):
+        x[i] = x[i] * x[i]
+
+
+llvm.add_symbol("adcore_test_square_inplace", _c_square_inplace.address)
+
+
+@adcore.rule("adcore_test_square_inplace")
+@numba.njit
+def square_inplace_reverse(x, n, dx):
+    # x_new = x_old^2                    dx_old = 2 x_old dx_new, with x_old = sqrt(x_new) (x >= 0)
+    xs, ds = adcore.carray(x, n, np.float64), adcore.carray(dx, n, np.float64)
+    for i in range(n):
+        ds[i] = 2.0 * math.sqrt(xs[i]) * ds[i]
+
+
+SQUARE_IR = """
+declare void @adcore_test_square_inplace(ptr, i64)
+define double @twice_squared(ptr %x, i64 %n) {
+entry:
+  call void @adcore_test_square_inplace(ptr %x, i64 %n)
+  %v = load double, ptr %x
+  ret double %v
+}
+"""
+
+
+def test_rule_on_an_external_symbol():
+    f = adcore.from_llvm(SQUARE_IR, "twice_squared")
+    x = np.array([1.5, 2.0, 0.5])
+    check(f, x, 3)
