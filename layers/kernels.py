@@ -34,11 +34,6 @@ def softplus(x):
 
 
 @_njit
-def relu(x):
-    return x if x > 0 else 0.0
-
-
-@_njit
 def sign(x):
     """numpy's ``sign``: -1, 0 or 1 (NaN stays NaN)."""
     return 1.0 if x > 0 else -1.0 if x < 0 else 0.0 * x

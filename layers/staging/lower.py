@@ -38,7 +38,7 @@ UNARY = {
     "sin": "math.sin({0})", "cos": "math.cos({0})", "tan": "math.tan({0})",
     "arctan": "math.atan({0})", "sinh": "math.sinh({0})", "cosh": "math.cosh({0})",
     "tanh": "math.tanh({0})", "sigmoid": "K.sigmoid({0})", "softplus": "K.softplus({0})",
-    "relu": "K.relu({0})", "astype": "{0}",
+    "astype": "{0}",
 }
 BINARY = {
     "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
@@ -53,6 +53,7 @@ CHOICES = {
     "minimum": ["if {0} <= {1}:", "    {out} = {0}", "else:", "    {out} = {1}"],
     "clip": ["if {0} < {1}:", "    {out} = {1}", "elif {0} > {2}:", "    {out} = {2}",
              "else:", "    {out} = {0}"],
+    "relu": ["if {0} > 0:", "    {out} = {0}", "else:", "    {out} = 0.0"],
     "clip_lo": ["if {0} < {1}:", "    {out} = {1}", "else:", "    {out} = {0}"],
     "clip_hi": ["if {0} > {1}:", "    {out} = {1}", "else:", "    {out} = {0}"],
 }
@@ -165,7 +166,11 @@ class Lowering:
         if v.expr is None:
             self.const(v)
         name, operands = v.expr
-        template = DERIVED[name]
+        template = DERIVED.get(name) or BINARY.get(name) or UNARY.get(name)
+        if template is None:
+            raise UnsupportedError(f"numpy.{name} of values computed from traced arrays",
+                                   detail="the compiled path recomputes comparisons, logical "
+                                          "operators and arithmetic on them")
         if name == "invert":
             template = "(not {0})" if v.dtype == bool else "(~{0})"
         views = []

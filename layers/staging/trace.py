@@ -5,10 +5,11 @@ values of traced arrays (``if``, ``float()``, ``.item()``, ``argmax``) would sil
 replay stale decisions.  While ``tracing()`` is active on this thread, converting a
 traced value to a Python number raises ``ValueDependentError``, and plain
 (non-differentiable) results computed from traced values come back as ``Derived``
-arrays.  Elementwise ones (comparisons, ``isfinite``, logical operators, ``sign``,
-``floor``...) remember how they were computed (``Derived.expr``), so the lowering
-recomputes them in the program (``np.where(x > 0, x, 0.1 * x)`` works); any other
-``Derived`` raises the same error when converted or met by the lowering.
+arrays.  Results of ufuncs (comparisons, ``isfinite``, logical operators, ``sign``,
+arithmetic on those...) remember how they were computed (``Derived.expr``), so the
+lowering recomputes them in the program (``np.where(x > 0, x, 0.1 * x)`` works); any
+other ``Derived`` (``argmax``, ``round``, reductions) raises the same error when
+converted or met by the lowering.
 """
 import contextlib
 import threading
@@ -50,12 +51,6 @@ def tracing():
         _local.active = old
 
 
-ELEMENTWISE = {"greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
-               "logical_and", "logical_or", "logical_xor", "logical_not", "invert",
-               "bitwise_and", "bitwise_or", "bitwise_xor",
-               "isfinite", "isnan", "isinf", "sign", "floor", "ceil", "trunc", "rint"}
-
-
 class TapeRef:
     """A traced operand of a ``Derived`` expression: the tape id of its value."""
 
@@ -68,8 +63,10 @@ class TapeRef:
 class Derived(np.ndarray):
     """A plain array computed from traced values outside recorded ops (a comparison, ...).
 
-    ``expr`` is ``(ufunc name, operands)`` for elementwise ufuncs, an operand being a
-    ``TapeRef`` to a traced value, a ``Derived``, or a plain value; else ``None``."""
+    ``expr`` is ``(ufunc name, operands)`` for a ufunc call, an operand being a
+    ``TapeRef`` to a traced value, a ``Derived``, or a plain value; else ``None``.
+    An operation with a traced operand is left to the tape (which records the
+    ``Derived`` as a constant operand, and the lowering recomputes it)."""
 
     expr = None
 
@@ -77,14 +74,14 @@ class Derived(np.ndarray):
         self.expr = None
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if any(type(i) is Tracked for i in inputs):
+            return NotImplemented
         plain = [np.asarray(i) if isinstance(i, Derived) else i for i in inputs]
         out = getattr(ufunc, method)(*plain, **kwargs)
-        if out is NotImplemented or not isinstance(out, (np.ndarray, np.generic)):
+        if not isinstance(out, (np.ndarray, np.generic)):
             return out
-        expr = None
-        if method == "__call__" and ufunc.__name__ in ELEMENTWISE and not kwargs:
-            expr = (ufunc.__name__, inputs)
-        return derived(out, expr)
+        return derived(out, (ufunc.__name__, inputs) if method == "__call__" and not kwargs
+                       else None)
 
     def astype(self, dtype, *args, **kwargs):
         return derived(np.asarray(self).astype(dtype, *args, **kwargs), ("astype", (self,)))
@@ -144,8 +141,8 @@ def _plain_result(name, ufunc=None):
 def _ufunc_call(ufunc, method, inputs, kwargs):
     out = original["ufunc_call"](ufunc, method, inputs, kwargs)
     if active() and type(out) is not Tracked and _involves_traced(inputs):
-        elementwise = method == "__call__" and ufunc.__name__ in ELEMENTWISE and not kwargs
-        return derived(out, (ufunc.__name__, tuple(map(_operand, inputs))) if elementwise else None)
+        call = method == "__call__" and not kwargs
+        return derived(out, (ufunc.__name__, tuple(map(_operand, inputs))) if call else None)
     return out
 
 
