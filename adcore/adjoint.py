@@ -23,7 +23,7 @@ import re
 
 from .activity import (ALLOCATORS, RAW_ALLOCATORS, UNKNOWN, Activity, MemInfo,
                        is_memory_intrinsic, stack_slot)
-from .cfg import ControlFlow, step_of
+from .cfg import ControlFlow, InductionVariable, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
 from .ir import Arg, FLOAT_TYPES, Instr, Operand, label, local, rename
@@ -98,7 +98,7 @@ class AdjointGenerator:
         self.stack_types = set()
         self.memory_types = set()         # float types of memcpy adjoints used
         self.memo = {}
-        self.iv_of = {iv.phi: iv for iv in self.cfg.ivs.values()}
+        self.inverted = {}             # phi -> InductionVariable, set once registers are known
         self.ret_blocks = []         # (block, status operand)
         self.shadow_def = self._shadow_pointers()
 
@@ -429,12 +429,26 @@ class AdjointGenerator:
         if len(block.preds) > 1 and block not in self.cfg.ivs:
             events.append(("pred", None))
         for instr in self.defs(block):
-            if instr in self.registers and cyclic and instr not in self.iv_of:
+            if instr in self.registers and cyclic and instr not in self.inverted:
                 events.append(("reg", instr))
-        for header, iv in self.cfg.ivs.items():
+        for phi, iv in self.inverted.items():
             if iv.outside is block and cyclic:
-                events.append(("iv", iv.phi))
+                events.append(("iv", phi))
         return events
+
+    def _inverted_phis(self):
+        """Registered header phis ``p = phi [init, outside], [p + C, latch]`` of loops with
+        a counter: the reverse pass runs them backwards instead of saving them."""
+        out = {}
+        for header, iv in self.cfg.ivs.items():
+            for phi in self.defs(header):
+                if phi.opcode != "phi" or phi not in self.registers:
+                    continue
+                k = phi.incoming.index(iv.latch)
+                step = phi.operands[k].defn
+                if step is not None and step_of(step, phi) is not None:
+                    out[phi] = InductionVariable(phi, None, iv.outside, iv.latch, step)
+        return out
 
     # -- emission --------------------------------------------------------------------
     def build(self):
@@ -450,6 +464,7 @@ class AdjointGenerator:
             if block in self.cfg.ivs:
                 iv_inits[block] = self.materialise(self.cfg.ivs[block].init)
             reverse_bodies[block] = (self.e.lines, self.memo)
+        self.inverted = self._inverted_phis()
         plans = {b: self.saves(b) for b in blocks}
         forward = []
         for block in blocks:
@@ -544,14 +559,16 @@ class AdjointGenerator:
             e.line("br label %ad.done")
         elif block in self.cfg.ivs:
             iv = self.cfg.ivs[block]
-            reg = self.registers[iv.phi]
-            cur = e(f"load {iv.phi.type}, ptr {reg}")
+            cur = e(f"load {iv.phi.type}, ptr {self.registers[iv.phi]}")
             first = e(f"icmp eq {iv.phi.type} {cur}, {iv_init}")
             back = e.fresh("back")
             e.line(f"br i1 {first}, label {self.edge(block, iv.outside)}, label {back}")
             e.label(back)
-            prev = e(step_of(iv.step_instr, iv.phi).format(x=cur))
-            e.line(f"store {iv.phi.type} {prev}, ptr {reg}")
+            for phi, inv in self.inverted.items():
+                if phi.block is block:
+                    reg = self.registers[phi]
+                    now = e(f"load {phi.type}, ptr {reg}")
+                    e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
             e.line(f"br label {self.edge(block, iv.latch)}")
         elif len(block.preds) == 1:
             e.line(f"br label {self.edge(block, block.preds[0])}")

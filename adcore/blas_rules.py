@@ -1,123 +1,132 @@
 """Rules for the BLAS calls Numba makes for ``np.dot`` and ``@`` (its helpers
-``numba_xxdot``, ``numba_xxgemv``, ``numba_xxgemm``): the reverse pass calls BLAS again.
+``numba_xxdot``, ``numba_xxgemv``, ``numba_xxgemm``): the reverse pass calls the same
+BLAS helpers again, so gradients of matrix products run at BLAS speed.
 
-The helpers take Fortran (column-major) matrices: an ``R x C`` matrix with leading
-dimension ``L`` is viewed here as the transpose of a row-major ``C x L`` array.
-The scalars ``alpha`` and ``beta`` (passed by pointer) are treated as constants.
+The helpers take Fortran (column-major) matrices with leading dimensions; ``kind`` is
+``'d'`` (float64) or ``'s'`` (float32); ``alpha`` and ``beta`` come by pointer and are
+treated as constants.  Each reverse receives the C arguments (pointers as int64
+addresses) followed by the shadow address of each pointer argument (0 when none).
 """
+import ctypes
+
 import numba
 import numpy as np
+from numba import _helperlib
 
 from .custom_rules import carray, register_rule
 
-DOUBLE, SINGLE, NO_TRANSPOSE = 100, 115, 110          # 'd', 's', 'n'
+DOUBLE = 100                       # 'd'
+N, T = 110, 116                    # 'n', 't'
+
+_i8, _i64 = ctypes.c_int8, ctypes.c_int64
+_gemm = ctypes.CFUNCTYPE(ctypes.c_int, _i8, _i8, _i8, _i64, _i64, _i64, _i64, _i64, _i64, _i64,
+                         _i64, _i64, _i64, _i64)(_helperlib.c_helpers["xxgemm"])
 
 
 @numba.njit
-def _vector(address, n, z):
-    """A view of ``n`` elements of z's type at ``address`` (empty when 0)."""
-    return carray(address, n if address else 0, z)
+def _flip(t):
+    return N if t == T else T
 
 
 @numba.njit
-def _matrix(address, rows, cols, ld, z):
-    """The column-major ``rows x cols`` matrix with leading dimension ``ld`` at ``address``."""
-    return carray(address, cols * ld, z).reshape((cols, ld))[:, :rows].T
-
-
-@numba.njit
-def _dot_reverse(x, y, dx, dy, dres):
-    # r = x . y                          dx += dr y,  dy += dr x
-    if dres.size == 0:
-        return
-    g = dres[0]
-    dres[0] = 0.0
-    if dx.size:
-        dx += g * y
-    if dy.size:
-        dy += g * x
-
-
-def _with_kind(body):
-    """Run ``body`` for float64 (kind 'd') or float32 (kind 's') data."""
-    @numba.njit
-    def dispatch(kind, *args):
+def _scale(kind, address, rows, cols, ld, factor):
+    """Column-major ``rows x cols`` matrix at ``address`` (leading dimension ``ld``) *= factor."""
+    for j in range(cols):
         if kind == DOUBLE:
-            body(np.float64(0.0), *args)
-        elif kind == SINGLE:
-            body(np.float32(0.0), *args)
-    return dispatch
-
-
-@numba.njit
-def _dot_body(z, n, x, y, res, dx, dy, dres):
-    _dot_reverse(_vector(x, n, z), _vector(y, n, z), _vector(dx, n, z), _vector(dy, n, z),
-                 _vector(dres, 1, z))
-
-
-@numba.njit
-def _gemv_body(z, trans, m, n, alpha, a, lda, x, beta, y, da, dx, dy):
-    # y = alpha op(A) x + beta y         dx += alpha op(A)^T dy,  dA += alpha dy x^T (or x dy^T),
-    #                                    dy_old = beta dy
-    if dy == 0:
-        return
-    rows_out, rows_in = (m, n) if trans == NO_TRANSPOSE else (n, m)
-    A = _matrix(a, m, n, lda, z)
-    al, be = _vector(alpha, 1, z)[0], _vector(beta, 1, z)[0]
-    xv, g = _vector(x, rows_in, z), _vector(dy, rows_out, z)
-    opA = A if trans == NO_TRANSPOSE else A.T
-    if dx:
-        dxv = _vector(dx, rows_in, z)
-        dxv += al * np.dot(opA.T, np.ascontiguousarray(g))
-    if da:
-        dA = _matrix(da, m, n, lda, z)
-        if trans == NO_TRANSPOSE:
-            dA += al * np.outer(g, xv)
+            col = carray(address + 8 * j * ld, rows, np.float64)
+            for i in range(rows):
+                col[i] *= factor
         else:
-            dA += al * np.outer(xv, g)
-    g *= be
+            col32 = carray(address + 4 * j * ld, rows, np.float32)
+            for i in range(rows):
+                col32[i] *= np.float32(factor)
 
 
 @numba.njit
-def _gemm_body(z, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, da, db, dc):
-    # C = alpha op(A) op(B) + beta C     d op(A) = alpha dC op(B)^T,  d op(B) = alpha op(A)^T dC,
-    #                                    dC_old = beta dC
-    if dc == 0:
+def _scalar(kind, address):
+    if kind == DOUBLE:
+        return carray(address, 1, np.float64)[0]
+    return np.float64(carray(address, 1, np.float32)[0])
+
+
+@numba.njit
+def _gemm_update(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
+    """C += alpha op(A) op(B) (column-major) through BLAS."""
+    if m == 0 or n == 0 or k == 0:
         return
-    A = _matrix(a, m, k, lda, z) if ta == NO_TRANSPOSE else _matrix(a, k, m, lda, z).T
-    B = _matrix(b, k, n, ldb, z) if tb == NO_TRANSPOSE else _matrix(b, n, k, ldb, z).T
-    al, be = _vector(alpha, 1, z)[0], _vector(beta, 1, z)[0]
-    dC = _matrix(dc, m, n, ldc, z)
-    G = np.ascontiguousarray(dC)
-    if da:
-        dA = _matrix(da, m, k, lda, z) if ta == NO_TRANSPOSE else _matrix(da, k, m, lda, z).T
-        dA += al * np.dot(G, np.ascontiguousarray(B.T))
-    if db:
-        dB = _matrix(db, k, n, ldb, z) if tb == NO_TRANSPOSE else _matrix(db, n, k, ldb, z).T
-        dB += al * np.dot(np.ascontiguousarray(A.T), G)
-    dC *= be
-
-
-_dot = _with_kind(_dot_body)
-_gemv = _with_kind(_gemv_body)
-_gemm = _with_kind(_gemm_body)
-
-
-# reverse(*C arguments, *shadow address of each pointer argument)
-@numba.njit
-def xxdot_reverse(kind, conj, n, x, y, res, dx, dy, dres):
-    _dot(kind, n, x, y, res, dx, dy, dres)
-
-
-@numba.njit
-def xxgemv_reverse(kind, trans, m, n, alpha, a, lda, x, beta, y, dalpha, da, dx, dbeta, dy):
-    _gemv(kind, trans, m, n, alpha, a, lda, x, beta, y, da, dx, dy)
+    one = np.ones(1, np.float64)
+    one32 = np.ones(1, np.float32)
+    al64 = np.full(1, alpha)
+    al32 = np.full(1, np.float32(alpha))
+    if kind == DOUBLE:
+        _gemm(kind, ta, tb, m, n, k, al64.ctypes.data, a, lda, b, ldb, one.ctypes.data, c, ldc)
+    else:
+        _gemm(kind, ta, tb, m, n, k, al32.ctypes.data, a, lda, b, ldb, one32.ctypes.data, c, ldc)
 
 
 @numba.njit
 def xxgemm_reverse(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                    dalpha, da, db, dbeta, dc):
-    _gemm(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, da, db, dc)
+    # C = alpha op(A) op(B) + beta C      d op(A) = alpha dC op(B)^T,  d op(B) = alpha op(A)^T dC,
+    #                                     dC_old = beta dC
+    if dc == 0:
+        return
+    al = _scalar(kind, alpha)
+    if da != 0:
+        if ta == N:      # dA (m x k) += alpha dC op(B)^T
+            _gemm_update(kind, N, _flip(tb), m, k, n, al, dc, ldc, b, ldb, da, lda)
+        else:            # dA (k x m) += alpha op(B) dC^T
+            _gemm_update(kind, tb, T, k, m, n, al, b, ldb, dc, ldc, da, lda)
+    if db != 0:
+        if tb == N:      # dB (k x n) += alpha op(A)^T dC
+            _gemm_update(kind, _flip(ta), N, k, n, m, al, a, lda, dc, ldc, db, ldb)
+        else:            # dB (n x k) += alpha dC^T op(A)
+            _gemm_update(kind, T, ta, n, k, m, al, dc, ldc, a, lda, db, ldb)
+    _scale(kind, dc, m, n, ldc, _scalar(kind, beta))
+
+
+@numba.njit
+def xxgemv_reverse(kind, trans, m, n, alpha, a, lda, x, beta, y, dalpha, da, dx, dbeta, dy):
+    # y = alpha op(A) x + beta y          dx += alpha op(A)^T dy,  dA += alpha dy x^T (or x dy^T),
+    #                                     dy_old = beta dy          (A is m x n)
+    if dy == 0:
+        return
+    rows_out, rows_in = (m, n) if trans == N else (n, m)
+    al = _scalar(kind, alpha)
+    if dx != 0:          # as a matrix product with one column
+        _gemm_update(kind, _flip(trans), N, rows_in, 1, rows_out, al, a, lda, dy, rows_out, dx, rows_in)
+    if da != 0:
+        if trans == N:   # dA += alpha dy x^T
+            _gemm_update(kind, N, T, m, n, 1, al, dy, m, x, n, da, lda)
+        else:            # dA += alpha x dy^T
+            _gemm_update(kind, N, T, m, n, 1, al, x, m, dy, n, da, lda)
+    _scale(kind, dy, rows_out, 1, rows_out, _scalar(kind, beta))
+
+
+@numba.njit
+def _axpy(kind, n, factor, x, y):
+    """y += factor x."""
+    if kind == DOUBLE:
+        xs, ys = carray(x, n, np.float64), carray(y, n, np.float64)
+        for i in range(n):
+            ys[i] += factor * xs[i]
+    else:
+        xs32, ys32 = carray(x, n, np.float32), carray(y, n, np.float32)
+        for i in range(n):
+            ys32[i] += np.float32(factor) * xs32[i]
+
+
+@numba.njit
+def xxdot_reverse(kind, conj, n, x, y, res, dx, dy, dres):
+    # r = x . y                           dx += dr y,  dy += dr x
+    if dres == 0:
+        return
+    g = _scalar(kind, dres)
+    _scale(kind, dres, 1, 1, 1, 0.0)
+    if dx != 0:
+        _axpy(kind, n, g, y, dx)
+    if dy != 0:
+        _axpy(kind, n, g, x, dy)
 
 
 register_rule("numba_xxdot", xxdot_reverse, outputs=(5,))        # writes *res
