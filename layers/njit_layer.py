@@ -25,7 +25,7 @@ import numpy as np
 
 import adcore
 from adcore.annotations import Active, Const, Duplicated, Reverse
-from adcore.tape.rules import rule
+from adcore.tape.rules import RULES, rule
 from adcore.tape.tracked import Tracked, apply
 
 __all__ = ["kernel_call"]
@@ -37,7 +37,6 @@ def _forward(*operands, kernel, shape, dtype):
     return out
 
 
-@rule("njit_kernel", _forward)
 def _kernel_vjp(g, rec):
     """adcore's reverse mode of the kernel, seeded with ``g`` in the output's shadow."""
     a = rec.attrs
@@ -69,5 +68,7 @@ def kernel_call(kernel, shape, *operands, dtype=None):
                   if np.result_type(o.value if type(o) is Tracked else o).kind == "f"]
         dtype = np.result_type(*floats) if floats else np.float64
     shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if "njit_kernel" not in RULES:
+        rule("njit_kernel", _forward)(_kernel_vjp)   # the tape op, registered on first use
     return apply("njit_kernel", operands, {"kernel": kernel, "shape": shape,
                                            "dtype": np.dtype(dtype)})

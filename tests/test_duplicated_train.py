@@ -1,0 +1,129 @@
+"""train / update / setup with Duplicated(model): the compiled loop agrees with the tape
+engine and with a Python loop of gradient + update; the NaN rule holds natively."""
+import numpy as np
+import pytest
+
+import layers as L
+from adcore import Duplicated
+from adcore.tree import leaves
+from layers import Chain, Dense, NonFiniteLossError, gradient, only, train
+from layers.staging import program
+from optim import (Adam, ClipNorm, Descent, Momentum, OptimiserChain, WeightDecay, freeze,
+                   setup, update)
+
+
+def seed_data():
+    return [(np.array([x], np.float32), np.float32(2 * x - x ** 3))
+            for x in np.arange(-2, 2.0001, 0.1)]
+
+
+def seed_model():
+    return Chain(Dense(1, 23, L.tanh, rng=0), Dense(23, 1, bias=False, rng=1), only)
+
+
+def seed_loss(m, x, y):
+    return (m(x) - y) ** 2
+
+
+def params(model):
+    return [a.copy() for _, a in leaves(model)]
+
+
+def test_seed_example_same_losses_as_tape_and_converges():
+    data = seed_data()
+    m_tape, m_dup = seed_model(), seed_model()
+    s_tape, s_dup = setup(Adam(), m_tape), setup(Adam(), Duplicated(m_dup))
+    dup = Duplicated(m_dup)
+    for _ in range(5):
+        l_tape = train(seed_loss, m_tape, data, s_tape)
+        l_dup = train(seed_loss, dup, data, s_dup)
+        np.testing.assert_allclose(l_dup, l_tape, rtol=1e-4, atol=1e-6)
+    for a, b in zip(params(m_tape), params(m_dup)):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    first = np.mean(l_dup)
+    for _ in range(995):                      # the full 1000 epochs: well under a second
+        losses = train(seed_loss, dup, data, s_dup)
+    assert len(losses) == 41 and all(type(v) is float for v in losses)
+    assert np.mean(losses) < 0.2 and np.mean(losses) < 0.1 * first
+
+
+@pytest.mark.parametrize("rule", [
+    Adam(0.01), Descent(0.05), Momentum(0.01, 0.9),
+    OptimiserChain(ClipNorm(0.5), WeightDecay(1e-3), Adam(0.01)),
+], ids=["adam", "descent", "momentum", "chain"])
+def test_compiled_loop_equals_python_steps(rule):
+    data = seed_data()[::4]
+    m1, m2 = seed_model(), seed_model()
+    d1, d2 = Duplicated(m1), Duplicated(m2)
+    s1, s2 = setup(rule, d1), setup(rule, d2)
+    losses = train(seed_loss, d1, data, s1)
+    expected = []
+    for x, y in data:
+        val, _ = L.withgradient(seed_loss, d2, x, y)
+        update(s2, d2)
+        expected.append(float(val))
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    for a, b in zip(params(m1), params(m2)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    for (_, a), (_, b) in zip(leaves(d1.dval), leaves(d2.dval)):   # the last item's gradient
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_frozen_leaf_is_not_updated_in_compiled_loop():
+    model = seed_model()
+    dup = Duplicated(model)
+    state = setup(Adam(0.01), dup)
+    freeze(state["layers"][1])
+    before = model[1].weight.copy()
+    train(seed_loss, dup, seed_data()[:5], state)
+    np.testing.assert_array_equal(model[1].weight, before)
+    assert not np.array_equal(model[0].weight, params(seed_model())[0])
+
+
+def test_nan_stops_the_compiled_loop_without_applying_that_update():
+    data = seed_data()[:6]
+    data[3] = (np.array([np.nan], np.float32), np.float32(0.0))
+    model, ref = seed_model(), seed_model()
+    dup = Duplicated(model)
+    with pytest.raises(NonFiniteLossError, match="data item 3") as info:
+        train(seed_loss, dup, data, setup(Descent(0.1), dup))
+    assert info.value.index == 3
+    assert any(e.loops for e in program._cache[seed_loss])        # the native loop ran
+    train(seed_loss, ref, data[:3], setup(Descent(0.1), ref))       # items 0-2 applied, 3 not
+    for a, b in zip(params(model), params(ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_batched_items_and_non_tuple_items():
+    rng = np.random.default_rng(3)
+    model, ref = Chain(Dense(3, 4, L.relu, rng=4), Dense(4, 2, rng=5)), \
+        Chain(Dense(3, 4, L.relu, rng=4), Dense(4, 2, rng=5))
+    xs = [rng.standard_normal((8, 3)).astype(np.float32) for _ in range(4)]
+    loss = lambda m, x: L.mse(m(x), np.zeros((8, 2), np.float32))
+    dup = Duplicated(model)
+    l_dup = train(loss, dup, xs, setup(Descent(0.1), dup))
+    l_tape = train(loss, ref, xs, setup(Descent(0.1), ref))
+    np.testing.assert_allclose(l_dup, l_tape, rtol=1e-4)
+
+
+def test_items_of_different_shapes_fall_back_to_steps():
+    model, ref = Dense(2, 1, rng=6), Dense(2, 1, rng=6)
+    data = [(np.ones((1, 2), np.float32),), (np.ones((3, 2), np.float32),)]
+    loss = lambda m, x: np.sum(m(x) ** 2)
+    dup = Duplicated(model)
+    l_dup = train(loss, dup, data, setup(Descent(0.1), dup))
+    l_tape = train(loss, ref, data, setup(Descent(0.1), ref))
+    np.testing.assert_allclose(l_dup, l_tape, rtol=1e-5)
+
+
+def test_update_with_stored_gradient_equals_explicit_gradient():
+    x, y = seed_data()[7]
+    m1, m2 = seed_model(), seed_model()
+    dup = Duplicated(m1)
+    s1, s2 = setup(Adam(), dup), setup(Adam(), m2)
+    assert s1 == s2
+    g = gradient(seed_loss, dup, x, y)[0]
+    update(s2, m2, {"layers": tuple(dict(l) if l else None for l in g["layers"])})
+    update(s1, dup)
+    for a, b in zip(params(m1), params(m2)):
+        np.testing.assert_array_equal(a, b)
