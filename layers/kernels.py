@@ -54,11 +54,6 @@ def logaddexp(a, b):
     return m + math.log(math.exp(a - m) + math.exp(b - m))
 
 
-@_njit
-def power(a, b):
-    return a ** b
-
-
 # -- matrix product --------------------------------------------------------------------
 @_njit
 def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):

@@ -95,10 +95,10 @@ class Lowering:
     argument arrays to their program names (``"index"`` args, flat; ``"index_nd"`` args,
     named with a suffix ``nd``, keep their shape for user kernels)."""
 
-    def __init__(self, records, leaves, indices, kernel_names):
+    def __init__(self, records, leaves, indices):
         self.lines, self.depth, self.counter = [], 1, 0
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
-        self.indices, self.kernel_names = indices, kernel_names
+        self.indices, self.kernel_names = indices, {}
         self.globals = {"K": kernels, "math": math}
         for rec_id, (kind, name, value) in leaves.items():
             self.views[rec_id] = self._leaf(kind, name, value)

@@ -99,7 +99,7 @@ class Staged:
             if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float)):
                 raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
             loss_id = None
-        low = Lowering(t.records, leaves, indices, {})
+        low = Lowering(t.records, leaves, indices)
         self.source = low.source(loss_id, loss)
         self.out, self.views = out, low.views
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
@@ -178,9 +178,8 @@ class Staged:
                 self.slots.append((a.kind, None, None, buf))
                 shadows.append(w.const(dbuf))
                 dflat.append(False)
-        self.names = [a.name for a in low.args]
         self.grad = _compiled(program, _annotate(anns), None, True)
-        self.program = program
+        self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = flat, dflat
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
