@@ -69,6 +69,17 @@ def stack_slot(op):
     return None
 
 
+def return_slot(op, retptr):
+    """The byte offset into the return slot ``retptr`` that pointer ``op`` addresses, or None."""
+    d = op.defn
+    if d is retptr:
+        return 0
+    if getattr(d, "opcode", None) == "getelementptr" and len(d.operands) == 2 \
+            and d.operands[0].defn is retptr and d.operands[1].is_const and _BYTE_GEP.search(d.text):
+        return int(d.operands[1].ref)
+    return None
+
+
 def _join(sets):
     if any(s == UNKNOWN for s in sets):
         return UNKNOWN

@@ -22,7 +22,7 @@ only the rest is kept in registers.
 import re
 
 from .activity import (ALLOCATORS, RAW_ALLOCATORS, UNKNOWN, Activity, MemInfo,
-                       is_memory_intrinsic, stack_slot)
+                       is_memory_intrinsic, return_slot, stack_slot)
 from .cfg import ControlFlow, InductionVariable, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
@@ -45,7 +45,7 @@ class Spec:
 
     def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
                  active_fields, bytes_field, data_args=(), distinct_arrays=True,
-                 keep_primal=True):
+                 keep_primal=True, seed=None):
         self.symbol, self.pyname = symbol, pyname
         self.active = active                  # [arg index] of Active float arguments
         self.shadows = shadows                # [(data arg index, [flattened types], data position)]
@@ -56,6 +56,7 @@ class Spec:
         self.data_args = data_args            # arg indices of all array data pointers
         self.distinct_arrays = distinct_arrays
         self.keep_primal = keep_primal        # False: the primal return is dropped (and may be DCE'd)
+        self.seed = seed                      # returned float array: (flattened types, float type)
 
 
 class Lazy:
@@ -100,6 +101,7 @@ class AdjointGenerator:
         self.memo = {}
         self.inverted = {}             # phi -> InductionVariable, set once registers are known
         self.ret_blocks = []         # (block, status operand)
+        self.returned_shadow = {}      # byte offset in the return slot -> alloca of a shadow pointer
         self.shadow_def = self._shadow_pointers()
 
     def _shadow_pointers(self):
@@ -162,13 +164,18 @@ class AdjointGenerator:
             syn.text = _ATTACHED_METADATA.sub("", rename(instr.text, mapping))
         for block in self.cfg.rpo:
             for store in block.instrs:
-                if store.opcode == "store" and store.operands[0].defn in out \
-                        and stack_slot(store.operands[1]) is not None:
-                    value = out[store.operands[0].defn]
-                    syn = Instr(block, "", "store", "void",
-                                f"store ptr {value.ref}, ptr {shadow_slot(store.operands[1])}")
-                    syn.synthetic = True
-                    out[store] = syn
+                if store.opcode != "store" or store.operands[0].defn not in out:
+                    continue
+                offset = return_slot(store.operands[1], self.retptr)
+                if stack_slot(store.operands[1]) is not None:
+                    slot = shadow_slot(store.operands[1])
+                elif offset is not None:        # a returned array's shadow
+                    slot = self.returned_shadow.setdefault(offset, self.alloca("ptr", "retsh"))
+                else:
+                    continue
+                syn = Instr(block, "", "store", "void", f"store ptr {out[store.operands[0].defn].ref}, ptr {slot}")
+                syn.synthetic = True
+                out[store] = syn
         return out
 
     def defs(self, block):
@@ -479,7 +486,8 @@ class AdjointGenerator:
         self.e.lines = []
         self.exits()
         exits = self.e.lines
-        params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params)
+        seed = [f"{t} %ad.seed.{j}" for j, t in enumerate(self.spec.seed[0])] if self.spec.seed else []
+        params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params + seed)
         entry = ["ad.entry:"]
         for stack in ("%ad.stack", "%ad.dtors", "%ad.rawfrees"):
             entry += [f"  {stack} = alloca {tape_stack.STACK_TYPE}",
@@ -597,6 +605,28 @@ class AdjointGenerator:
                 self.accumulate(incoming.defn, dy)
         e.line(f"br label {local('ad.r.' + pred.name)}")
 
+    def seed_returned_array(self, bytes_field):
+        """Add ``dret`` into the shadow of the returned array before the reverse pass; a
+        seed of another size sets the bytes field to -1 and skips the reverse pass."""
+        e = self.e
+        if 32 not in self.returned_shadow:
+            raise UnsupportedError("the returned array", self.spec.pyname,
+                                   "only a newly allocated float array can be returned")
+        t = self.spec.seed[1]
+        returned = e(f"load i64, ptr {e('getelementptr i8, ptr %retptr, i64 16')}")
+        same = e(f"icmp eq i64 {returned}, %ad.seed.2")
+        e.line(f"br i1 {same}, label %ad.rseed.add, label %ad.rseed.bad")
+        e.label("ad.rseed.bad")
+        e.line(f"store i64 -1, ptr {bytes_field}")
+        e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+        self.release()
+        e.line("ret i32 0")
+        e.label("ad.rseed.add")
+        self.memory_types.add(t)
+        shadow = e(f"load ptr, ptr {self.returned_shadow[32]}")
+        bytes_ = e(f"mul i64 {returned}, {tape_stack.SIZES[t]}")
+        e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.4, i64 {bytes_})")
+
     def release(self):
         """Run the deferred destructors and frees of the forward pass."""
         self.e.line("call void @ad.release(ptr %ad.dtors, ptr @NRT_MemInfo_call_dtor)")
@@ -614,11 +644,15 @@ class AdjointGenerator:
         field = e(f"getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {spec.bytes_field}")
         e.line(f"store i64 {used}, ptr {field}")
         ok = e(f"or i1 {e(f'icmp eq i32 {status}, 0')}, {e(f'icmp eq i32 {status}, -2')}")
-        e.line(f"br i1 {ok}, label %ad.rstart, label %ad.fail")
+        e.line(f"br i1 {ok}, label %ad.rseed, label %ad.fail")
         e.label("ad.fail")
         e.line(f"call void @free(ptr {base})")
         self.release()
         e.line(f"ret i32 {status}")
+        e.label("ad.rseed")
+        if spec.seed:
+            self.seed_returned_array(field)
+        e.line("br label %ad.rstart")
         e.label("ad.rstart")
         cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
                          for k, (b, _) in enumerate(self.ret_blocks[1:], 1))

@@ -95,7 +95,8 @@ def _distinct(arrays):
 class CompiledGradient:
     """One native gradient of a kernel for fixed argument types and activities."""
 
-    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, with_primal):
+    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, with_primal,
+                 seed_type=None):
         t0 = time.perf_counter()
         kernel = capture(dispatcher, argtypes)
         self.pyname = kernel.pyname
@@ -110,9 +111,18 @@ class CompiledGradient:
         if ret_activity is Active and not is_float_ret:
             raise ActivityError(f"return annotated Active but {self.pyname} returns {restype}, "
                                 f"which is not a float")
-        if not (restype is nbtypes.none or isinstance(restype, (nbtypes.Number, nbtypes.Boolean))):
+        returns_array = isinstance(restype, nbtypes.Array) and isinstance(restype.dtype, nbtypes.Float)
+        if returns_array and seed_type is None:
+            raise ActivityError(f"{self.pyname} returns a {restype.dtype} array: pass the seed of "
+                                f"the returned array with dret=")
+        if seed_type is not None and not (returns_array and seed_type.dtype == restype.dtype
+                                          and seed_type.ndim == restype.ndim):
+            raise ActivityError(f"dret is a {seed_type.dtype} array of {seed_type.ndim} dimensions but "
+                                f"{self.pyname} returns {restype}")
+        if not (restype is nbtypes.none or returns_array
+                or isinstance(restype, (nbtypes.Number, nbtypes.Boolean))):
             raise UnsupportedError(f"return type {restype}", self.pyname,
-                                   "kernels may return a float, an integer, a bool or None")
+                                   "kernels may return a float, an integer, a bool, a float array or None")
         self.ret_active = is_float_ret and ret_activity is not Const
         self.has_primal = restype is not nbtypes.none
         fields = ([restype] if self.has_primal else [])
@@ -143,7 +153,8 @@ class CompiledGradient:
         while True:
             spec = Spec(symbol, self.pyname, active, shadows + [scratch_shadow(k) for k in sorted(self.scratch)],
                         self.ret_active, str(ctx.get_value_type(result)), active_fields,
-                        len(fields) - 1, data_args, distinct, keep_primal=with_primal)
+                        len(fields) - 1, data_args, distinct, keep_primal=with_primal or returns_array,
+                        seed=_seed_params(ctx, seed_type) if returns_array else None)
             gen = AdjointGenerator(func, spec, ctx)
             lost = {k for k in range(len(anns))
                     if isinstance(argtypes[k], nbtypes.Array)
@@ -154,10 +165,12 @@ class CompiledGradient:
         self.adjoint_ir = gradient_module(module, gen)
         self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol)
         self.shadowed = [k for k, a in enumerate(anns) if isinstance(a, Duplicated)] + sorted(self.scratch)
-        self.stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in self.shadowed], result)
+        seed = [seed_type] if returns_array else []
+        self.stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in self.shadowed] + seed,
+                                     result)
         self.compile_seconds = time.perf_counter() - t0
 
-    def __call__(self, anns):
+    def __call__(self, anns, dret=None):
         primals = [a.val for a in anns]
         shadows, copies = [], []
         for k in self.shadowed:
@@ -170,7 +183,11 @@ class CompiledGradient:
                 d = _like_strides(a.val, d)
                 copies.append((a.dval, d))
             shadows.append(d)
-        out = self.stub(*primals, *shadows)
+        seed = [] if dret is None else [np.ascontiguousarray(dret)]
+        out = self.stub(*primals, *shadows, *seed)
+        if out[-1] < 0:
+            raise ActivityError(f"dret has shape {dret.shape} but {self.pyname} returned an array "
+                                f"of shape {out[0].shape}")
         for user, tmp in copies:
             user[...] = tmp
         _last["cached_bytes"] = int(out[-1])
@@ -183,6 +200,13 @@ class CompiledGradient:
             else:
                 derivs.append(None)
         return tuple(derivs), (out[0] if self.has_primal else None)
+
+
+def _seed_params(ctx, seed_type):
+    """LLVM parameter types of the flattened seed array, and the float type it holds."""
+    types_ = ["ptr" if str(t).endswith("*") else str(t)
+              for t in ctx.get_arg_packer([seed_type]).argument_types]
+    return types_, str(ctx.get_value_type(seed_type.dtype))
 
 
 def _like_strides(x, d):
@@ -204,46 +228,54 @@ def _arg_key(v):
     return type(v)
 
 
-def _compiled(f, anns, ret_activity, with_primal):
+def _compiled(f, anns, ret_activity, with_primal, dret=None):
     arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
     distinct = _distinct(arrays)
+    seed_key = None if dret is None else (dret.dtype.char, dret.ndim)
     fast = (f, tuple(type(a) for a in anns), tuple(_arg_key(a.val) for a in anns),
-            ret_activity, distinct, with_primal)
+            ret_activity, distinct, with_primal, seed_key)
     entry = _fast.get(fast)
     if entry is None:
-        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, with_primal, distinct)
+        seed_type = None if dret is None else numba.typeof(np.ascontiguousarray(dret))
+        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, with_primal, distinct, seed_type)
     return entry
 
 
-def _compiled_by_type(f, anns, ret_activity, with_primal, distinct):
+def _compiled_by_type(f, anns, ret_activity, with_primal, distinct, seed_type):
     dispatcher = _dispatcher(f)
     argtypes = tuple(numba.typeof(a.val) for a in anns)
-    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, with_primal)
+    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, with_primal,
+           seed_type)
     entry = _cache.get(key)
     if entry is None:
         with _lock:
             entry = _cache.get(key)
             if entry is None:
                 entry = _cache[key] = CompiledGradient(dispatcher, anns, argtypes, ret_activity,
-                                                                 distinct, with_primal)
+                                                                 distinct, with_primal, seed_type)
     return entry
 
 
 # -- public API --------------------------------------------------------------------------
-def autodiff(mode, f, *args):
+def autodiff(mode, f, *args, dret=None):
     """Reverse-mode derivative of ``f`` with Enzyme.jl's semantics.
 
     ``args`` are annotated ``Active(x)`` (a float: its derivative is returned),
     ``Duplicated(x, dx)`` (an array: ``dx`` accumulates the derivative), or ``Const``
     (the default for plain values); an optional return activity (``Active`` or ``Const``)
-    may come first.  Returns one entry per argument (a float for ``Active``, else
-    ``None``); with ``ReverseWithPrimal`` returns ``(derivatives, value)``.
+    may come first.  A kernel that returns a new float array needs ``dret``, the seed of
+    the returned array (its shadow when the reverse pass starts).  Returns one entry per
+    argument (a float for ``Active``, else ``None``); with ``ReverseWithPrimal`` returns
+    ``(derivatives, value)``.
     """
     _check_mode(mode)
     ret_activity, args = _split_return_activity(args)
     anns = _annotate(args)
-    compiled = _compiled(f, anns, ret_activity, mode.with_primal)
-    derivs, value = compiled(anns)
+    if dret is not None and not (isinstance(dret, np.ndarray) and dret.dtype.kind == "f"):
+        raise ActivityError(f"dret must be a float array (the seed of the returned array), "
+                            f"got {type(dret).__name__}")
+    compiled = _compiled(f, anns, ret_activity, mode.with_primal, dret)
+    derivs, value = compiled(anns, dret)
     return (derivs, value) if mode.with_primal else derivs
 
 

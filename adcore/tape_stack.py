@@ -94,28 +94,8 @@ exit:
   ret ptr %m
 }}""")
     for t in sorted(copy_types):
-        n = SIZES[t]
-        out.append(f"""define internal void @ad.copy.adjoint.{t}(ptr %dst, ptr %src, i64 %bytes) {{
-entry:
-  %n = udiv i64 %bytes, {n}
-  br label %head
-head:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %more = icmp ult i64 %i, %n
-  br i1 %more, label %body, label %exit
-body:
-  %pd = getelementptr {t}, ptr %dst, i64 %i
-  %ps = getelementptr {t}, ptr %src, i64 %i
-  %vd = load {t}, ptr %pd
-  %vs = load {t}, ptr %ps
-  %sum = fadd {t} %vs, %vd
-  store {t} %sum, ptr %ps
-  store {t} 0.0, ptr %pd
-  %next = add i64 %i, 1
-  br label %head
-exit:
-  ret void
-}}""")
+        out.append(_elementwise(f"ad.copy.adjoint.{t}", t, "src", "dst", zero_first=True))
+        out.append(_elementwise(f"ad.accumulate.{t}", t, "dst", "src", zero_first=False))
     for t in sorted(types):
         n, tag = SIZES[t], type_tag(t)
         out.append(f"""define internal void @ad.push.{tag}(ptr %s, {t} %v) alwaysinline {{
@@ -148,6 +128,32 @@ entry:
   ret {t} %v
 }}""")
     return "\n".join(out)
+
+
+def _elementwise(name, t, into, from_, zero_first):
+    """``name(ptr dst, ptr src, i64 bytes)``: ``into[i] += from_[i]`` over the elements of
+    type ``t``, then ``from_[i] = 0`` when ``zero_first`` (the adjoint of a copy)."""
+    zero = f"  store {t} 0.0, ptr %p{from_}\n" if zero_first else ""
+    return f"""define internal void @{name}(ptr %dst, ptr %src, i64 %bytes) {{
+entry:
+  %n = udiv i64 %bytes, {SIZES[t]}
+  br label %head
+head:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %more = icmp ult i64 %i, %n
+  br i1 %more, label %body, label %exit
+body:
+  %p{into} = getelementptr {t}, ptr %{into}, i64 %i
+  %p{from_} = getelementptr {t}, ptr %{from_}, i64 %i
+  %a = load {t}, ptr %p{into}
+  %b = load {t}, ptr %p{from_}
+  %sum = fadd {t} %a, %b
+  store {t} %sum, ptr %p{into}
+{zero}  %next = add i64 %i, 1
+  br label %head
+exit:
+  ret void
+}}"""
 
 
 DECLARATIONS = {

@@ -42,9 +42,11 @@ def fd_gradient(f, values, seeds, eps=1e-6):
     return grads
 
 
-def check(f, *values, rtol=1e-5, atol=1e-6, eps=1e-6, seed=0, seeded=True):
+def check(f, *values, rtol=1e-5, atol=1e-6, eps=1e-6, seed=0, seeded=True, kernel=None, dret=None):
     """Differentiate ``f`` at ``values`` (floats Active, float arrays Duplicated with random
-    seeds in their shadows) and compare with central differences.  Returns adcore's result."""
+    seeds in their shadows) and compare with central differences.  Returns adcore's result.
+    With ``kernel``, ``f`` is only the objective for the finite differences and ``kernel``
+    (called with ``dret``) is what adcore differentiates."""
     rng = np.random.default_rng(seed)
     seeds = {k: (rng.standard_normal(v.shape).astype(v.dtype) if seeded else np.zeros_like(v))
              for k, v in enumerate(values) if isinstance(v, np.ndarray) and v.dtype.kind == "f"}
@@ -57,7 +59,10 @@ def check(f, *values, rtol=1e-5, atol=1e-6, eps=1e-6, seed=0, seeded=True):
             args.append(Active(v))
         else:
             args.append(v.copy() if isinstance(v, np.ndarray) else v)
-    got = adcore.autodiff(Reverse, f, *args)
+    if kernel is None:
+        got = adcore.autodiff(Reverse, f, *args)
+    else:
+        got = adcore.autodiff(Reverse, kernel, *args, dret=dret)
     for k, (a, g, e) in enumerate(zip(args, got, expected)):
         if isinstance(a, Duplicated):
             np.testing.assert_allclose(a.dval, e, rtol=rtol, atol=atol,

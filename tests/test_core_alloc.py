@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import adcore
-from adcore import Duplicated, Reverse
+from adcore import Active, ActivityError, Duplicated, Reverse, ReverseWithPrimal
 from fdcheck import check
 
 
@@ -105,3 +105,44 @@ def test_repeated_calls_free_their_memory():
             nrt.memsys_disable_stats()
     assert allocated >= 200 * 3 * 2          # primal and shadow temporaries each iteration
     assert allocated == freed
+
+
+# -- kernels that return a new array: the caller seeds it with dret ------------------------
+@numba.njit
+def returns_array(x, a):
+    y = np.empty_like(x)
+    for i in range(x.shape[0]):
+        y[i] = np.sin(x[i]) * a
+    return y
+
+
+@numba.njit
+def returns_expression(x, W):
+    return np.tanh(W @ x) * 2.0 + x[0]
+
+
+def test_returned_array_is_seeded_by_dret():
+    x, seed = np.random.default_rng(3).random(4), np.array([1.0, 2.0, 3.0, 4.0])
+    dx = np.zeros(4)
+    (_, da), y = adcore.autodiff(ReverseWithPrimal, returns_array, Duplicated(x, dx), Active(0.5),
+                                 dret=seed)
+    np.testing.assert_allclose(y, 0.5 * np.sin(x))
+    np.testing.assert_allclose(dx, 0.5 * seed * np.cos(x))           # closed form
+    assert da == pytest.approx(np.sum(seed * np.sin(x)))
+    assert seed.tolist() == [1.0, 2.0, 3.0, 4.0]                     # the seed is not consumed
+
+
+def test_returned_array_against_finite_differences():
+    r = np.random.default_rng(4)
+    x, W, seed = r.standard_normal(3), r.standard_normal((2, 3)), r.standard_normal(2)
+    check(lambda x, W: float(seed @ returns_expression(x, W)), x, W, kernel=returns_expression,
+          dret=seed)
+
+
+def test_returned_array_needs_a_matching_seed():
+    x, dx = np.ones(3), np.zeros(3)
+    with pytest.raises(ActivityError, match="dret="):
+        adcore.autodiff(Reverse, returns_array, Duplicated(x, dx), Active(0.5))
+    with pytest.raises(ActivityError, match="shape"):
+        adcore.autodiff(Reverse, returns_array, Duplicated(x, dx), Active(0.5), dret=np.ones(2))
+    assert not dx.any()                                               # nothing was accumulated
