@@ -69,14 +69,13 @@ def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
 # -- along one axis ----------------------------------------------------------------------
 @_njit
 def _line_max(x, xo, xs, n):
-    """The shift for a stable ``exp``: the maximum of the line.  (The tape's version also
-    replaces an infinite maximum by 0; that ``select`` would hit an adcore bug.)"""
+    """The shift for a stable ``exp``: the maximum of the line, 0 when it is not finite."""
     m = x[xo]
     for i in range(1, n):
         v = x[xo + i * xs]
         if v > m:
             m = v
-    return m
+    return m if math.isfinite(m) else 0.0
 
 
 @_njit

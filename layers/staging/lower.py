@@ -44,9 +44,9 @@ BINARY = {
     "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
     "divide": "({0} / {1})", "logaddexp": "K.logaddexp({0}, {1})",
 }
-# Choices are written as if/else statements storing each branch: a ``select`` over
-# values loaded from the workspace hits an adcore bug (see the README).  Ties go to
-# the first operand, as in the tape's rules.
+# Choices are written as if/else statements storing each branch (an early version of
+# adcore mis-named a ``select`` over reloaded workspace values).  Ties go to the first
+# operand, as in the tape's rules.
 CHOICES = {
     "where": ["if {0}:", "    {out} = {1}", "else:", "    {out} = {2}"],
     "maximum": ["if {0} >= {1}:", "    {out} = {0}", "else:", "    {out} = {1}"],
