@@ -82,3 +82,62 @@ def test_random_kernels_against_finite_differences(source, seed):
     except AssertionError:
         print(source)
         raise
+
+
+# -- kernels written with array expressions and temporaries ---------------------------------
+ARRAY_UNARY = ["np.sin({})", "np.cos({})", "np.tanh({})", "np.exp(np.sin({}))",
+               "np.sqrt(1.0 + ({}) ** 2)", "({}) ** 2", "np.log1p(({}) ** 2)"]
+ARRAY_BINARY = ["({} + {})", "({} - {})", "({} * {})", "({} / (2.0 + np.cos({})))"]
+ARRAY_LEAVES = ["x", "y", "a * x", "t", "x[::-1]", "np.ones_like(x) * a"]
+
+
+def array_expressions(depth):
+    leaf = st.sampled_from(ARRAY_LEAVES)
+    if depth == 0:
+        return leaf
+    sub = array_expressions(depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(st.sampled_from(ARRAY_UNARY), sub).map(lambda t: t[0].format(t[1])),
+        st.tuples(st.sampled_from(ARRAY_BINARY), sub, sub).map(lambda t: t[0].format(t[1], t[2])),
+    )
+
+
+ARRAY_EXPR = array_expressions(2)
+
+
+@st.composite
+def array_statements(draw):
+    kind = draw(st.sampled_from(["temp", "sum", "mean", "out", "inplace", "copy", "dot"]))
+    e = draw(ARRAY_EXPR)
+    return {
+        "temp": [f"    t = {e}"],
+        "sum": [f"    s += np.sum({e} * x)"],
+        "mean": [f"    s += np.mean({e})"],
+        "out": [f"    out[:] = {e}"],
+        "inplace": [f"    x[:] = 0.5 * x + 0.25 * {e}"],
+        "copy": ["    u = t.copy()", "    u[0] = 0.5", f"    s += np.sum(u * {e})"],
+        "dot": [f"    s += np.dot({e}, y)"],
+    }[kind]
+
+
+@st.composite
+def array_kernels(draw):
+    body = list(itertools.chain.from_iterable(draw(st.lists(array_statements(), min_size=1, max_size=4))))
+    lines = ["def kernel(x, y, a, out):", "    s = 0.0", "    t = x * y"] + body
+    lines += ["    return s + np.sum(out * y)"]
+    return "\n".join(lines)
+
+
+@settings(max_examples=int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(source=array_kernels(), seed=st.integers(0, 2 ** 16))
+def test_random_array_kernels_against_finite_differences(source, seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)
+    a = float(rng.uniform(-1, 1))
+    try:
+        check(compile_kernel(source), x, y, a, np.zeros(4), rtol=1e-4, atol=1e-6, seed=seed)
+    except AssertionError:
+        print(source)
+        raise
