@@ -113,7 +113,7 @@ class Activity:
         self._reach = {}
 
     def unsupported(self, instr, detail=""):
-        return UnsupportedError(f"'{instr.text}'", self.kernel_name, detail)
+        return UnsupportedError(f"'{instr.text}'", self.kernel_name, detail, instr.location)
 
     # -- pointers ---------------------------------------------------------------------
     def _pointer_bases(self):
@@ -174,12 +174,14 @@ class Activity:
         if bs == UNKNOWN:
             if self.shadow_args or self.shadow_allocs:
                 raise UnsupportedError(f"pointer {op.ref}", self.kernel_name,
-                                       "cannot tell which array it points into")
+                                       "cannot tell which array it points into",
+                                       getattr(op.defn, "location", None))
             return False
         flags = {self.has_shadow(b) for b in bs}
         if len(flags) > 1:
             raise UnsupportedError(f"pointer {op.ref}", self.kernel_name,
-                                   "it may point into a differentiated or a constant array")
+                                   "it may point into a differentiated or a constant array",
+                                   getattr(op.defn, "location", None))
         return flags == {True}
 
     def _float_allocations(self):

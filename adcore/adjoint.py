@@ -199,7 +199,7 @@ class AdjointGenerator:
 
     # -- small helpers ---------------------------------------------------------------
     def unsupported(self, instr, detail):
-        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail)
+        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
 
     def alloca(self, type_, hint):
         ref = self.e.fresh(hint)

@@ -2,6 +2,7 @@
 import itertools
 import threading
 import time
+import warnings
 
 import numba
 import numpy as np
@@ -13,7 +14,7 @@ from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .capture import as_dispatcher, capture
 from .cleanup import clean
 from .errors import ActivityError, UnsupportedError
-from .ir import read_function
+from .ir import read_function, source_locations
 
 _cache = {}
 _fast = {}
@@ -106,7 +107,7 @@ class CompiledGradient:
                 if not fn.is_declaration and custom_rules.find(fn.name) is not None}
         module = clean(kernel.module, kernel.symbol, keep)
         self.primal_ir = str(module)
-        func = read_function(module.get_function(kernel.symbol))
+        func = read_function(module.get_function(kernel.symbol), source_locations(self.primal_ir))
         is_float_ret = isinstance(restype, nbtypes.Float)
         if ret_activity is Active and not is_float_ret:
             raise ActivityError(f"return annotated Active but {self.pyname} returns {restype}, "
@@ -241,6 +242,24 @@ def _compiled(f, anns, ret_activity, with_primal, dret=None):
     return entry
 
 
+def _located(err, dispatcher, args):
+    """``err``, or the same error with its source line found by compiling the kernel
+    again with debug info (done only on failure, to keep compiles fast)."""
+    if err.location is not None or not isinstance(dispatcher, numba.core.registry.CPUDispatcher) \
+            or dispatcher.targetoptions.get("debug"):
+        return err
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
+    twin = numba.njit(**{**options, "debug": True})(dispatcher.py_func)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            CompiledGradient(twin, *args)
+    except UnsupportedError as located:
+        if located.location is not None:
+            return located
+    return err
+
+
 def _compiled_by_type(f, anns, ret_activity, with_primal, distinct, seed_type):
     dispatcher = _dispatcher(f)
     argtypes = tuple(numba.typeof(a.val) for a in anns)
@@ -251,8 +270,12 @@ def _compiled_by_type(f, anns, ret_activity, with_primal, distinct, seed_type):
         with _lock:
             entry = _cache.get(key)
             if entry is None:
-                entry = _cache[key] = CompiledGradient(dispatcher, anns, argtypes, ret_activity,
-                                                                 distinct, with_primal, seed_type)
+                args = (anns, argtypes, ret_activity, distinct, with_primal, seed_type)
+                try:
+                    entry = CompiledGradient(dispatcher, *args)
+                except UnsupportedError as err:
+                    raise _located(err, dispatcher, args) from None
+                _cache[key] = entry
     return entry
 
 

@@ -101,7 +101,8 @@ def capture(f, argtypes):
         cres = _overload(dispatcher, argtypes)
         if getattr(cres.library, "_adcore_own", None) is None:
             # compiled before adcore was imported: compile a fresh copy so the hook sees it
-            dispatcher = numba.njit(**dispatcher.targetoptions)(dispatcher.py_func)
+            options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
+            dispatcher = numba.njit(**options)(dispatcher.py_func)
             cres = _overload(dispatcher, argtypes)
         module = _unoptimised_module(cres.library)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))

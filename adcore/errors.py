@@ -8,10 +8,13 @@ class ADError(Exception):
 class UnsupportedError(ADError):
     """The differentiator met IR (an instruction or a callee) it has no rule for."""
 
-    def __init__(self, what, function=None, detail=""):
+    def __init__(self, what, function=None, detail="", location=None):
         self.what = what
         self.function = function
+        self.location = location          # (file, line) of the Python source, when known
         where = f" in Python function {function!r}" if function else ""
+        if location:
+            where += f" ({location[0]}, line {location[1]})"
         msg = f"cannot differentiate {what}{where}"
         if detail:
             msg += f": {detail}"

@@ -11,6 +11,7 @@ import re
 _IDENT = re.compile(r"^[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
 _LOCAL = re.compile(r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
 _METADATA = re.compile(r",\s*!dbg\s+![0-9]+")
+_DBG = re.compile(r"!dbg\s+!([0-9]+)")
 FLOAT_TYPES = ("double", "float")
 
 
@@ -52,9 +53,10 @@ class Operand:
 class Instr:
     """One instruction."""
 
-    def __init__(self, block, name, opcode, type_, text):
+    def __init__(self, block, name, opcode, type_, text, location=None):
         self.block, self.name, self.opcode, self.type = block, name, opcode, type_
         self.text = _METADATA.sub("", text.strip())
+        self.location = location    # (file, line) from debug info, when the kernel has it
         self.ref = local(name) if name else None
         self.operands = []          # value operands (block operands are in succ / incoming)
         self.incoming = []          # phi: block of each operand
@@ -124,8 +126,34 @@ def _operand(value, defs):
     return Operand(text[len(type_):].strip() if text.startswith(type_) else text, type_, None, kind)
 
 
-def read_function(fn):
-    """Build a :class:`Function` from an llvmlite function ``ValueRef``."""
+def source_locations(module_text):
+    """``{metadata id: (file, line)}`` for the DILocations of a module with debug info."""
+    nodes = dict(re.findall(r"^!([0-9]+) = (.*)$", module_text, re.M))
+    files = {}
+
+    def file_of(scope):
+        if scope not in files:
+            node = nodes.get(scope, "")
+            m = re.search(r'filename: "([^"]*)"', node)
+            if m:
+                files[scope] = m.group(1)
+            else:
+                parent = re.search(r"(?:file|scope): !([0-9]+)", node)
+                files[scope] = file_of(parent.group(1)) if parent else None
+        return files[scope]
+
+    out = {}
+    for k, node in nodes.items():
+        m = re.match(r"!DILocation\(line: ([0-9]+).*scope: !([0-9]+)", node)
+        if m and int(m.group(1)) > 0:
+            out[k] = (file_of(m.group(2)), int(m.group(1)))
+    return out
+
+
+def read_function(fn, locations=None):
+    """Build a :class:`Function` from an llvmlite function ``ValueRef`` (``locations``
+    from :func:`source_locations` attach source lines to instructions)."""
+    locations = locations or {}
     args = [Arg(a.name, str(a.type), i) for i, a in enumerate(fn.arguments)]
     defs = {a.name: a for a in args}
     blocks = {b.name: Block(b.name) for b in fn.blocks}
@@ -133,7 +161,10 @@ def read_function(fn):
     for b in fn.blocks:
         block = blocks[b.name]
         for ins in b.instructions:
-            instr = Instr(block, ins.name, ins.opcode, str(ins.type), str(ins))
+            text = str(ins)
+            dbg = _DBG.search(text)
+            instr = Instr(block, ins.name, ins.opcode, str(ins.type), text,
+                          locations.get(dbg.group(1)) if dbg else None)
             block.instrs.append(instr)
             if ins.name:
                 defs[ins.name] = instr

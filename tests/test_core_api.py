@@ -169,7 +169,10 @@ def test_unsupported_instruction_names_instruction_and_function():
     with pytest.raises(UnsupportedError) as err:
         adcore.gradient(Reverse, bit_tricks, np.ones(3))
     msg = str(err.value)
-    assert "bit_tricks" in msg and "'" in msg
+    assert "bit_tricks" in msg and "load i64" in msg                 # the function and instruction
+    line = next(n for n, text in enumerate(open(__file__), 1) if "bits = np.float64(x[i])" in text)
+    assert err.value.location == ("test_core_api.py", line)
+    assert f"line {line}" in msg
 
 
 # -- exceptions raised by the kernel ----------------------------------------------------
