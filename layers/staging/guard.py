@@ -4,7 +4,8 @@ its arrays.
 Staging walks the arguments once; ``GuardWriter`` turns that walk into straight-line
 Python: type, shape and dtype checks on every leaf, identity checks on the static parts
 of models (activation functions, ``only``, ...), and equality checks on ints and other
-plain values.  The generated ``gather(*args)`` returns ``None`` when anything differs
+plain values.  The generated ``gather(fn, *args)`` (``fn`` the loss) returns ``None``
+when anything differs
 (then the caller stages again) or the tuple of values the driver needs.
 """
 import numpy as np
@@ -20,7 +21,7 @@ def _contiguous(x):
 
 
 class GuardWriter:
-    """Accumulates checks and gathered expressions for ``gather(a0, a1, ...)``."""
+    """Accumulates checks and gathered expressions for ``gather(fn, a0, a1, ...)``."""
 
     def __init__(self, nargs):
         self.nargs = nargs
@@ -63,16 +64,18 @@ class GuardWriter:
                    f"{var}.dtype is {self.const(value.dtype)}")
 
     def closure(self, f):
-        """Rebinding a variable the loss captured (an array, a number) compiles again."""
-        for cell in getattr(f, "__closure__", None) or ():
+        """Check the loss ``fn`` captured the same objects (a new closure of the same code
+        over the same values reuses the program; rebinding a captured variable compiles
+        again)."""
+        for k, cell in enumerate(getattr(f, "__closure__", None) or ()):
             try:
                 value = cell.cell_contents
             except ValueError:
                 continue
-            self.check(f"{self.const(cell)}.cell_contents is {self.const(value)}")
+            self.check(f"fn.__closure__[{k}].cell_contents is {self.const(value)}")
 
     def source(self, ret):
-        args = ", ".join(f"a{k}" for k in range(self.nargs))
+        args = ", ".join(["fn"] + [f"a{k}" for k in range(self.nargs)])
         body = "\n".join(self.lines)
         return (f"def gather({args}):\n    try:\n" +
                 "\n".join("    " + line for line in body.splitlines()) +

@@ -1,11 +1,12 @@
 """One staged loss: trace it, lower the recording, differentiate the program with adcore,
 and generate the guard and the driver that call it.
 
-``Staged(f, args)`` compiles; ``staged.gather(*args)`` returns ``None`` when the arguments
+``Staged(f, args)`` compiles; ``staged.gather(f, *args)`` returns ``None`` when the arguments
 do not match what was compiled (other shapes, another model structure, another
 activation, a rebound captured variable...), else the driver's arguments, which
-``staged.run`` uses.  ``lookup`` keeps the compiled programs per loss function and picks
-the one that matches.
+``staged.run`` uses.  ``lookup`` keeps the compiled programs per loss function (per code
+object, so a closure made anew over the same values reuses them) and picks the one that
+matches.
 """
 import threading
 
@@ -252,19 +253,24 @@ def _driver(stub, flat, dflat, is_param):
     return numba.njit(cache=False)(scope["driver"])
 
 
+def cache_key(f):
+    """Programs are kept per code object (a bound method or callable object: per object)."""
+    return getattr(f, "__code__", f)
+
+
 def lookup(f, args):
     """``(staged, (dargs, grads))``: the compiled program matching ``args`` (compiling
     one when none does) and what its guard gathered from them."""
     with _cache_lock:
-        entries = _cache.setdefault(f, [])
+        entries = _cache.setdefault(cache_key(f), [])
         for e in entries:
-            got = e.gather(*args)
+            got = e.gather(f, *args)
             if got is not None:
                 return e, got
         e = Staged(f, args)
         entries.insert(0, e)
         del entries[_MAX_PER_FUNCTION:]
-    got = e.gather(*args)
+    got = e.gather(f, *args)
     if got is None:
         raise ADError("internal error: a freshly compiled program does not accept the "
                       "arguments it was compiled for; please report this")
