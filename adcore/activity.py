@@ -14,7 +14,7 @@
 import re
 
 from .errors import UnsupportedError
-from .ir import Arg, FLOAT_TYPES
+from .ir import Arg, is_float_type
 
 UNKNOWN = "unknown"
 NOWHERE = frozenset()            # constants, null, globals: no argument or allocation
@@ -26,7 +26,7 @@ MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
 PURE_CASTS = ("bitcast", "addrspacecast")
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
-             "select", "phi", "freeze", "call")
+             "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
 INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
 MEMORY_WRITERS = ("store", "atomicrmw", "cmpxchg")
 PUN_TYPES = {"i64": "double", "i32": "float"}
@@ -196,7 +196,7 @@ class Activity:
             else:
                 continue
             bs = self.bases(ptr)
-            if t in FLOAT_TYPES and bs != UNKNOWN:
+            if is_float_type(t) and bs != UNKNOWN:
                 for b in bs:
                     self.element_type[b] = t
                     if is_allocation(b):

@@ -26,7 +26,7 @@ from .activity import (ALLOCATORS, RAW_ALLOCATORS, UNKNOWN, Activity, MemInfo,
 from .cfg import ControlFlow, InductionVariable, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
-from .ir import Arg, FLOAT_TYPES, Instr, Operand, label, local, rename
+from .ir import Arg, Instr, Operand, is_float_type, label, local, rename
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
 from . import custom_rules, tape_stack
 
@@ -294,7 +294,7 @@ class AdjointGenerator:
                 return
             t = act.value_type(value.defn) if value.defn in act.pun_type else value.type
             sp = self.shadow(ptr)
-            if t in FLOAT_TYPES:
+            if is_float_type(t):
                 if value.defn in act.active:
                     self.accumulate(value.defn, self.e(f"load {t}, ptr {sp}"))
                 self.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}")

@@ -4,12 +4,16 @@ import struct
 
 import numpy as np
 
-from .ir import label
+from .errors import UnsupportedError
+from .ir import label, vector_shape
 
 
 def float_const(type_, value):
     """An exact LLVM literal for ``value`` in ``type_`` (float constants use the
-    hexadecimal double form LLVM requires)."""
+    hexadecimal double form LLVM requires; vectors are splats)."""
+    shape = vector_shape(type_)
+    if shape:
+        return "zeroinitializer" if value == 0 else f"splat ({shape[1]} {float_const(shape[1], value)})"
     if type_ == "float":
         value = float(np.float32(value))
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
@@ -60,7 +64,11 @@ class Expr:
 
     def __init__(self, emitter, type_):
         self.e, self.t = emitter, type_
-        self.s = "f64" if type_ == "double" else "f32"
+        shape = vector_shape(type_)
+        element = shape[1] if shape else type_
+        self.s = ("f64" if element == "double" else "f32") if not shape else \
+            f"v{shape[0]}{'f64' if element == 'double' else 'f32'}"
+        self.vector = shape is not None
 
     def c(self, value):
         return float_const(self.t, value)
@@ -87,7 +95,9 @@ class Expr:
         return self.mul(a, a)
 
     def select(self, cond, a, b):
-        return self.e(f"select i1 {cond}, {self.t} {a}, {self.t} {b}")
+        shape = vector_shape(self.t)
+        ctype = f"<{shape[0]} x i1>" if shape else "i1"
+        return self.e(f"select {ctype} {cond}, {self.t} {a}, {self.t} {b}")
 
     def fcmp(self, pred, a, b):
         return self.e(f"fcmp {pred} {self.t} {a}, {b}")
@@ -99,6 +109,8 @@ class Expr:
         """Call math function ``name`` (an LLVM intrinsic when one exists, else libm)."""
         if name in INTRINSICS:
             symbol = f"llvm.{name}.{self.s}"
+        elif self.vector:
+            raise UnsupportedError(f"{name} on {self.t}", None, "no vector form of this function")
         else:
             symbol = name if self.t == "double" else name + "f"
         params = ", ".join([self.t] * len(args))

@@ -13,6 +13,18 @@ _LOCAL = re.compile(r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
 _METADATA = re.compile(r",\s*!dbg\s+![0-9]+")
 _DBG = re.compile(r"!dbg\s+!([0-9]+)")
 FLOAT_TYPES = ("double", "float")
+_VECTOR = re.compile(r"^<\s*([0-9]+)\s*x\s*(double|float)\s*>$")
+
+
+def is_float_type(type_):
+    """Scalar floats and vectors of floats (what loop vectorisers emit)."""
+    return type_ in FLOAT_TYPES or bool(_VECTOR.match(type_))
+
+
+def vector_shape(type_):
+    """``(lanes, element type)`` of a float vector type, or None for a scalar."""
+    m = _VECTOR.match(type_)
+    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def local(name):
@@ -65,7 +77,7 @@ class Instr:
 
     @property
     def is_float(self):
-        return self.type in FLOAT_TYPES
+        return is_float_type(self.type)
 
     @property
     def predicate(self):

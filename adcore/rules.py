@@ -12,6 +12,9 @@ intrinsics (``llvm.sin.f64``) and libm calls (``sin``, ``sinf``) share one entry
 import math
 import re
 
+from .emit import float_const
+from .ir import vector_shape
+
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
@@ -98,6 +101,62 @@ def _fdiv(X, ops, y, dy):
     return [lambda: X.div(dy, b), lambda: X.neg(X.mul(X.div(dy, b), y))]
 
 
+def _extractelement(X, ops, y, dy):
+    # y = v[i]                          dv[i] += dy
+    v, i = ops
+    return [lambda: X.e(f"insertelement {v.type} zeroinitializer, {X.t} {dy}, {i.type} {i}"), None]
+
+
+def _insertelement(X, ops, y, dy):
+    # y = v with y[i] = s               dv = dy with lane i zeroed,  ds = dy[i]
+    v, s, i = ops
+    return [lambda: X.e(f"insertelement {X.t} {dy}, {s.type} {float_const(s.type, 0)}, {i.type} {i}"),
+            lambda: X.e(f"extractelement {X.t} {dy}, {i.type} {i}"), None]
+
+
+def _shuffle(mask):
+    # y[j] = concat(a, b)[mask[j]]      d concat(a, b)[mask[j]] += dy[j]
+    def rule(X, ops, y, dy):
+        a, b = ops
+
+        def adjoint(which):
+            lanes, elem = vector_shape(a.type)
+            d = "zeroinitializer"
+            for j, m in enumerate(mask):
+                if m is None or (m < lanes) != (which == 0):
+                    continue
+                k = m - which * lanes
+                v = X.e(f"extractelement {X.t} {dy}, i32 {j}")
+                cur = X.e(f"extractelement {a.type} {d}, i32 {k}")
+                d = X.e(f"insertelement {a.type} {d}, {elem} {X.e(f'fadd {elem} {cur}, {v}')}, i32 {k}")
+            return d
+        return [lambda: adjoint(0), lambda: adjoint(1)]
+    return rule
+
+
+def _reduce_fadd(X, ops, y, dy):
+    # y = start + sum(v)                dstart = dy,  dv = (dy, ..., dy)
+    start, v = ops
+    lanes = vector_shape(v.type)[0]
+
+    def splat():
+        one = X.e(f"insertelement {v.type} poison, {X.t} {dy}, i32 0")
+        return X.e(f"shufflevector {v.type} {one}, {v.type} poison, <{lanes} x i32> zeroinitializer")
+    return [lambda: dy, splat]
+
+
+def shuffle_mask(text):
+    """The lanes of a shufflevector's constant mask (None for undef/poison lanes)."""
+    m = re.search(r"<\s*([0-9]+)\s*x\s*i32\s*>\s*(zeroinitializer|<[^>]*>|undef|poison)\s*$", text)
+    n, body = int(m.group(1)), m.group(2)
+    if body == "zeroinitializer":
+        return [0] * n
+    if body in ("undef", "poison"):
+        return [None] * n
+    return [None if "undef" in e or "poison" in e else int(e.split()[-1])
+            for e in body.strip("<>").split(",")]
+
+
 def _cast(op):
     # y = (T) x                        dx = (S) dy
     return lambda X, ops, y, dy: [lambda: X.cast(op, dy, ops[0].type)]
@@ -116,6 +175,9 @@ RULES = {
     "fpext": _cast("fptrunc"),
     "fptrunc": _cast("fpext"),
     "select": _select,
+    "extractelement": _extractelement,
+    "insertelement": _insertelement,
+    "reduce_fadd": _reduce_fadd,
     # math functions: (f(x))' as a function of x and y = f(x)
     "exp": _unary(lambda X, x, y: y),                                        # e^x
     "exp2": _unary(lambda X, x, y: X.mul(y, X.c(LN2))),                      # 2^x ln 2
@@ -168,6 +230,8 @@ def math_name(callee):
     """The plain name of a math callee (``llvm.sin.f64``, ``sinf`` -> ``sin``), or None."""
     if not callee:
         return None
+    if callee.startswith("llvm.vector.reduce.fadd."):
+        return "reduce_fadd"
     m = _INTRINSIC.match(callee)
     if m:
         return m.group(1) if m.group(1) in RULES else None
@@ -190,4 +254,6 @@ def is_pure_call(instr):
 def rule_for(instr):
     if instr.opcode == "call":
         return RULES[math_name(instr.callee)]
+    if instr.opcode == "shufflevector":
+        return _shuffle(shuffle_mask(instr.text))
     return RULES[instr.opcode]

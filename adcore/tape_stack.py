@@ -6,13 +6,22 @@ entered from); the reverse pass pops them in the opposite order.  The stack is a
 ``{base, top, end}`` triple in the gradient function's frame, grown with ``realloc``
 by a cold out-of-line helper; push and pop are always-inlined.
 """
+import re
+
 SIZES = {"double": 8, "float": 4, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1, "ptr": 8}
+
+
+def size_of(type_):
+    """Bytes a value of ``type_`` takes on the stack (scalars and vectors of them)."""
+    m = re.match(r"^<\s*([0-9]+)\s*x\s*(\w+)\s*>$", type_)
+    return int(m.group(1)) * SIZES[m.group(2)] if m else SIZES[type_]
 STACK_TYPE = "{ ptr, ptr, ptr }"
 MEMINFO_TYPE = "{ i64, ptr, ptr, ptr, i64, ptr }"   # NRT's MemInfo: refct, dtor, dtor_info, data, ...
 
 
 def type_tag(type_):
-    return type_.replace(" ", "")
+    """A name-safe spelling of ``type_`` for helper names (``<4 x float>`` -> ``v4float``)."""
+    return re.sub(r"[<>\s]", "", type_).replace("x", "", 1) if type_.startswith("<") else type_
 
 
 def helpers(types, copy_types=()):
@@ -97,7 +106,7 @@ exit:
         out.append(_elementwise(f"ad.copy.adjoint.{t}", t, "src", "dst", zero_first=True))
         out.append(_elementwise(f"ad.accumulate.{t}", t, "dst", "src", zero_first=False))
     for t in sorted(types):
-        n, tag = SIZES[t], type_tag(t)
+        n, tag = size_of(t), type_tag(t)
         out.append(f"""define internal void @ad.push.{tag}(ptr %s, {t} %v) alwaysinline {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
@@ -136,7 +145,7 @@ def _elementwise(name, t, into, from_, zero_first):
     zero = f"  store {t} 0.0, ptr %p{from_}\n" if zero_first else ""
     return f"""define internal void @{name}(ptr %dst, ptr %src, i64 %bytes) {{
 entry:
-  %n = udiv i64 %bytes, {SIZES[t]}
+  %n = udiv i64 %bytes, {size_of(t)}
   br label %head
 head:
   %i = phi i64 [ 0, %entry ], [ %next, %body ]

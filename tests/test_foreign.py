@@ -60,9 +60,6 @@ def test_finite_differences(file, name, args, opts):
     check(fn(file, name), *args(), **opts)
 
 
-@pytest.mark.xfail(strict=True, raises=adcore.UnsupportedError,
-                   reason="core: vector loads/insertelement/shufflevector (tests/ll/vector.ll "
-                          "@vscale) have no derivative rule")
 def test_vector_ir():
     check(fn("vector.ll", "vscale"), rand(2), 0.7)
 
@@ -225,10 +222,11 @@ CLANG_CASES = [
     ("energy", lambda: (rand(6, lo=-1, hi=1), 6, 1), {}),
     ("energy", lambda: (rand(6), 6, 2), {}),
     ("heat", lambda: (rand(7), 7, 3), {}),
+    ("square_plus", lambda: (rand(11, dtype=np.float32), 11), F32),
 ]
 
 
-@pytest.mark.parametrize("opt", ["-O1", "-O0"])
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])      # -O2 and -O3 vectorise
 @pytest.mark.parametrize("name,args,opts", CLANG_CASES,
                          ids=[f"{c[0]}-{k}" for k, c in enumerate(CLANG_CASES)])
 def test_clang(opt, name, args, opts):
