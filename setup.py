@@ -12,11 +12,12 @@ setup(
         "numba>=0.68,<0.69",
         "llvmlite>=0.50,<0.51",
         "numpy>=1.24",
+        "scipy",          # Numba's np.dot and @ call BLAS through scipy
         "tqdm",
     ],
     extras_require={
         "test": ["pytest", "hypothesis"],
-        "peers": ["autograd", "matplotlib"],
+        "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
         "plot": ["matplotlib"],
     },
 )

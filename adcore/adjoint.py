@@ -162,9 +162,25 @@ class AdjointGenerator:
                 else:
                     syn.operands.append(o)
             syn.text = _ATTACHED_METADATA.sub("", rename(instr.text, mapping))
+        def shadow_ref(op):
+            if op.defn in out:
+                return out[op.defn].ref
+            return self.shadow_ref.get(op.defn)
+
+        for instr in pointers:       # every pointer a shadowed slot holds must have a shadow
+            if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
+                key = stack_slot(instr.operands[0])
+                for block in self.cfg.rpo:
+                    for store in block.instrs:
+                        if store.opcode == "store" and stack_slot(store.operands[1]) == key \
+                                and store.operands[0].type == "ptr" and store.operands[0].defn is not None \
+                                and shadow_ref(store.operands[0]) is None:
+                            raise self.unsupported(store, "a pointer kept on the stack has no shadow")
+
         for block in self.cfg.rpo:
             for store in block.instrs:
-                if store.opcode != "store" or store.operands[0].defn not in out:
+                if store.opcode != "store" or store.operands[0].type != "ptr" \
+                        or shadow_ref(store.operands[0]) is None:
                     continue
                 offset = return_slot(store.operands[1], self.retptr)
                 if stack_slot(store.operands[1]) is not None:
@@ -173,7 +189,7 @@ class AdjointGenerator:
                     slot = self.returned_shadow.setdefault(offset, self.alloca("ptr", "retsh"))
                 else:
                     continue
-                syn = Instr(block, "", "store", "void", f"store ptr {out[store.operands[0].defn].ref}, ptr {slot}")
+                syn = Instr(block, "", "store", "void", f"store ptr {shadow_ref(store.operands[0])}, ptr {slot}")
                 syn.synthetic = True
                 out[store] = syn
         return out

@@ -146,3 +146,17 @@ def test_returned_array_needs_a_matching_seed():
     with pytest.raises(ActivityError, match="shape"):
         adcore.autodiff(Reverse, returns_array, Duplicated(x, dx), Active(0.5), dret=np.ones(2))
     assert not dx.any()                                               # nothing was accumulated
+
+
+@numba.njit
+def views_inside(w, x):
+    wt = w.reshape(-1)                     # a view through Numba's reshape helper
+    s = 0.0
+    for i in range(wt.shape[0]):
+        s += wt[i] * wt[i] * x[i % x.shape[0]]
+    return s + np.sum(w.T @ x[:2]) + np.sum(w.ravel() * 2.0)
+
+
+def test_views_made_inside_the_kernel():
+    r = np.random.default_rng(5)
+    check(views_inside, r.random((2, 3)), r.random(3))
