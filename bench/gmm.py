@@ -20,6 +20,7 @@ from adcore import Const, Duplicated, ReverseWithPrimal
 from adcore import tape
 
 from . import peers
+from .kernels import logsumexp
 from .measure import failed, first_call, median_seconds, rel_err, row, skipped, traced_bytes
 
 W = "gmm"
@@ -101,15 +102,14 @@ def instance(K, n=1000, d=2, seed=0):
 
 # -- the Numba kernels ---------------------------------------------------------------------
 @numba.njit
-def _logsumexp(v):
-    mx = v[0]
-    for k in range(1, v.shape[0]):
-        if v[k] > mx:
-            mx = v[k]
-    s = 0.0
-    for k in range(v.shape[0]):
-        s += math.exp(v[k] - mx)
-    return mx + math.log(s)
+def _diagonals(icf, d, qdiag, sum_qs):
+    """qdiag[k] = exp(q_k) (the diagonal of Q_k), sum_qs[k] = sum(q_k)."""
+    for k in range(icf.shape[0]):
+        s = 0.0
+        for j in range(d):
+            s += icf[k, j]
+            qdiag[k, j] = math.exp(icf[k, j])
+        sum_qs[k] = s
 
 
 @numba.njit
@@ -129,12 +129,7 @@ def objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
     """The GMM objective; qdiag (K, d), sum_qs (K,), xc (d,), qxc (d,), main (K,) are scratch."""
     n, d = x.shape
     K = alphas.shape[0]
-    for k in range(K):
-        s = 0.0
-        for j in range(d):
-            s += icf[k, j]
-            qdiag[k, j] = math.exp(icf[k, j])
-        sum_qs[k] = s
+    _diagonals(icf, d, qdiag, sum_qs)
     slse = 0.0
     for i in range(n):
         for k in range(K):
@@ -150,7 +145,7 @@ def objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
             for j in range(d):
                 sq += qxc[j] * qxc[j]
             main[k] = alphas[k] + sum_qs[k] - 0.5 * sq
-        slse += _logsumexp(main)
+        slse += logsumexp(main)
     prior = 0.0
     for k in range(K):
         fro = 0.0
@@ -159,7 +154,7 @@ def objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
         for j in range(d, icf.shape[1]):
             fro += icf[k, j] * icf[k, j]
         prior += 0.5 * gamma * gamma * fro - m * sum_qs[k]
-    return constant(n, d, K, gamma, m) + slse - n * _logsumexp(alphas) + prior
+    return constant(n, d, K, gamma, m) + slse - n * logsumexp(alphas) + prior
 
 
 @numba.njit
@@ -168,12 +163,7 @@ def gradient(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xcs, zs, main, dalp
     returns the objective; xcs, zs (K, d) are scratch besides the objective's."""
     n, d = x.shape
     K = alphas.shape[0]
-    for k in range(K):
-        s = 0.0
-        for j in range(d):
-            s += icf[k, j]
-            qdiag[k, j] = math.exp(icf[k, j])
-        sum_qs[k] = s
+    _diagonals(icf, d, qdiag, sum_qs)
     slse = 0.0
     for i in range(n):
         for k in range(K):
@@ -189,7 +179,7 @@ def gradient(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xcs, zs, main, dalp
             for j in range(d):
                 sq += zs[k, j] * zs[k, j]
             main[k] = alphas[k] + sum_qs[k] - 0.5 * sq
-        lse = _logsumexp(main)
+        lse = logsumexp(main)
         slse += lse
         for k in range(K):
             w = math.exp(main[k] - lse)          # d lse / d main_k; d main_k / d z = -z
@@ -205,7 +195,7 @@ def gradient(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xcs, zs, main, dalp
                     dxc += dzr * icf[k, li]
                     li += 1
                 dmeans[k, c] -= dxc
-    lse_a = _logsumexp(alphas)
+    lse_a = logsumexp(alphas)
     prior = 0.0
     for k in range(K):
         dalphas[k] -= n * math.exp(alphas[k] - lse_a)

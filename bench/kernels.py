@@ -94,7 +94,8 @@ def stencil_grad(u, steps, du):
 
 # -- logsumexp ---------------------------------------------------------------------------
 @numba.njit
-def logsumexp(x):
+def _max_and_sum(x):
+    """m = max(x) and s = sum(exp(x - m))."""
     m = x[0]
     for i in range(1, x.shape[0]):
         if x[i] > m:
@@ -102,18 +103,18 @@ def logsumexp(x):
     s = 0.0
     for i in range(x.shape[0]):
         s += math.exp(x[i] - m)
+    return m, s
+
+
+@numba.njit
+def logsumexp(x):
+    m, s = _max_and_sum(x)
     return m + math.log(s)
 
 
 @numba.njit
 def logsumexp_grad(x, dx):
-    m = x[0]
-    for i in range(1, x.shape[0]):
-        if x[i] > m:
-            m = x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += math.exp(x[i] - m)
+    m, s = _max_and_sum(x)
     for i in range(x.shape[0]):
         dx[i] += math.exp(x[i] - m) / s
 

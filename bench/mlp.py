@@ -23,27 +23,34 @@ TOL = 1e-4  # float32
 
 
 @numba.njit
+def _forward(W1, b1, W2, b2, x, b, h, z):
+    """Sample b: h = sigmoid(W1 x + b1); z = exp(W2 h + b2 - max); returns sum(z)."""
+    for j in range(W1.shape[0]):
+        s = b1[j]
+        for k in range(W1.shape[1]):
+            s += W1[j, k] * x[b, k]
+        h[j] = 1.0 / (1.0 + math.exp(-s))
+    mx = -np.inf
+    for o in range(W2.shape[0]):
+        s = b2[o]
+        for j in range(W2.shape[1]):
+            s += W2[o, j] * h[j]
+        z[o] = s
+        mx = max(mx, s)
+    t = 0.0
+    for o in range(W2.shape[0]):
+        z[o] = math.exp(z[o] - mx)
+        t += z[o]
+    return t
+
+
+@numba.njit
 def loss_kernel(W1, b1, W2, b2, x, y, h, z):
     """sum((softmax(sigmoid(x W1' + b1) W2' + b2) - y)^2), one sample at a time; h (hidden,)
     and z (out,) are scratch."""
     loss = 0.0
     for b in range(x.shape[0]):
-        for j in range(W1.shape[0]):
-            s = b1[j]
-            for k in range(W1.shape[1]):
-                s += W1[j, k] * x[b, k]
-            h[j] = 1.0 / (1.0 + math.exp(-s))
-        mx = -np.inf
-        for o in range(W2.shape[0]):
-            s = b2[o]
-            for j in range(W2.shape[1]):
-                s += W2[o, j] * h[j]
-            z[o] = s
-            mx = max(mx, s)
-        t = 0.0
-        for o in range(W2.shape[0]):
-            z[o] = math.exp(z[o] - mx)
-            t += z[o]
+        t = _forward(W1, b1, W2, b2, x, b, h, z)
         for o in range(W2.shape[0]):
             d = z[o] / t - y[b, o]
             loss += d * d
@@ -55,22 +62,7 @@ def loss_gradient(W1, b1, W2, b2, x, y, h, p, dh, dW1, db1, dW2, db2):
     """Hand-written: adds the gradient into dW1, db1, dW2, db2 and returns the loss."""
     loss = 0.0
     for b in range(x.shape[0]):
-        for j in range(W1.shape[0]):
-            s = b1[j]
-            for k in range(W1.shape[1]):
-                s += W1[j, k] * x[b, k]
-            h[j] = 1.0 / (1.0 + math.exp(-s))
-        mx = -np.inf
-        for o in range(W2.shape[0]):
-            s = b2[o]
-            for j in range(W2.shape[1]):
-                s += W2[o, j] * h[j]
-            p[o] = s
-            mx = max(mx, s)
-        t = 0.0
-        for o in range(W2.shape[0]):
-            p[o] = math.exp(p[o] - mx)
-            t += p[o]
+        t = _forward(W1, b1, W2, b2, x, b, h, p)
         sdp = 0.0                                   # dp = 2 (p - y); dz = p (dp - <dp, p>)
         for o in range(W2.shape[0]):
             p[o] /= t

@@ -16,19 +16,20 @@ BINARY = ["({} + {})", "({} - {})", "({} * {})", "({} / (1.5 + math.cos({})))"]
 LEAVES = ["x[i]", "y[i]", "a", "math.tanh(s)", "0.5", "x[(i + 1) % n]"]
 
 
-def expressions(depth):
-    leaf = st.sampled_from(LEAVES)
+def expressions(depth, leaves, unary, binary):
+    """Expression trees (as source text) of at most ``depth`` levels."""
+    leaf = st.sampled_from(leaves)
     if depth == 0:
         return leaf
-    sub = expressions(depth - 1)
+    sub = expressions(depth - 1, leaves, unary, binary)
     return st.one_of(
         leaf,
-        st.tuples(st.sampled_from(UNARY), sub).map(lambda t: t[0].format(t[1])),
-        st.tuples(st.sampled_from(BINARY), sub, sub).map(lambda t: t[0].format(t[1], t[2])),
+        st.tuples(st.sampled_from(unary), sub).map(lambda t: t[0].format(t[1])),
+        st.tuples(st.sampled_from(binary), sub, sub).map(lambda t: t[0].format(t[1], t[2])),
     )
 
 
-EXPR = expressions(3)
+EXPR = expressions(3, LEAVES, UNARY, BINARY)
 
 
 @st.composite
@@ -71,9 +72,8 @@ def compile_kernel(source):
     return _compiled[source]
 
 
-@settings(max_examples=int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(source=kernels(), seed=st.integers(0, 2 ** 16))
-def test_random_kernels_against_finite_differences(source, seed):
+def check_source(source, seed):
+    """Compile ``kernel(x, y, a, out)`` from source and check it at random inputs."""
     rng = np.random.default_rng(seed)
     x, y = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)
     a = float(rng.uniform(-1, 1))
@@ -84,6 +84,12 @@ def test_random_kernels_against_finite_differences(source, seed):
         raise
 
 
+@settings(max_examples=int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source=kernels(), seed=st.integers(0, 2 ** 16))
+def test_random_kernels_against_finite_differences(source, seed):
+    check_source(source, seed)
+
+
 # -- kernels written with array expressions and temporaries ---------------------------------
 ARRAY_UNARY = ["np.sin({})", "np.cos({})", "np.tanh({})", "np.exp(np.sin({}))",
                "np.sqrt(1.0 + ({}) ** 2)", "({}) ** 2", "np.log1p(({}) ** 2)"]
@@ -91,19 +97,7 @@ ARRAY_BINARY = ["({} + {})", "({} - {})", "({} * {})", "({} / (2.0 + np.cos({}))
 ARRAY_LEAVES = ["x", "y", "a * x", "t", "x[::-1]", "np.ones_like(x) * a"]
 
 
-def array_expressions(depth):
-    leaf = st.sampled_from(ARRAY_LEAVES)
-    if depth == 0:
-        return leaf
-    sub = array_expressions(depth - 1)
-    return st.one_of(
-        leaf,
-        st.tuples(st.sampled_from(ARRAY_UNARY), sub).map(lambda t: t[0].format(t[1])),
-        st.tuples(st.sampled_from(ARRAY_BINARY), sub, sub).map(lambda t: t[0].format(t[1], t[2])),
-    )
-
-
-ARRAY_EXPR = array_expressions(2)
+ARRAY_EXPR = expressions(2, ARRAY_LEAVES, ARRAY_UNARY, ARRAY_BINARY)
 
 
 @st.composite
@@ -133,11 +127,4 @@ def array_kernels(draw):
           suppress_health_check=[HealthCheck.too_slow])
 @given(source=array_kernels(), seed=st.integers(0, 2 ** 16))
 def test_random_array_kernels_against_finite_differences(source, seed):
-    rng = np.random.default_rng(seed)
-    x, y = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)
-    a = float(rng.uniform(-1, 1))
-    try:
-        check(compile_kernel(source), x, y, a, np.zeros(4), rtol=1e-4, atol=1e-6, seed=seed)
-    except AssertionError:
-        print(source)
-        raise
+    check_source(source, seed)
