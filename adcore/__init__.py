@@ -7,11 +7,11 @@ __all__ = [
     "ADError", "UnsupportedError", "ActivityError",
     "Active", "Const", "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero",
 ]
-from .api import autodiff, gradient, primal_ir, adjoint_ir, last_cached_bytes
+from .api import autodiff, gradient, primal_ir, adjoint_ir, last_cached_bytes, compile_gradient
 from .custom_rules import register_rule, rule, carray
 from . import blas_rules  # noqa: F401  (registers the rules for Numba's BLAS calls)
 
-__all__ += ["autodiff", "gradient", "primal_ir", "adjoint_ir", "last_cached_bytes",
+__all__ += ["autodiff", "gradient", "primal_ir", "adjoint_ir", "last_cached_bytes", "compile_gradient",
             "register_rule", "rule", "carray"]
 from .foreign import from_llvm
 __all__ += ["from_llvm"]

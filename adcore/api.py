@@ -94,7 +94,13 @@ def _distinct(arrays):
 
 # -- compilation -----------------------------------------------------------------------
 class CompiledGradient:
-    """One native gradient of a kernel for fixed argument types and activities."""
+    """One native gradient of a kernel for fixed argument types and activities.
+
+    ``native`` is an njit function that other Numba code may call:
+    ``native(*arguments, *shadows[, dret])`` with the primal arguments in order, then the
+    shadow array of each position in ``shadowed`` (Duplicated arguments, then Const arrays
+    that need an internal zeroed shadow), then the seed of a returned array; it returns a
+    tuple ``(primal return if any, adjoint of each Active argument..., bytes cached)``."""
 
     def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, with_primal,
                  seed_type=None):
@@ -167,7 +173,7 @@ class CompiledGradient:
         self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol)
         self.shadowed = [k for k, a in enumerate(anns) if isinstance(a, Duplicated)] + sorted(self.scratch)
         seed = [seed_type] if returns_array else []
-        self.stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in self.shadowed] + seed,
+        self.native = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in self.shadowed] + seed,
                                      result)
         self.compile_seconds = time.perf_counter() - t0
 
@@ -185,7 +191,7 @@ class CompiledGradient:
                 copies.append((a.dval, d))
             shadows.append(d)
         seed = [] if dret is None else [np.ascontiguousarray(dret)]
-        out = self.stub(*primals, *shadows, *seed)
+        out = self.native(*primals, *shadows, *seed)
         if out[-1] < 0:
             raise ActivityError(f"dret has shape {dret.shape} but {self.pyname} returned an array "
                                 f"of shape {out[0].shape}")
@@ -322,6 +328,15 @@ def gradient(mode, f, *args):
     derivs, value = compiled(anns)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
     return (grads, value) if mode.with_primal else grads
+
+
+def compile_gradient(mode, f, *args, dret=None):
+    """The compiled gradient ``autodiff(mode, f, *args, dret=dret)`` would use, without
+    running it: a :class:`CompiledGradient` whose ``native`` njit function can be called
+    from other Numba code (a training loop, say)."""
+    _check_mode(mode)
+    ret_activity, args = _split_return_activity(args)
+    return _compiled(f, _annotate(args), ret_activity, mode.with_primal, dret)
 
 
 def primal_ir(f, *args):

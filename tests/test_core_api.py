@@ -213,3 +213,25 @@ def test_primal_and_adjoint_ir_parse():
     for text in (primal, adjoint, adcore.adjoint_ir(Reverse, api_example, *args, optimised=True)):
         llvm.parse_assembly(text).verify()
     assert "<8 x double>" not in primal and "ad.r." in adjoint
+
+
+def test_compile_gradient_native_is_callable_from_njit():
+    x = np.random.default_rng(6).random(4)
+    dx, out, dout = np.zeros(4), np.zeros(4), np.zeros(4)
+    g = adcore.compile_gradient(ReverseWithPrimal, api_example, Active(0.3), Duplicated(x, dx),
+                                Duplicated(out, dout))
+    assert g.shadowed == [1, 2]
+    native = g.native
+
+    @numba.njit
+    def repeat(n, x, out, dx, dout):
+        total = 0.0
+        for _ in range(n):
+            value, da, _ = native(0.3, x, out, dx, dout)
+            total += da
+        return value, total
+
+    value, total = repeat(3, x, out, dx, dout)
+    assert value == pytest.approx(np.sin(0.3 * x).sum())
+    assert total == pytest.approx(3 * np.sum(x * np.cos(0.3 * x)))
+    np.testing.assert_allclose(dx, 3 * 0.3 * np.cos(0.3 * x))

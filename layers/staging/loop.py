@@ -143,7 +143,7 @@ def _loop_source(staged, stacked, plan):
 
 
 def _compile_loop(staged, stacked, plan):
-    scope = {"stub": staged.grad.stub, "_zero": _zero, "math": math}
+    scope = {"stub": staged.grad.native, "_zero": _zero, "math": math}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
             scope[f"K{q}_{k}"] = st.kernel

@@ -15,7 +15,7 @@ import numpy as np
 
 from adcore import tape
 from adcore.annotations import Const, Duplicated
-from adcore.api import _annotate, _compiled
+from adcore import ReverseWithPrimal, compile_gradient
 from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
@@ -179,12 +179,12 @@ class Staged:
                 self.slots.append((a.kind, None, None, buf))
                 shadows.append(w.const(dbuf))
                 dflat.append(False)
-        self.grad = _compiled(program, _annotate(anns), None, True)
+        self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
         self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = flat, dflat
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
-        self.driver = _driver(self.grad.stub, flat, dflat,
+        self.driver = _driver(self.grad.native, flat, dflat,
                               [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")])
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.groups = None  # the optimiser leaves of the last state used by train
