@@ -24,6 +24,7 @@ ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned", "NR
 RAW_ALLOCATORS = ("NRT_Allocate",)
 MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
+DEFERRED_FREES = ("NRT_Free", "NRT_MemInfo_call_dtor", "NRT_decref")
 PURE_CASTS = ("bitcast", "addrspacecast")
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
@@ -332,6 +333,8 @@ class Activity:
                     ptrs = [instr.operands[1] if instr.opcode == "store" else instr.operands[0]]
                 elif is_memory_intrinsic(instr):
                     ptrs = [instr.operands[0]]
+                elif instr.opcode == "call" and instr.callee in DEFERRED_FREES:
+                    continue             # the gradient frees only after the reverse pass
                 elif instr.opcode == "call" and self.rule_of(instr) is not None:
                     ptrs = [instr.operands[k] for k in self.rule_of(instr).outputs]
                 elif instr.opcode == "call" and not self.is_pure_call(instr):

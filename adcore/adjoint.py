@@ -276,7 +276,7 @@ class AdjointGenerator:
             return op.ref
         if d in self.memo:
             return self.memo[d]
-        if self.recomputable(d):
+        if self.recomputable(d) and not self.cheaper_to_keep(d):
             mapping = {o.ref: self.materialise(o) for o in d.operands
                        if o.defn is not None and not isinstance(o.defn, Arg)}
             ref = self.e.fresh("re")
@@ -286,6 +286,35 @@ class AdjointGenerator:
             ref = self.e(f"load {d.type}, ptr {self.register(d)}", "ld")
         self.memo[d] = ref
         return ref
+
+    def saved_bytes(self, value, seen=None):
+        """Bytes per loop iteration the value stack would take to make ``value`` available
+        in the reverse pass by recomputation (0 when nothing new must be saved)."""
+        seen = set() if seen is None else seen
+        if value is None or isinstance(value, Arg) or value in seen or value in self.registers:
+            return 0
+        seen.add(value)
+        if value.block not in self.cfg.cyclic or self.runs_backwards(value):
+            return 0
+        if self.recomputable(value):
+            return sum(self.saved_bytes(o.defn, seen) for o in value.operands)
+        return tape_stack.size_of(value.type) if value.type in tape_stack.SIZES or \
+            value.type.startswith("<") else 8
+
+    def runs_backwards(self, phi):
+        """True for a header phi the reverse pass can run backwards (a loop counter)."""
+        iv = self.cfg.ivs.get(phi.block)
+        if phi.opcode != "phi" or iv is None:
+            return False
+        step = phi.operands[phi.incoming.index(iv.latch)].defn
+        return step is not None and step_of(step, phi) is not None
+
+    def cheaper_to_keep(self, value):
+        """A recomputable value inside a loop is saved itself when recomputing it would save
+        more bytes per iteration (a 1-byte comparison instead of an 8-byte running maximum)."""
+        if value.block not in self.cfg.cyclic or value.type not in tape_stack.SIZES:
+            return False
+        return tape_stack.size_of(value.type) < self.saved_bytes(value)
 
     def shadow(self, op):
         """The shadow address of pointer ``op`` (which points into shadowed memory)."""

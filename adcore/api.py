@@ -261,7 +261,7 @@ def _located(err, dispatcher, args):
             warnings.simplefilter("ignore")
             CompiledGradient(twin, *args)
     except UnsupportedError as located:
-        if located.location is not None:
+        if located.location is not None and located.detail == err.detail:
             return located
     return err
 

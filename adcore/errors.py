@@ -10,6 +10,7 @@ class UnsupportedError(ADError):
 
     def __init__(self, what, function=None, detail="", location=None):
         self.what = what
+        self.detail = detail
         self.function = function
         self.location = location          # (file, line) of the Python source, when known
         where = f" in Python function {function!r}" if function else ""
