@@ -19,16 +19,16 @@ Values the reverse pass needs are recomputed from registers where the instructio
 pure (arithmetic, casts, compares, GEPs, math calls, loads of memory nothing writes);
 only the rest is kept in registers.
 """
-import re
-
-from .activity import (ALLOCATORS, RAW_ALLOCATORS, UNKNOWN, Activity, MemInfo,
-                       is_memory_intrinsic, return_slot, stack_slot)
+from .activity import Activity, is_memory_intrinsic
 from .cfg import ControlFlow, InductionVariable, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
-from .ir import Arg, Instr, Operand, is_float_type, label, local, rename
+from .ir import Arg, Operand, is_float_type, label, local, rename
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
 from . import custom_rules, tape_stack
+from .rule_calls import reverse_rule_call
+from .shadows import shadow_pointers
+from .text import strip_metadata
 
 PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
             "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
@@ -36,7 +36,6 @@ PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", 
             "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "ptrtoint", "inttoptr",
             "addrspacecast", "freeze"}
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
-_ATTACHED_METADATA = re.compile(r",\s*![-a-zA-Z_.0-9]+\s+!(?:[0-9]+|\{[^}]*\})")
 
 
 class Spec:
@@ -102,97 +101,7 @@ class AdjointGenerator:
         self.inverted = {}             # phi -> InductionVariable, set once registers are known
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}      # byte offset in the return slot -> alloca of a shadow pointer
-        self.shadow_def = self._shadow_pointers()
-
-    def _shadow_pointers(self):
-        """For each pointer into shadowed memory, an instruction of the forward pass that
-        computes the matching shadow pointer: an allocation call becomes a zeroed shadow
-        allocation; loads of a meminfo's data pointer, GEPs, casts, phis and selects are
-        mirrored on the shadows of their operands (a Duplicated argument's shadow is a
-        parameter); a pointer stored in a stack slot has its shadow stored in a shadow
-        slot, and loads from the slot read that."""
-        act = self.act
-
-        def mirrored(op):
-            bs = act.bases(op)
-            return bs != UNKNOWN and bool(bs) and all(
-                act.has_shadow(b) or isinstance(b, MemInfo) and b.alloc in act.shadow_allocs for b in bs)
-
-        pointers = [i for b in self.cfg.rpo for i in b.instrs
-                    if i.type == "ptr" and mirrored(Operand(i.ref, "ptr", i))]
-        out = {i: Instr(i.block, self.e.fresh("sh")[1:], i.opcode, "ptr", "") for i in pointers}
-        slots = {}
-
-        def shadow_slot(op):
-            key = stack_slot(op)
-            if key not in slots:
-                slots[key] = self.alloca("ptr", "slot")
-            return slots[key]
-
-        for instr, syn in out.items():
-            syn.synthetic, syn.incoming, syn.callee = True, instr.incoming, None
-            syn.reloadable = instr.opcode == "load" and all(
-                isinstance(b, MemInfo) for b in act.bases(instr.operands[0]))
-            syn.operands = []
-            if instr.opcode == "call" and instr.callee in ALLOCATORS + RAW_ALLOCATORS:
-                size = instr.operands[0]
-                if instr.callee in RAW_ALLOCATORS:
-                    syn.text = f"{syn.ref} = call ptr @ad.shadow.raw(i64 {size.ref})"
-                else:
-                    align = instr.operands[1].ref if len(instr.operands) > 1 else "32"
-                    syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
-                continue
-            if instr.opcode == "alloca":
-                allocated = instr.text.split("alloca", 1)[1].split(",")[0].strip()
-                size = f"ptrtoint (ptr getelementptr ({allocated}, ptr null, i32 1) to i64)"
-                syn.text = (f"{syn.ref} = alloca {allocated}\n  call void @llvm.memset.p0.i64("
-                            f"ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
-                continue
-            if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
-                syn.text = f"{syn.ref} = load ptr, ptr {shadow_slot(instr.operands[0])}"
-                continue
-            mapping = {instr.ref: syn.ref}
-            for o in instr.operands:
-                if o.defn in out:
-                    mapping[o.ref] = out[o.defn].ref
-                    syn.operands.append(Operand(out[o.defn].ref, "ptr", out[o.defn]))
-                elif o.defn in self.shadow_ref:
-                    mapping[o.ref] = self.shadow_ref[o.defn]
-                    syn.operands.append(Operand(self.shadow_ref[o.defn], "ptr"))
-                else:
-                    syn.operands.append(o)
-            syn.text = _ATTACHED_METADATA.sub("", rename(instr.text, mapping))
-        def shadow_ref(op):
-            if op.defn in out:
-                return out[op.defn].ref
-            return self.shadow_ref.get(op.defn)
-
-        for instr in pointers:       # every pointer a shadowed slot holds must have a shadow
-            if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
-                key = stack_slot(instr.operands[0])
-                for block in self.cfg.rpo:
-                    for store in block.instrs:
-                        if store.opcode == "store" and stack_slot(store.operands[1]) == key \
-                                and store.operands[0].type == "ptr" and store.operands[0].defn is not None \
-                                and shadow_ref(store.operands[0]) is None:
-                            raise self.unsupported(store, "a pointer kept on the stack has no shadow")
-
-        for block in self.cfg.rpo:
-            for store in block.instrs:
-                if store.opcode != "store" or store.operands[0].type != "ptr" \
-                        or shadow_ref(store.operands[0]) is None:
-                    continue
-                offset = return_slot(store.operands[1], self.retptr)
-                if stack_slot(store.operands[1]) is not None:
-                    slot = shadow_slot(store.operands[1])
-                elif offset is not None:        # a returned array's shadow
-                    slot = self.returned_shadow.setdefault(offset, self.alloca("ptr", "retsh"))
-                else:
-                    continue
-                syn = Instr(block, "", "store", "void", f"store ptr {shadow_ref(store.operands[0])}, ptr {slot}")
-                syn.synthetic = True
-                out[store] = syn
-        return out
+        self.shadow_def = shadow_pointers(self)
 
     def defs(self, block):
         """The values ``block`` defines in forward order: phis first, and each shadow
@@ -281,7 +190,7 @@ class AdjointGenerator:
                        if o.defn is not None and not isinstance(o.defn, Arg)}
             ref = self.e.fresh("re")
             mapping[d.ref] = ref
-            self.e.line(_ATTACHED_METADATA.sub("", rename(d.text, mapping)))
+            self.e.line(strip_metadata(rename(d.text, mapping)))
         else:
             ref = self.e(f"load {d.type}, ptr {self.register(d)}", "ld")
         self.memo[d] = ref
@@ -352,7 +261,7 @@ class AdjointGenerator:
             self.reverse_memory_intrinsic(instr)
             return
         if self.rule_of(instr) is not None:
-            self.reverse_rule_call(instr, self.rule_of(instr))
+            reverse_rule_call(self, instr, self.rule_of(instr))
             return
         if instr not in act.active or instr.opcode == "phi":
             return
@@ -387,91 +296,6 @@ class AdjointGenerator:
         else:
             e.declare("llvm.memset.p0.i64", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
             e.line(f"call void @llvm.memset.p0.i64(ptr {sd}, i8 0, i64 {n}, i1 false)")
-
-    def reverse_rule_call(self, instr, rule):
-        """Call the rule's reverse with the call's arguments and their shadows."""
-        act, e = self.act, self.e
-        ops = instr.operands
-        for k, o in enumerate(ops):
-            if o.type == "ptr" and k not in rule.outputs and act.is_shadowed(o) \
-                    and act.clobbered_after(instr, o):
-                raise self.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
-                                              f"the call, but its custom rule reads it in the reverse pass")
-        if rule.is_external:
-            self.reverse_external_rule(instr, rule)
-        else:
-            self.reverse_njit_rule(instr, rule)
-
-    def reverse_external_rule(self, instr, rule):
-        e = self.e
-        args, types_ = [], []
-        for o in instr.operands:
-            v = self.materialise(o)
-            if o.type == "ptr":
-                v = e(f"ptrtoint ptr {v} to i64")
-            args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")
-            types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
-        for o in instr.operands:
-            if o.type == "ptr":
-                sh = e(f"ptrtoint ptr {self.shadow(o)} to i64") if self.act.is_shadowed(o) else "0"
-                args.append(f"i64 {sh}")
-                types_.append(custom_rules.LLVM_TO_NUMBA["i64"])
-        symbol, _ = rule.reverse_symbol(types_)
-        params = ", ".join(["ptr", "ptr"] + [a.split(" ")[0] for a in args])
-        e.declare(symbol, f"declare i32 @{symbol}({params})")
-        ret, exc = self.alloca("i64", "ruleret"), self.alloca("ptr", "ruleexc")
-        e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
-
-    def reverse_njit_rule(self, instr, rule):
-        """``reverse(args..., shadows of array args..., dret)`` for an njit callee, whose
-        call passes Numba's flattened arguments after its return slot and excinfo."""
-        from numba.core import types as nbtypes
-        e, act, ctx = self.e, self.act, self.context
-        ops = instr.operands
-        flat, pos, groups = [], 2, []
-        for t in rule.argtypes:
-            n = len(ctx.get_arg_packer([t]).argument_types)
-            groups.append((t, ops[pos:pos + n]))
-            pos += n
-        args = [f"{o.type} {self.materialise(o)}" for _, g in groups for o in g]
-        types_ = list(rule.argtypes)
-        for t, g in groups:
-            if isinstance(t, nbtypes.Array):
-                data = ctx.data_model_manager[t]._fields.index("data")
-                shadowed = act.is_shadowed(g[data])
-                for j, o in enumerate(g):
-                    if j == data:
-                        args.append(f"ptr {self.shadow(o) if shadowed else 'null'}")
-                    elif not shadowed and j in (2, 5):        # nitems, shape[0]: empty shadow
-                        args.append(f"{o.type} 0")
-                    else:
-                        args.append(f"{o.type} {self.materialise(o)}")
-                types_.append(t)
-        float_ret = isinstance(rule.restype, nbtypes.Float)
-        if float_ret:
-            rt = str(ctx.get_value_type(rule.restype))
-            retp = ops[0]
-            if act.is_shadowed(retp):
-                sp = self.shadow(retp)
-                dret = e(f"load {rt}, ptr {sp}")
-                e.line(f"store {rt} {float_const(rt, 0)}, ptr {sp}")
-            else:
-                dret = float_const(rt, 0)
-            args.append(f"{rt} {dret}")
-            types_.append(rule.restype)
-        symbol, restype = rule.reverse_symbol(types_)
-        params = ", ".join(["ptr", "ptr"] + [a.rsplit(" ", 1)[0] for a in args])
-        e.declare(symbol, f"declare i32 @{symbol}({params})")
-        out_type = "i64" if restype == nbtypes.none else str(ctx.get_value_type(restype))
-        ret, exc = self.alloca(out_type, "ruleret"), self.alloca("ptr", "ruleexc")
-        e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
-        if restype == nbtypes.none:
-            return
-        floats = [g[0] for t, g in groups if isinstance(t, nbtypes.Float)]
-        for k, o in enumerate(floats):
-            if o.defn in act.active:
-                field = e(f"getelementptr inbounds {out_type}, ptr {ret}, i32 0, i32 {k}")
-                self.accumulate(o.defn, e(f"load {o.type}, ptr {field}"))
 
     # -- the saving plan -------------------------------------------------------------
     def saves(self, block):
@@ -683,7 +507,7 @@ class AdjointGenerator:
         e.label("ad.fwdexit")
         status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
         which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
-        base = e(f"load ptr, ptr %ad.stack")
+        base = e("load ptr, ptr %ad.stack")
         top = e(f"load ptr, ptr {e(f'getelementptr inbounds {tape_stack.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
         used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
         field = e(f"getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {spec.bytes_field}")

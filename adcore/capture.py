@@ -9,7 +9,6 @@ scalar code, the input the differentiator wants.
 """
 import threading
 
-import llvmlite.binding as llvm
 import numba
 from numba.core import codegen as _codegen
 from numba.core.registry import CPUDispatcher

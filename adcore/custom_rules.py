@@ -22,7 +22,6 @@ reverse pass; adcore refuses a kernel that overwrites them after the call.
 import itertools
 
 import llvmlite.binding as llvm
-import numba
 from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic

@@ -1,0 +1,92 @@
+"""The reverse pass of a call that has a custom rule: call the rule's reverse (an njit
+function registered with :func:`adcore.register_rule`) with the call's arguments as they
+were, and the shadows of its pointer or array arguments."""
+from numba.core import types as nbtypes
+
+from . import custom_rules
+from .emit import float_const
+
+
+def reverse_rule_call(gen, instr, rule):
+    """Call the rule's reverse with the call's arguments and their shadows."""
+    act = gen.act
+    ops = instr.operands
+    for k, o in enumerate(ops):
+        if o.type == "ptr" and k not in rule.outputs and act.is_shadowed(o) \
+                and act.clobbered_after(instr, o):
+            raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
+                                          f"the call, but its custom rule reads it in the reverse pass")
+    if rule.is_external:
+        _external(gen, instr, rule)
+    else:
+        _njit(gen, instr, rule)
+
+def _external(gen, instr, rule):
+    e = gen.e
+    args, types_ = [], []
+    for o in instr.operands:
+        v = gen.materialise(o)
+        if o.type == "ptr":
+            v = e(f"ptrtoint ptr {v} to i64")
+        args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")
+        types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
+    for o in instr.operands:
+        if o.type == "ptr":
+            sh = e(f"ptrtoint ptr {gen.shadow(o)} to i64") if gen.act.is_shadowed(o) else "0"
+            args.append(f"i64 {sh}")
+            types_.append(custom_rules.LLVM_TO_NUMBA["i64"])
+    symbol, _ = rule.reverse_symbol(types_)
+    params = ", ".join(["ptr", "ptr"] + [a.split(" ")[0] for a in args])
+    e.declare(symbol, f"declare i32 @{symbol}({params})")
+    ret, exc = gen.alloca("i64", "ruleret"), gen.alloca("ptr", "ruleexc")
+    e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+
+def _njit(gen, instr, rule):
+    """``reverse(args..., shadows of array args..., dret)`` for an njit callee, whose
+    call passes Numba's flattened arguments after its return slot and excinfo."""
+    e, act, ctx = gen.e, gen.act, gen.context
+    ops = instr.operands
+    pos, groups = 2, []
+    for t in rule.argtypes:
+        n = len(ctx.get_arg_packer([t]).argument_types)
+        groups.append((t, ops[pos:pos + n]))
+        pos += n
+    args = [f"{o.type} {gen.materialise(o)}" for _, g in groups for o in g]
+    types_ = list(rule.argtypes)
+    for t, g in groups:
+        if isinstance(t, nbtypes.Array):
+            data = ctx.data_model_manager[t]._fields.index("data")
+            shadowed = act.is_shadowed(g[data])
+            for j, o in enumerate(g):
+                if j == data:
+                    args.append(f"ptr {gen.shadow(o) if shadowed else 'null'}")
+                elif not shadowed and j in (2, 5):        # nitems, shape[0]: empty shadow
+                    args.append(f"{o.type} 0")
+                else:
+                    args.append(f"{o.type} {gen.materialise(o)}")
+            types_.append(t)
+    float_ret = isinstance(rule.restype, nbtypes.Float)
+    if float_ret:
+        rt = str(ctx.get_value_type(rule.restype))
+        retp = ops[0]
+        if act.is_shadowed(retp):
+            sp = gen.shadow(retp)
+            dret = e(f"load {rt}, ptr {sp}")
+            e.line(f"store {rt} {float_const(rt, 0)}, ptr {sp}")
+        else:
+            dret = float_const(rt, 0)
+        args.append(f"{rt} {dret}")
+        types_.append(rule.restype)
+    symbol, restype = rule.reverse_symbol(types_)
+    params = ", ".join(["ptr", "ptr"] + [a.rsplit(" ", 1)[0] for a in args])
+    e.declare(symbol, f"declare i32 @{symbol}({params})")
+    out_type = "i64" if restype == nbtypes.none else str(ctx.get_value_type(restype))
+    ret, exc = gen.alloca(out_type, "ruleret"), gen.alloca("ptr", "ruleexc")
+    e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+    if restype == nbtypes.none:
+        return
+    floats = [g[0] for t, g in groups if isinstance(t, nbtypes.Float)]
+    for k, o in enumerate(floats):
+        if o.defn in act.active:
+            field = e(f"getelementptr inbounds {out_type}, ptr {ret}, i32 0, i32 {k}")
+            gen.accumulate(o.defn, e(f"load {o.type}, ptr {field}"))
