@@ -20,7 +20,7 @@ UNKNOWN = "unknown"
 NOWHERE = frozenset()            # constants, null, globals: no argument or allocation
 
 ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned", "NRT_MemInfo_alloc",
-              "NRT_MemInfo_alloc_safe")
+              "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize", "NRT_MemInfo_new_varsize_dtor")
 RAW_ALLOCATORS = ("NRT_Allocate",)
 MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
@@ -128,7 +128,16 @@ class Activity:
                     slot_values.setdefault(slot, []).append(instr.operands[0])
 
         def of(op):
-            return NOWHERE if op.defn is None else base.get(op.defn, NOWHERE)
+            """The bases known so far for an operand; None while its definition has none yet."""
+            if op.defn is None:
+                return NOWHERE
+            if isinstance(op.defn, Arg) or op.defn.type != "ptr":
+                return base.get(op.defn, NOWHERE)
+            return base.get(op.defn)
+
+        def join(sets):
+            known = [b for b in sets if b is not None]
+            return _join(known) if known else None
 
         changed = True
         while changed:
@@ -136,26 +145,31 @@ class Activity:
             for instr in self.func.instructions():
                 if instr.type != "ptr":
                     continue
-                op, first = instr.opcode, (of(instr.operands[0]) if instr.operands else UNKNOWN)
+                op = instr.opcode
+                first = of(instr.operands[0]) if instr.operands else UNKNOWN
                 if op in ("getelementptr",) + PURE_CASTS:
                     new = first
                 elif op == "phi":
-                    new = _join([of(o) for o in instr.operands])
+                    new = join([of(o) for o in instr.operands])
                 elif op == "select":
-                    new = _join([of(o) for o in instr.operands[1:]])
+                    new = join([of(o) for o in instr.operands[1:]])
                 elif op == "call" and instr.callee in ALLOCATORS:
                     new = frozenset([meminfo.setdefault(instr, MemInfo(instr))])
                 elif op == "call" and instr.callee in RAW_ALLOCATORS or op == "alloca":
                     new = frozenset([instr])
+                elif (op == "load" or op == "call" and instr.callee in MEMINFO_DATA) and first is None:
+                    new = None                   # the address is not traced yet
                 elif (op == "load" or op == "call" and instr.callee in MEMINFO_DATA) and \
                         first != UNKNOWN and first and all(isinstance(b, MemInfo) for b in first):
                     new = frozenset(b.alloc for b in first)
                 elif op == "load" and stack_slot(instr.operands[0]) in slot_values:
-                    new = _join([of(v) for v in slot_values[stack_slot(instr.operands[0])]])
+                    new = join([of(v) for v in slot_values[stack_slot(instr.operands[0])]])
                 else:
                     new = UNKNOWN
-                old = base.get(instr, NOWHERE)
-                new = _join([old, new])
+                if new is None:
+                    continue
+                old = base.get(instr)
+                new = new if old is None else _join([old, new])
                 if new != old:
                     base[instr] = new
                     changed = True

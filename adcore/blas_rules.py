@@ -1,6 +1,7 @@
-"""Rules for the BLAS calls Numba makes for ``np.dot`` and ``@`` (its helpers
-``numba_xxdot``, ``numba_xxgemv``, ``numba_xxgemm``): the reverse pass calls the same
-BLAS helpers again, so gradients of matrix products run at BLAS speed.
+"""Rules for the BLAS calls Numba makes for ``np.dot``, ``@`` and ``np.linalg.norm`` (its
+helpers ``numba_xxdot``, ``numba_xxgemv``, ``numba_xxgemm``, ``numba_xxnrm2``): the
+reverse pass calls the same BLAS helpers again, so gradients of matrix products run at
+BLAS speed.
 
 The helpers take Fortran (column-major) matrices with leading dimensions; ``kind`` is
 ``'d'`` (float64) or ``'s'`` (float32); ``alpha`` and ``beta`` come by pointer and are
@@ -129,6 +130,26 @@ def xxdot_reverse(kind, conj, n, x, y, res, dx, dy, dres):
         _axpy(kind, n, g, x, dy)
 
 
+@numba.njit
+def xxnrm2_reverse(kind, n, x, incx, res, dx, dres):
+    # r = |x|  (stride incx)              dx += dr x / r
+    if dres == 0 or dx == 0:
+        return
+    g, r = _scalar(kind, dres), _scalar(kind, res)
+    _scale(kind, dres, 1, 1, 1, 0.0)
+    if r == 0.0:
+        return
+    if kind == DOUBLE:
+        xs, ds = carray(x, n * incx, np.float64), carray(dx, n * incx, np.float64)
+        for i in range(n):
+            ds[i * incx] += g * xs[i * incx] / r
+    else:
+        xs32, ds32 = carray(x, n * incx, np.float32), carray(dx, n * incx, np.float32)
+        for i in range(n):
+            ds32[i * incx] += np.float32(g * xs32[i * incx] / r)
+
+
 register_rule("numba_xxdot", xxdot_reverse, outputs=(5,))        # writes *res
+register_rule("numba_xxnrm2", xxnrm2_reverse, outputs=(4,))      # writes *res
 register_rule("numba_xxgemv", xxgemv_reverse, outputs=(9,))       # writes y
 register_rule("numba_xxgemm", xxgemm_reverse, outputs=(12,))      # writes c

@@ -44,7 +44,7 @@ def shadow_pointers(gen):
             if instr.callee in RAW_ALLOCATORS:
                 syn.text = f"{syn.ref} = call ptr @ad.shadow.raw(i64 {size.ref})"
             else:
-                align = instr.operands[1].ref if len(instr.operands) > 1 else "32"
+                align = instr.operands[1].ref if instr.callee.endswith("_aligned") else "32"
                 syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
             continue
         if instr.opcode == "alloca":

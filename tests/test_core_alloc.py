@@ -160,3 +160,64 @@ def views_inside(w, x):
 def test_views_made_inside_the_kernel():
     r = np.random.default_rng(5)
     check(views_inside, r.random((2, 3)), r.random(3))
+
+
+# -- numpy functions inside kernels -------------------------------------------------------------
+@numba.njit
+def iterate_elements(x):
+    s = 0.0
+    for v in x:
+        s += v * v
+    return s
+
+
+@numba.njit
+def broadcasting(A, x):
+    return np.sum(np.tanh(A * x[None, :] + x))
+
+
+@numba.njit
+def vector_norm(x):
+    return np.linalg.norm(x) * 2.0
+
+
+@numba.njit
+def running_sums(x):
+    return np.sum(np.cumsum(x) ** 2)
+
+
+@numba.njit
+def choose(x):
+    return np.sum(np.where(x > 0.5, x * x, np.sin(x)))
+
+
+@numba.njit
+def statistics(x):
+    return np.max(x) + np.min(x) + np.mean(x ** 3) + np.std(x)
+
+
+@numba.njit
+def rebinding(x, n):
+    y = x.copy()
+    for _ in range(n):
+        y = y * x + 0.1                 # a new array each iteration, the old one released
+    return y.sum()
+
+
+@numba.njit
+def reshaped_product(A):
+    return np.sum(A.reshape(3, 2) @ A)
+
+
+@pytest.mark.parametrize("kernel, make", [
+    (iterate_elements, lambda r: (r.random(5),)),
+    (broadcasting, lambda r: (r.random((3, 4)), r.random(4))),
+    (vector_norm, lambda r: (r.random(5),)),
+    (running_sums, lambda r: (r.random(6),)),
+    (choose, lambda r: (r.random(7),)),
+    (statistics, lambda r: (r.random(5),)),
+    (rebinding, lambda r: (r.random(4), 3)),
+    (reshaped_product, lambda r: (r.random((2, 3)),)),
+])
+def test_numpy_functions_inside_kernels(kernel, make):
+    check(kernel, *make(np.random.default_rng(6)))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import adcore
-from adcore import Active, Duplicated, Reverse, UnsupportedError
+from adcore import Duplicated, Reverse, UnsupportedError
 from fdcheck import check
 
 warnings.filterwarnings("ignore", category=numba.NumbaPerformanceWarning)
