@@ -377,8 +377,9 @@ class AdjointGenerator:
             entries = []
             for k, p in enumerate(block.preds):
                 entries += [f"[ {k}, {p.ref} ]"] * p.term.succ.count(block)
-            pid = e(f"phi i32 {', '.join(entries)}", "pid")
-            self.push("i32", pid)
+            t = pred_type(block)
+            pid = e(f"phi {t} {', '.join(entries)}", "pid")
+            self.push(t, pid)
         saved = {v for k, v in plan if k == "reg"}
         for phi in defs[:nphis]:
             self.save_register(phi, saved)
@@ -429,7 +430,7 @@ class AdjointGenerator:
         pid = None
         for kind, value in reversed(plan):
             if kind == "pred":
-                pid = self.pop("i32")
+                pid = self.pop(pred_type(block))
             else:
                 e.line(f"store {value.type} {self.pop(value.type)}, ptr {self.registers[value]}")
         if block is self.func.entry:
@@ -450,9 +451,10 @@ class AdjointGenerator:
         elif len(block.preds) == 1:
             e.line(f"br label {self.edge(block, block.preds[0])}")
         else:
-            cases = " ".join(f"i32 {k}, label {self.edge(block, p)}"
+            t = pred_type(block)
+            cases = " ".join(f"{t} {k}, label {self.edge(block, p)}"
                              for k, p in enumerate(block.preds[1:], 1))
-            e.line(f"switch i32 {pid}, label {self.edge(block, block.preds[0])} [ {cases} ]")
+            e.line(f"switch {t} {pid}, label {self.edge(block, block.preds[0])} [ {cases} ]")
         for pred in block.preds:
             self.edge_block(block, pred)
 
@@ -535,6 +537,11 @@ class AdjointGenerator:
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
         self.release()
         e.line("ret i32 0")
+
+
+def pred_type(block):
+    """The integer type that records which predecessor ``block`` was entered from."""
+    return "i8" if len(block.preds) < 128 else "i32"
 
 
 def gradient_module(module, gen):
