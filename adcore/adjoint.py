@@ -302,7 +302,7 @@ class AdjointGenerator:
         """What the forward pass of ``block`` pushes, in order."""
         cyclic = block in self.cfg.cyclic
         events = []
-        if len(block.preds) > 1 and block not in self.cfg.ivs:
+        if len(block.preds) > 1 and block not in self.cfg.ivs and block not in self.cfg.branch_merges:
             events.append(("pred", None))
         for instr in self.defs(block):
             if instr in self.registers and cyclic and instr not in self.inverted:
@@ -332,13 +332,15 @@ class AdjointGenerator:
         blocks = self.cfg.rpo
         for iv in self.cfg.ivs.values():
             self.register(iv.phi)
-        reverse_bodies, iv_inits = {}, {}
+        reverse_bodies, tail_values = {}, {}
         for block in blocks:
             self.e.lines, self.memo = [], {}
             for instr in reversed(block.instrs):
                 self.reverse_instruction(instr)
             if block in self.cfg.ivs:
-                iv_inits[block] = self.materialise(self.cfg.ivs[block].init)
+                tail_values[block] = self.materialise(self.cfg.ivs[block].init)
+            if block in self.cfg.branch_merges:
+                tail_values[block] = self.materialise(self.cfg.branch_merges[block][0])
             reverse_bodies[block] = (self.e.lines, self.memo)
         self.inverted = self._inverted_phis()
         plans = {b: self.saves(b) for b in blocks}
@@ -350,7 +352,7 @@ class AdjointGenerator:
         reverse = []
         for block in blocks:
             self.e.lines, self.memo = reverse_bodies[block]
-            self.reverse_tail(block, plans[block], iv_inits.get(block))
+            self.reverse_tail(block, plans[block], tail_values.get(block))
             reverse += [label("ad.r." + block.name)] + self.e.lines
         self.e.lines = []
         self.exits()
@@ -425,7 +427,7 @@ class AdjointGenerator:
             self.push(instr.type, self.e(f"load {instr.type}, ptr {reg}"))
         self.e.line(f"store {instr.type} {instr.ref}, ptr {reg}")
 
-    def reverse_tail(self, block, plan, iv_init):
+    def reverse_tail(self, block, plan, tail_value):
         e = self.e
         pid = None
         for kind, value in reversed(plan):
@@ -438,7 +440,7 @@ class AdjointGenerator:
         elif block in self.cfg.ivs:
             iv = self.cfg.ivs[block]
             cur = e(f"load {iv.phi.type}, ptr {self.registers[iv.phi]}")
-            first = e(f"icmp eq {iv.phi.type} {cur}, {iv_init}")
+            first = e(f"icmp eq {iv.phi.type} {cur}, {tail_value}")
             back = e.fresh("back")
             e.line(f"br i1 {first}, label {self.edge(block, iv.outside)}, label {back}")
             e.label(back)
@@ -448,6 +450,10 @@ class AdjointGenerator:
                     now = e(f"load {phi.type}, ptr {reg}")
                     e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
             e.line(f"br label {self.edge(block, iv.latch)}")
+        elif block in self.cfg.branch_merges:
+            _, when_true, when_false = self.cfg.branch_merges[block]
+            e.line(f"br i1 {tail_value}, label {self.edge(block, when_true)}, "
+                   f"label {self.edge(block, when_false)}")
         elif len(block.preds) == 1:
             e.line(f"br label {self.edge(block, block.preds[0])}")
         else:

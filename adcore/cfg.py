@@ -102,6 +102,31 @@ class ControlFlow:
             iv = self._induction_variable(loop)
             if iv is not None:
                 self.ivs[loop.header] = iv
+        self.branch_merges = {b: m for b in self.rpo if b not in self.ivs
+                              for m in [self._branch_merge(b)] if m is not None}
+
+    def _branch_merge(self, block):
+        """For a block joining the two sides of its immediate dominator's conditional
+        branch, ``(condition, pred on the true side, pred on the false side)``: the reverse
+        pass can tell where it came from by the condition instead of a record."""
+        if len(block.preds) != 2:
+            return None
+        d = self.idom.get(block)
+        term = d.term if d is not None else None
+        if term is None or term.opcode != "br" or len(term.succ) != 2 or term.succ[0] is term.succ[1]:
+            return None
+        false_dest, true_dest = term.succ
+
+        def side(pred, dest):
+            if dest is block:
+                return pred is d
+            return len(dest.preds) == 1 and dominates(self.idom, dest, pred)
+
+        t = [p for p in block.preds if side(p, true_dest)]
+        f = [p for p in block.preds if side(p, false_dest)]
+        if len(t) != 1 or len(f) != 1 or t[0] is f[0]:
+            return None
+        return term.operands[0], t[0], f[0]
 
     def _natural_loops(self):
         loops = {}
