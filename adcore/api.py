@@ -218,8 +218,8 @@ def _seed_params(ctx, seed_type):
 
 def _like_strides(x, d):
     """A copy of ``d`` (zeros if None) laid out with exactly the strides of ``x``."""
-    lo = min(0, *(s * (n - 1) for s, n in zip(x.strides, x.shape) if n > 0)) if x.size else 0
-    hi = max(0, *(s * (n - 1) for s, n in zip(x.strides, x.shape) if n > 0)) if x.size else 0
+    reach = [s * (n - 1) for s, n in zip(x.strides, x.shape)] if x.size else []
+    lo, hi = sum(r for r in reach if r < 0), sum(r for r in reach if r > 0)
     buf = np.zeros(hi - lo + x.itemsize, np.uint8)
     tmp = np.ndarray(x.shape, x.dtype, buffer=buf, offset=-lo, strides=x.strides)
     if d is not None:

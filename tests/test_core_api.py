@@ -235,3 +235,27 @@ def test_compile_gradient_native_is_callable_from_njit():
     assert value == pytest.approx(np.sin(0.3 * x).sum())
     assert total == pytest.approx(3 * np.sum(x * np.cos(0.3 * x)))
     np.testing.assert_allclose(dx, 3 * 0.3 * np.cos(0.3 * x))
+
+
+@numba.njit
+def through_const_2d(x, buf):
+    for i in range(buf.shape[0]):
+        for j in range(buf.shape[1]):
+            buf[i, j] = x[j] * (i + 1)
+    return np.sum(buf * buf)
+
+
+def test_const_array_carrying_derivatives_gets_a_scratch_shadow():
+    x = np.array([0.5, -1.5])
+    for buf in (np.zeros((3, 2)), np.zeros((3, 4))[:, ::2], np.zeros((2, 3)).T):
+        gx, gbuf = adcore.gradient(Reverse, through_const_2d, x, Const(buf))
+        assert gbuf is None
+        np.testing.assert_allclose(gx, 2 * x * (1 + 4 + 9))        # closed form
+
+
+def test_shadow_with_other_strides_than_its_primal():
+    A = np.random.default_rng(7).random((6, 8))[::2, 1::2]       # a strided view
+    x = np.random.default_rng(8).random(4)
+    dA = np.ones((3, 4))                                          # C-contiguous shadow
+    adcore.autodiff(Reverse, through_const_2d, Duplicated(x, np.zeros(4)), Duplicated(A, dA))
+    np.testing.assert_array_equal(dA, 0)        # every element overwritten: adjoint of old values
