@@ -25,6 +25,8 @@ RAW_ALLOCATORS = ("NRT_Allocate",)
 MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
 DEFERRED_FREES = ("NRT_Free", "NRT_MemInfo_call_dtor", "NRT_decref")
+# external helpers known to read only integers (shapes, strides) through their pointers
+READS_NO_POINTERS = ("numba_attempt_nocopy_reshape",) + DEFERRED_FREES + ("NRT_incref",)
 PURE_CASTS = ("bitcast", "addrspacecast")
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
@@ -277,19 +279,35 @@ class Activity:
                 if hit:
                     varied.add(instr)
                     changed = True
+        containers = self._shadowed_pointer_containers()
         for instr in self.func.instructions():
             if instr.opcode in MEMORY_WRITERS[1:] and any(o.defn in varied for o in instr.operands):
                 raise self.unsupported(instr, "atomic update of a differentiable value")
             if instr.opcode == "call" and instr not in varied and self.rule_of(instr) is None:
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
-                if not self.is_pure_call(instr) and not is_memory_intrinsic(instr) \
-                        and instr.callee not in ("NRT_Free",) and any(
-                            o.type == "ptr" and self.bases(o) != UNKNOWN
-                            and any(self.has_shadow(b) for b in self.bases(o))
-                            for o in instr.operands):
+                if self.is_pure_call(instr) or is_memory_intrinsic(instr) or instr.callee in ("NRT_Free",):
+                    continue
+                if any(o.type == "ptr" and self.bases(o) != UNKNOWN
+                       and any(self.has_shadow(b) for b in self.bases(o)) for o in instr.operands):
                     raise self.unsupported(instr, f"callee '{instr.callee}' receives a differentiable array")
+                if instr.callee not in READS_NO_POINTERS and any(
+                        o.type == "ptr" and (self.bases(o) == UNKNOWN or self.bases(o) & containers)
+                        for o in instr.operands) and containers:
+                    raise self.unsupported(instr, f"callee '{instr.callee}' can reach a differentiable "
+                                                  f"array through memory (a parallel loop?)")
         return varied
+
+    def _shadowed_pointer_containers(self):
+        """Objects into which a pointer to differentiated memory is stored."""
+        out = set()
+        for instr in self.func.instructions():
+            if instr.opcode == "store" and instr.operands[0].type == "ptr":
+                held = self.bases(instr.operands[0])
+                if held != UNKNOWN and any(self.has_shadow(b) for b in held):
+                    where = self.bases(instr.operands[1])
+                    out |= {UNKNOWN} if where == UNKNOWN else set(where)
+        return out
 
     def _check_punned_copy(self, load):
         """An integer load from a float array is allowed only as a bitwise copy into

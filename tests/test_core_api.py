@@ -259,3 +259,14 @@ def test_shadow_with_other_strides_than_its_primal():
     dA = np.ones((3, 4))                                          # C-contiguous shadow
     adcore.autodiff(Reverse, through_const_2d, Duplicated(x, np.zeros(4)), Duplicated(A, dA))
     np.testing.assert_array_equal(dA, 0)        # every element overwritten: adjoint of old values
+
+
+def test_parallel_loop_is_refused_not_silently_wrong():
+    @numba.njit(parallel=True)
+    def parallel_sum(x):
+        s = 0.0
+        for i in numba.prange(x.shape[0]):
+            s += x[i] * x[i]
+        return s
+    with pytest.raises(UnsupportedError, match="through memory"):
+        adcore.gradient(Reverse, parallel_sum, np.ones(8))
