@@ -339,6 +339,9 @@ class Activity:
             if instr.opcode == "store":
                 value, ptr = instr.operands
                 if value.defn in self.varied:
+                    if ptr.defn is not self.retptr and (self.bases(ptr) == UNKNOWN or not self.bases(ptr)):
+                        raise self.unsupported(instr, "a differentiable value is stored where adcore "
+                                                      "cannot tell which array it goes to")
                     self._note_unshadowed_write(ptr)
                     if ptr.defn is self.retptr and self.ret_active or self.is_shadowed(ptr):
                         work.append(value.defn)
