@@ -72,6 +72,10 @@ class Lazy:
 
 
 class AdjointGenerator:
+    """Builds the gradient function of one primal function for one :class:`Spec`:
+    ``build()`` returns its IR text (the reverse bodies are written first, since they
+    decide which values the forward pass must keep)."""
+
     def __init__(self, func, spec, context=None):
         self.func, self.spec, self.context = func, spec, context
         self._rules = {}
@@ -95,12 +99,12 @@ class AdjointGenerator:
         self.allocas = []            # lines of the entry block
         self.registers = {}          # value -> alloca ref
         self.slots = {}              # active value -> adjoint alloca ref
-        self.stack_types = set()
-        self.memory_types = set()         # float types of memcpy adjoints used
-        self.memo = {}
-        self.inverted = {}             # phi -> InductionVariable, set once registers are known
+        self.stack_types = set()     # types pushed on the value stack
+        self.memory_types = set()    # float types of memcpy adjoints and seeds used
+        self.memo = {}               # values materialised in the current reverse block
+        self.inverted = {}           # phi -> InductionVariable, set once registers are known
         self.ret_blocks = []         # (block, status operand)
-        self.returned_shadow = {}      # byte offset in the return slot -> alloca of a shadow pointer
+        self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.shadow_def = shadow_pointers(self)
 
     def defs(self, block):
