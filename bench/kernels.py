@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 import adcore
-from adcore import Active, Const, Duplicated, Reverse
+from adcore import Duplicated, Reverse
 
 
 # -- sum(sin(x) * x * x) -----------------------------------------------------------------
