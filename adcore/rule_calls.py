@@ -4,15 +4,15 @@ were, and the shadows of its pointer or array arguments."""
 from numba.core import types as nbtypes
 
 from . import custom_rules
+from .activity import UNKNOWN
 from .emit import float_const
 
 
 def reverse_rule_call(gen, instr, rule):
     """Call the rule's reverse with the call's arguments and their shadows."""
     act = gen.act
-    ops = instr.operands
-    for k, o in enumerate(ops):
-        if o.type == "ptr" and k not in rule.outputs and act.is_shadowed(o) \
+    for k, o in enumerate(instr.operands):
+        if o.type == "ptr" and k not in rule.outputs and reads_array(act, o) \
                 and act.clobbered_after(instr, o):
             raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
                                           f"the call, but its custom rule reads it in the reverse pass")
@@ -20,6 +20,14 @@ def reverse_rule_call(gen, instr, rule):
         _external(gen, instr, rule)
     else:
         _njit(gen, instr, rule)
+
+
+def reads_array(act, op):
+    """True when pointer ``op`` points into an array (an argument's or an allocation's), not
+    into a stack temporary such as BLAS's ``alpha``, which Numba refills with a constant."""
+    bs = act.bases(op)
+    return bs == UNKNOWN or any(getattr(b, "opcode", None) != "alloca" for b in bs)
+
 
 def _external(gen, instr, rule):
     e = gen.e

@@ -163,3 +163,13 @@ def test_rule_on_an_external_symbol():
     f = adcore.from_llvm(SQUARE_IR, "twice_squared")
     x = np.array([1.5, 2.0, 0.5])
     check(f, x, 3)
+
+
+def test_constant_product_operand_overwritten_afterwards_is_refused_too():
+    @numba.njit
+    def overwrites_const(A, B):
+        C = A @ B
+        A[0, 0] = 0.0                    # A is Const, but the reverse needs it for dB
+        return np.sum(C)
+    with pytest.raises(UnsupportedError, match="overwritten after the call"):
+        adcore.gradient(Reverse, overwrites_const, adcore.Const(np.ones((2, 2))), np.ones((2, 2)))
