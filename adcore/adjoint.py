@@ -23,7 +23,7 @@ from .activity import Activity, is_memory_intrinsic
 from .cfg import ControlFlow, InductionVariable, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
-from .ir import Arg, Operand, is_float_type, label, local, rename
+from .ir import Arg, Instr, Operand, is_float_type, label, local, rename
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
 from . import custom_rules, tape_stack
 from .rule_calls import reverse_rule_call
@@ -105,14 +105,32 @@ class AdjointGenerator:
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
+        self.before = {}             # call -> synthetic code the forward pass runs before it
         self.shadow_def = shadow_pointers(self)
 
+    def before_call(self, call, lines, copies):
+        """Run ``lines`` in the forward pass just before ``call``; ``copies`` names values they
+        define (``{key: ref}``); returns ``{key: Operand}`` usable in the reverse pass."""
+        syn = Instr(call.block, copies[next(iter(copies))][1:], "call", "ptr", "\n  ".join(lines))
+        syn.synthetic, syn.operands, syn.callee = True, [], None
+        self.before.setdefault(call, []).append(syn)
+        out = {}
+        for key, ref in copies.items():
+            value = Instr(call.block, ref[1:], "call", "ptr", "")
+            value.synthetic, value.operands, value.callee, value.defined_by = True, [], None, syn
+            syn.defines = getattr(syn, "defines", []) + [value]
+            out[key] = Operand(ref, "ptr", value)
+        return out
+
     def defs(self, block):
-        """The values ``block`` defines in forward order: phis first, and each shadow
-        pointer right after its primal pointer."""
+        """The values ``block`` defines in forward order: phis first, each shadow pointer
+        right after its primal pointer, operand copies right before their call."""
         phis = block.phis
         out = phis + [self.shadow_def[p] for p in phis if p in self.shadow_def]
         for instr in block.instrs[len(phis):]:
+            for syn in self.before.get(instr, ()):
+                out.append(syn)
+                out.extend(syn.defines)
             out.append(instr)
             if instr in self.shadow_def:
                 out.append(self.shadow_def[instr])
@@ -399,7 +417,7 @@ class AdjointGenerator:
                     e.line("br label %ad.fwdexit")
                     continue
             e.line(self.forward_text(instr))
-            if getattr(instr, "synthetic", False) and instr.opcode == "call":
+            if getattr(instr, "synthetic", False) and "@ad.shadow." in instr.text:
                 raw = "@ad.shadow.raw" in instr.text
                 self.push("ptr", instr.ref, "%ad.rawfrees" if raw else "%ad.dtors")
             self.save_register(instr, saved)

@@ -149,7 +149,43 @@ def xxnrm2_reverse(kind, n, x, incx, res, dx, dres):
             ds32[i * incx] += np.float32(g * xs32[i * incx] / r)
 
 
-register_rule("numba_xxdot", xxdot_reverse, outputs=(5,))        # writes *res
-register_rule("numba_xxnrm2", xxnrm2_reverse, outputs=(4,))      # writes *res
-register_rule("numba_xxgemv", xxgemv_reverse, outputs=(9,))       # writes y
-register_rule("numba_xxgemm", xxgemm_reverse, outputs=(12,))      # writes c
+# extents(*C arguments): the bytes each pointer argument's operand spans (0: not read
+# back), so that an operand the kernel overwrites after the call can be copied first
+@numba.njit
+def _size(kind):
+    return 8 if kind == DOUBLE else 4
+
+
+@numba.njit
+def _span(rows, cols, ld):
+    """Elements a column-major rows x cols matrix with leading dimension ld spans."""
+    return 0 if rows == 0 or cols == 0 else (cols - 1) * ld + rows
+
+
+@numba.njit
+def xxdot_extents(kind, conj, n, x, y, res):
+    return n * _size(kind), n * _size(kind), 0
+
+
+@numba.njit
+def xxnrm2_extents(kind, n, x, incx, res):
+    return ((n - 1) * incx + 1) * _size(kind) if n > 0 else 0, 0
+
+
+@numba.njit
+def xxgemv_extents(kind, trans, m, n, alpha, a, lda, x, beta, y):
+    rows_in = n if trans == N else m
+    return 0, _span(m, n, lda) * _size(kind), rows_in * _size(kind), 0, 0
+
+
+@numba.njit
+def xxgemm_extents(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    span_a = _span(m, k, lda) if ta == N else _span(k, m, lda)
+    span_b = _span(k, n, ldb) if tb == N else _span(n, k, ldb)
+    return 0, span_a * _size(kind), span_b * _size(kind), 0, 0
+
+
+register_rule("numba_xxdot", xxdot_reverse, outputs=(5,), extents=xxdot_extents)       # writes *res
+register_rule("numba_xxnrm2", xxnrm2_reverse, outputs=(4,), extents=xxnrm2_extents)    # writes *res
+register_rule("numba_xxgemv", xxgemv_reverse, outputs=(9,), extents=xxgemv_extents)    # writes y
+register_rule("numba_xxgemm", xxgemm_reverse, outputs=(12,), extents=xxgemm_extents)   # writes c

@@ -35,31 +35,35 @@ LLVM_TO_NUMBA = {"i8": types.int8, "i16": types.int16, "i32": types.int32, "i64"
                  "float": types.float32, "double": types.float64, "ptr": types.int64}
 
 
-def register_rule(target, reverse, outputs=()):
+def register_rule(target, reverse, outputs=(), extents=None):
     """Differentiate calls to ``target`` (an njit function or the name of an external
     symbol) with the njit function ``reverse`` (see the module docstring).  ``outputs``
     lists the positions of pointer arguments the callee only writes: the reverse does not
-    read them, so later code may overwrite them."""
+    read them, so later code may overwrite them.  For an external symbol, ``extents`` (an
+    njit function of the C arguments returning one byte count per pointer argument) lets
+    adcore copy an operand the kernel overwrites after the call, for the reverse to read."""
     if not isinstance(reverse, CPUDispatcher):
         raise ADError(f"the reverse of a rule must be a numba.njit function, got {reverse!r}")
     if not isinstance(target, (str, CPUDispatcher)):
         raise ADError(f"a rule's target must be an njit function or a symbol name, got {target!r}")
-    _RULES.append((target, reverse, tuple(outputs)))
+    if extents is not None and not isinstance(extents, CPUDispatcher):
+        raise ADError(f"the extents of a rule must be a numba.njit function, got {extents!r}")
+    _RULES.append((target, reverse, tuple(outputs), extents))
     return reverse
 
 
-def rule(target, outputs=()):
+def rule(target, outputs=(), extents=None):
     """Decorator form: ``@adcore.rule(g)`` above ``@numba.njit def g_reverse(...)``."""
-    return lambda reverse: register_rule(target, reverse, outputs)
+    return lambda reverse: register_rule(target, reverse, outputs, extents)
 
 
 class BoundRule:
     """A rule matched to one callee symbol: ``argtypes`` are the callee's Numba argument
     types (``None`` for an external symbol), ``restype`` its return type."""
 
-    def __init__(self, symbol, reverse, outputs, argtypes=None, restype=None):
+    def __init__(self, symbol, reverse, outputs, argtypes=None, restype=None, extents=None):
         self.symbol, self.reverse, self.outputs = symbol, reverse, outputs
-        self.argtypes, self.restype = argtypes, restype
+        self.argtypes, self.restype, self.extents = argtypes, restype, extents
 
     @property
     def is_external(self):
@@ -67,24 +71,30 @@ class BoundRule:
 
     def reverse_symbol(self, types_):
         """The native symbol of ``reverse`` compiled for ``types_`` (registered with LLVM)."""
-        key = (self.reverse, tuple(types_))
-        if key not in _bound:
-            self.reverse.compile(tuple(types_))
-            cres = self.reverse.overloads[tuple(types_)]
-            name = f"adcore_rule_{next(_counter)}"
-            llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.mangled_name))
-            _bound[key] = (name, cres.signature.return_type)
-        return _bound[key]
+        return native_symbol(self.reverse, types_)
+
+
+def native_symbol(function, types_):
+    """``(symbol, return type)`` of njit ``function`` compiled for ``types_``, registered
+    with LLVM so that generated IR can call it with Numba's calling convention."""
+    key = (function, tuple(types_))
+    if key not in _bound:
+        function.compile(tuple(types_))
+        cres = function.overloads[tuple(types_)]
+        name = f"adcore_rule_{next(_counter)}"
+        llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.mangled_name))
+        _bound[key] = (name, cres.signature.return_type)
+    return _bound[key]
 
 
 def find(callee):
     """The rule for LLVM function ``callee``, or None."""
     if not callee:
         return None
-    for target, reverse, outputs in reversed(_RULES):
+    for target, reverse, outputs, extents in reversed(_RULES):
         if isinstance(target, str):
             if target == callee:
-                return BoundRule(callee, reverse, outputs)
+                return BoundRule(callee, reverse, outputs, extents=extents)
             continue
         for sig, cres in list(target.overloads.items()):
             if cres.fndesc.mangled_name == callee:

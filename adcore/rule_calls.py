@@ -11,15 +11,52 @@ from .emit import float_const
 def reverse_rule_call(gen, instr, rule):
     """Call the rule's reverse with the call's arguments and their shadows."""
     act = gen.act
+    copied = {}
     for k, o in enumerate(instr.operands):
         if o.type == "ptr" and k not in rule.outputs and reads_array(act, o) \
                 and act.clobbered_after(instr, o):
-            raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
-                                          f"the call, but its custom rule reads it in the reverse pass")
+            if not (rule.is_external and rule.extents is not None):
+                raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
+                                              f"the call, but its custom rule reads it in the reverse pass")
+            copied[k] = None
+    if copied:
+        copied = _copy_operands(gen, instr, rule, copied)
     if rule.is_external:
-        _external(gen, instr, rule)
+        _external(gen, instr, rule, copied)
     else:
         _njit(gen, instr, rule)
+
+
+def _copy_operands(gen, instr, rule, positions):
+    """Have the forward pass copy the operands at ``positions`` just before the call (their
+    sizes from the rule's ``extents``); returns ``{position: copy}`` for the reverse pass."""
+    e, ops = gen.e, instr.operands
+    lines, args, types_ = [], [], []
+    for o in ops:
+        if o.type == "ptr":
+            ref = e.fresh("addr")
+            lines.append(f"{ref} = ptrtoint ptr {o.ref} to i64")
+            args.append(f"i64 {ref}")
+        else:
+            args.append(f"{o.type} {o.ref}")
+        types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
+    symbol, restype = custom_rules.native_symbol(rule.extents, types_)
+    out_type = str(gen.context.get_value_type(restype))
+    params = ", ".join(["ptr", "ptr"] + [a.split(" ")[0] for a in args])
+    e.declare(symbol, f"declare i32 @{symbol}({params})")
+    ret, exc = gen.alloca(out_type, "extents"), gen.alloca("ptr", "ruleexc")
+    lines.append(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+    pointer_index = [k for k, o in enumerate(ops) if o.type == "ptr"]
+    copies = {}
+    for k in positions:
+        field, size, copy = e.fresh("field"), e.fresh("bytes"), e.fresh("copy")
+        lines += [f"{field} = getelementptr inbounds {out_type}, ptr {ret}, i32 0, i32 {pointer_index.index(k)}",
+                  f"{size} = load i64, ptr {field}",
+                  f"{copy} = call ptr @ad.copy.operand(ptr %ad.rawfrees, ptr {ops[k].ref}, i64 {size})"]
+        copies[k] = copy
+    gen.stack_types.add("ptr")
+    return gen.before_call(instr, lines, copies)
+
 
 
 def reads_array(act, op):
@@ -29,11 +66,11 @@ def reads_array(act, op):
     return bs == UNKNOWN or any(getattr(b, "opcode", None) != "alloca" for b in bs)
 
 
-def _external(gen, instr, rule):
+def _external(gen, instr, rule, copied):
     e = gen.e
     args, types_ = [], []
-    for o in instr.operands:
-        v = gen.materialise(o)
+    for k, o in enumerate(instr.operands):
+        v = gen.materialise(copied[k] if k in copied else o)
         if o.type == "ptr":
             v = e(f"ptrtoint ptr {v} to i64")
         args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")

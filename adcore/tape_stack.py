@@ -26,8 +26,9 @@ def type_tag(type_):
 
 def helpers(types, copy_types=()):
     """IR text of the stack helpers (grow, push/pop for each type in ``types``), of the
-    deferred decref and release of meminfos, of zeroed shadow allocations, and of the
-    memcpy adjoint for each float type in ``copy_types``."""
+    deferred decref and release of meminfos, of zeroed shadow allocations, of operand
+    copies for custom rules, and of the memcpy adjoint for each float type in
+    ``copy_types``."""
     out = [f"""define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
@@ -82,6 +83,13 @@ defer:
   br label %exit
 exit:
   ret void
+}}
+define internal ptr @ad.copy.operand(ptr %frees, ptr %src, i64 %size) noinline {{
+entry:
+  %p = call ptr @NRT_Allocate(i64 %size)
+  call void @llvm.memcpy.p0.p0.i64(ptr %p, ptr %src, i64 %size, i1 false)
+  call void @ad.push.ptr(ptr %frees, ptr %p)
+  ret ptr %p
 }}
 define internal ptr @ad.shadow.raw(i64 %size) noinline {{
 entry:
@@ -170,6 +178,7 @@ DECLARATIONS = {
     "free": "declare void @free(ptr)",
     "llvm.umax.i64": "declare i64 @llvm.umax.i64(i64, i64)",
     "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+    "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
     "NRT_MemInfo_call_dtor": "declare void @NRT_MemInfo_call_dtor(ptr)",
     "NRT_MemInfo_alloc_aligned": "declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)",
     "NRT_Allocate": "declare ptr @NRT_Allocate(i64)",
