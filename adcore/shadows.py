@@ -8,7 +8,7 @@ pointer stored in a stack slot (or in the return slot) has its shadow stored in 
 slot, and loads from the slot read that.  The reverse pass materialises these shadow
 pointers like any other value: recomputed when pure, else saved.
 """
-from .activity import ALLOCATORS, RAW_ALLOCATORS, UNKNOWN, MemInfo, return_slot, stack_slot
+from .activity import ALLOCATORS, NOWHERE, RAW_ALLOCATORS, UNKNOWN, MemInfo, return_slot, stack_slot
 from .ir import Instr, Operand, rename
 from .text import strip_metadata
 
@@ -64,6 +64,10 @@ def shadow_pointers(gen):
             elif o.defn in gen.shadow_ref:
                 mapping[o.ref] = gen.shadow_ref[o.defn]
                 syn.operands.append(Operand(gen.shadow_ref[o.defn], "ptr"))
+            elif (o.type == "ptr" or o.type.startswith("{")) and o.defn is not None \
+                    and gen.act.bases(o) != NOWHERE:
+                # a pointer operand with no shadow: mirroring it would aim at primal memory
+                raise gen.unsupported(instr, "the shadow of this pointer cannot be followed")
             else:
                 syn.operands.append(o)
         syn.text = strip_metadata(rename(instr.text, mapping))
