@@ -83,6 +83,11 @@ def return_slot(op, retptr):
     return None
 
 
+def aggregate_index(text):
+    """The first index of an extractvalue/insertvalue (``..., 4`` or ``..., 5, 0`` -> 4)."""
+    return int(re.search(r",\s*([0-9]+)(?:\s*,\s*[0-9]+)*\s*$", text).group(1))
+
+
 def _join(sets):
     if any(s == UNKNOWN for s in sets):
         return UNKNOWN
@@ -141,10 +146,19 @@ class Activity:
             known = [b for b in sets if b is not None]
             return _join(known) if known else None
 
+        fields = self.fields = {}        # aggregate value -> {top-level index: bases}
+
+        def field_of(op, index):
+            if op.defn is None:
+                return NOWHERE
+            return fields.get(op.defn, {}).get(index)
+
         changed = True
         while changed:
             changed = False
             for instr in self.func.instructions():
+                if instr.type.startswith("{") and self._track_aggregate(instr, of):
+                    changed = True
                 if instr.type != "ptr":
                     continue
                 op = instr.opcode
@@ -164,6 +178,8 @@ class Activity:
                 elif (op == "load" or op == "call" and instr.callee in MEMINFO_DATA) and \
                         first != UNKNOWN and first and all(isinstance(b, MemInfo) for b in first):
                     new = frozenset(b.alloc for b in first)
+                elif op == "extractvalue":
+                    new = field_of(instr.operands[0], aggregate_index(instr.text))
                 elif op == "load" and stack_slot(instr.operands[0]) in slot_values:
                     new = join([of(v) for v in slot_values[stack_slot(instr.operands[0])]])
                 else:
@@ -176,6 +192,34 @@ class Activity:
                     base[instr] = new
                     changed = True
         return base
+
+    def _track_aggregate(self, instr, of):
+        """Pointer fields of struct values (Numba's array structs built with insertvalue and
+        merged by phis); returns True when something new was learnt."""
+        op, known = instr.opcode, self.fields.get(instr, {})
+        if op == "insertvalue":
+            agg, value = instr.operands[0], instr.operands[1]
+            new = dict(self.fields.get(agg.defn, {})) if agg.defn is not None else {}
+            if value.type == "ptr" and of(value) is not None:
+                new[aggregate_index(instr.text)] = of(value)
+        elif op in ("phi", "freeze", "select"):
+            new = {}
+            for o in (instr.operands[1:] if op == "select" else instr.operands):
+                for k, b in (self.fields.get(o.defn, {}) if o.defn is not None else {}).items():
+                    new[k] = b if k not in new else _join([new[k], b])
+        else:
+            return False
+        for k, b in known.items():
+            new[k] = b if k not in new else _join([new[k], b])
+        if new != known:
+            self.fields[instr] = new
+            return True
+        return False
+
+    def aggregate_has_shadow(self, value):
+        """True when a struct value holds a pointer into shadowed memory."""
+        return any(b != UNKNOWN and any(self.has_shadow(x) for x in b)
+                   for b in self.fields.get(value, {}).values())
 
     def bases(self, op):
         """The objects pointer operand ``op`` may point into (a frozenset), or UNKNOWN."""

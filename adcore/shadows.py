@@ -24,7 +24,8 @@ def shadow_pointers(gen):
             act.has_shadow(b) or isinstance(b, MemInfo) and b.alloc in act.shadow_allocs for b in bs)
 
     pointers = [i for b in gen.cfg.rpo for i in b.instrs
-                if i.type == "ptr" and mirrored(Operand(i.ref, "ptr", i))]
+                if i.type == "ptr" and mirrored(Operand(i.ref, "ptr", i))
+                or i.type.startswith("{") and act.aggregate_has_shadow(i)]
     out = {i: Instr(i.block, gen.e.fresh("sh")[1:], i.opcode, "ptr", "") for i in pointers}
     slots = {}
 
@@ -64,9 +65,10 @@ def shadow_pointers(gen):
             elif o.defn in gen.shadow_ref:
                 mapping[o.ref] = gen.shadow_ref[o.defn]
                 syn.operands.append(Operand(gen.shadow_ref[o.defn], "ptr"))
-            elif (o.type == "ptr" or o.type.startswith("{")) and o.defn is not None \
-                    and gen.act.bases(o) != NOWHERE:
-                # a pointer operand with no shadow: mirroring it would aim at primal memory
+            elif o.type == "ptr" and o.defn is not None and instr.type == "ptr" \
+                    and gen.act.bases(o) != UNKNOWN and any(gen.act.has_shadow(b) for b in gen.act.bases(o)) \
+                    or o.type.startswith("{") and gen.act.aggregate_has_shadow(o.defn):
+                # a shadowed operand with no shadow: mirroring would aim at primal memory
                 raise gen.unsupported(instr, "the shadow of this pointer cannot be followed")
             else:
                 syn.operands.append(o)

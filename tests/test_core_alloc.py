@@ -221,3 +221,13 @@ def reshaped_product(A):
 ])
 def test_numpy_functions_inside_kernels(kernel, make):
     check(kernel, *make(np.random.default_rng(6)))
+
+
+@numba.njit
+def contiguous_copy_of_a_view(x):
+    B = np.ascontiguousarray(x[::2])       # the array struct flows through a phi of structs
+    return np.sum(B * B) + np.sum(np.ascontiguousarray(x) * x)
+
+
+def test_array_structs_merged_by_phis():
+    check(contiguous_copy_of_a_view, np.random.default_rng(9).random(7))
