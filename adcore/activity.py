@@ -114,6 +114,11 @@ class Activity:
         self.pun_type = {}
         self.element_type = {}
         self.shadow_allocs = self._float_allocations()
+        self.needs_scratch = self._mixed_constants()
+        if self.needs_scratch:           # the caller adds scratch shadows and starts again
+            self.varied = self.useful = self.active = set()
+            self.unshadowed_writes = set(self.needs_scratch)
+            return
         self.varied = self._varied(is_differentiable_call)
         self.useful = self._useful()
         self.active = self.varied & self.useful
@@ -244,6 +249,16 @@ class Activity:
                                    "it may point into a differentiated or a constant array",
                                    getattr(op.defn, "location", None))
         return flags == {True}
+
+    def _mixed_constants(self):
+        """Array arguments without shadow that a pointer may point into together with
+        shadowed memory (``np.ascontiguousarray(x)``: x itself or a copy): they need a
+        scratch shadow for the merged pointer to have one."""
+        out = set()
+        for bs in self.base.values():
+            if bs != UNKNOWN and any(self.has_shadow(b) for b in bs):
+                out.update(b for b in bs if not self.has_shadow(b) and b in self.data_args)
+        return out
 
     def _float_allocations(self):
         """Allocations whose data is read or written as floats (they get zeroed shadows);

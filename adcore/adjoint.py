@@ -106,7 +106,7 @@ class AdjointGenerator:
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
-        self.shadow_def = shadow_pointers(self)
+        self.shadow_def = {} if self.act.needs_scratch else shadow_pointers(self)
 
     def before_call(self, call, lines, copies):
         """Run ``lines`` in the forward pass just before ``call``; ``copies`` names values they

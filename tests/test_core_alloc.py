@@ -231,3 +231,16 @@ def contiguous_copy_of_a_view(x):
 
 def test_array_structs_merged_by_phis():
     check(contiguous_copy_of_a_view, np.random.default_rng(9).random(7))
+
+
+@numba.njit
+def contiguous_const(x, w):
+    B = np.ascontiguousarray(x[::2])       # x is Const: itself or a copy, merged in one pointer
+    return np.sum(B * w)
+
+
+def test_constant_merged_with_a_copy_gets_a_scratch_shadow():
+    x, w = np.random.default_rng(10).random(8), np.random.default_rng(11).random(4)
+    gx, gw = adcore.gradient(Reverse, contiguous_const, adcore.Const(x), w)
+    assert gx is None
+    np.testing.assert_allclose(gw, x[::2])                            # closed form
