@@ -109,3 +109,20 @@ def failed(workload, case, impl, exc):
     r = row(workload, case, impl, check="FAIL", note=msg)
     r["ok"] = False
     return r
+
+
+def central_fd(f, params, h=1e-6):
+    """Central finite differences of the scalar ``f()`` with respect to each parameter array."""
+    grads = []
+    for p in params:
+        g = np.zeros_like(p)
+        for idx in np.ndindex(p.shape):
+            old = p[idx]
+            p[idx] = old + h
+            up = f()
+            p[idx] = old - h
+            down = f()
+            p[idx] = old
+            g[idx] = (up - down) / (2 * h)
+        grads.append(g)
+    return grads

@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from bench.measure import central_fd
+
 import layers as L
 from layers import Chain, Dense, Embedding, gradient, withgradient
 from adcore import ADError, make_zero
@@ -11,17 +13,8 @@ RNG = np.random.default_rng(0)
 
 
 def fd(fun, x, h=1e-6):
-    """Central finite differences of the scalar ``fun()`` with respect to array ``x`` (in place)."""
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + h
-        up = fun()
-        x[i] = old - h
-        down = fun()
-        x[i] = old
-        g[i] = (up - down) / (2 * h)
-    return g
+    """Central finite differences of the scalar ``fun()`` with respect to array ``x``."""
+    return central_fd(fun, [x], h)[0]
 
 
 def check_model_gradient(loss, model, *args, rtol=1e-5, atol=1e-7):
