@@ -1,10 +1,10 @@
 """adcore: reverse-mode automatic differentiation of Numba kernels at the LLVM IR level."""
-from .errors import ADError, UnsupportedError, ActivityError
+from .errors import ADError, UnsupportedError, ActivityError, LinkError
 from .annotations import Active, Const, Duplicated, Reverse, ReverseWithPrimal
 from .tree import make_zero
 
 __all__ = [
-    "ADError", "UnsupportedError", "ActivityError",
+    "ADError", "UnsupportedError", "ActivityError", "LinkError",
     "Active", "Const", "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero",
 ]
 from .api import autodiff, gradient, primal_ir, adjoint_ir, last_cached_bytes, compile_gradient

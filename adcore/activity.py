@@ -277,6 +277,16 @@ class Activity:
                     self.element_type[b] = t
                     if is_allocation(b):
                         out.add(b)
+        for instr in self.func.instructions():
+            # a heap temporary only custom rules read or write (the result of ``A @ x`` fed
+            # to another BLAS call) carries derivatives between the calls: it needs a shadow
+            # (stack slots passed to rules hold floats only if loads or stores say so)
+            if instr.opcode != "call" or self.rule_of(instr) is None:
+                continue
+            for o in instr.operands:
+                bs = self.bases(o) if o.type == "ptr" else NOWHERE
+                if bs != UNKNOWN:
+                    out.update(b for b in bs if is_allocation(b) and getattr(b, "opcode", None) != "alloca")
         changed = True
         while changed:                   # copies to and from float memory are float memory
             changed = False

@@ -43,8 +43,7 @@ class Spec:
     layout of the result struct that ``retptr`` points to."""
 
     def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
-                 active_fields, bytes_field, data_args=(), distinct_arrays=True,
-                 keep_primal=True, seed=None):
+                 active_fields, bytes_field, data_args=(), distinct_arrays=True, seed=None):
         self.symbol, self.pyname = symbol, pyname
         self.active = active                  # [arg index] of Active float arguments
         self.shadows = shadows                # [(data arg index, [flattened types], data position)]
@@ -54,7 +53,6 @@ class Spec:
         self.bytes_field = bytes_field        # result field for the bytes cached
         self.data_args = data_args            # arg indices of all array data pointers
         self.distinct_arrays = distinct_arrays
-        self.keep_primal = keep_primal        # False: the primal return is dropped (and may be DCE'd)
         self.seed = seed                      # returned float array: (flattened types, float type)
 
 
@@ -425,8 +423,7 @@ class AdjointGenerator:
     def forward_text(self, instr):
         """The forward pass's copy of ``instr``: frees, meminfo destructors and lifetime
         ends are deferred to the end of the reverse pass (which may still read the
-        memory); an unneeded primal
-        return is discarded so that O3 can drop the code computing it."""
+        memory)."""
         if instr.opcode == "call" and (instr.callee or "").startswith("llvm.lifetime.end"):
             return "; lifetime.end dropped: the reverse pass may read this memory"
         if instr.opcode == "call" and instr.callee == "NRT_decref":
@@ -435,10 +432,6 @@ class AdjointGenerator:
         if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
-        if instr.opcode == "store" and instr.operands and instr.operands[1].defn is self.retptr \
-                and not self.spec.keep_primal:
-            discard = self.alloca(instr.operands[0].type, "discard")
-            return rename(instr.text, {self.retptr.ref: discard})
         return instr.text
 
     def save_register(self, instr, saved):
@@ -505,15 +498,24 @@ class AdjointGenerator:
         e.line(f"br label {local('ad.r.' + pred.name)}")
 
     def seed_returned_array(self, bytes_field):
-        """Add ``dret`` into the shadow of the returned array before the reverse pass; a
-        seed of another size sets the bytes field to -1 and skips the reverse pass."""
+        """Add ``dret`` into the shadow of the returned array before the reverse pass.  The
+        returned array must have the seed's shape and (C-contiguous) strides: else the bytes
+        field is set to -1 and the reverse pass is skipped."""
         e = self.e
         if 32 not in self.returned_shadow:
             raise UnsupportedError("the returned array", self.spec.pyname,
                                    "only a newly allocated float array can be returned")
         t = self.spec.seed[1]
+        ndim = (len(self.spec.seed[0]) - 5) // 2
         returned = e(f"load i64, ptr {e('getelementptr i8, ptr %retptr, i64 16')}")
         same = e(f"icmp eq i64 {returned}, %ad.seed.2")
+        for d in range(ndim):
+            n = e(f"load i64, ptr {e(f'getelementptr i8, ptr %retptr, i64 {40 + 8 * d}')}")
+            stride = e(f"load i64, ptr {e(f'getelementptr i8, ptr %retptr, i64 {40 + 8 * (ndim + d)}')}")
+            same_n = e(f"icmp eq i64 {n}, %ad.seed.{5 + d}")
+            same_stride = e(f"icmp eq i64 {stride}, %ad.seed.{5 + ndim + d}")
+            same_stride = e(f"or i1 {same_stride}, {e(f'icmp ule i64 {n}, 1')}")
+            same = e(f"and i1 {same}, {e(f'and i1 {same_n}, {same_stride}')}")
         e.line(f"br i1 {same}, label %ad.rseed.add, label %ad.rseed.bad")
         e.label("ad.rseed.bad")
         e.line(f"store i64 -1, ptr {bytes_field}")

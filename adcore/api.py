@@ -9,6 +9,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import custom_rules, native
+from .activity import UNKNOWN
 from .adjoint import AdjointGenerator, Spec, gradient_module
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .capture import as_dispatcher, capture
@@ -61,7 +62,61 @@ def _annotate(args):
             if not d.flags.writeable:
                 raise ActivityError(f"argument {k}: the shadow array is read-only")
         out.append(ann)
+    _check_memory(out)
     return out
+
+
+def _overlaps_itself(x):
+    """True when two elements of array ``x`` may share memory (a zero stride from
+    ``np.broadcast_to``, or an ``as_strided`` view whose rows overlap)."""
+    if x.flags.c_contiguous or x.flags.f_contiguous or x.size == 0:
+        return False
+    span = x.itemsize
+    for stride, n in sorted((abs(s), n) for s, n in zip(x.strides, x.shape) if n > 1):
+        if stride < span:
+            return True
+        span += stride * (n - 1)
+    return False
+
+
+def _share_memory(a, b):
+    """True when arrays ``a`` and ``b`` may have an element in common."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def _same_view(a, b):
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] \
+        and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+
+
+def _check_memory(anns):
+    """Shadows must be memory of their own: not overlapping themselves, any primal
+    array, or another shadow (unless both pairs are the same views: ``f(x, x)``)."""
+    arrays = [(k, a.val) for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
+    dups = [(k, a) for k, a in enumerate(anns) if isinstance(a, Duplicated)]
+    for k, a in dups:
+        for what, x in (("array", a.val), ("shadow", a.dval)):
+            if _overlaps_itself(x):
+                raise ActivityError(f"argument {k}: the {what}'s elements overlap in memory (strides "
+                                    f"{x.strides}, as from np.broadcast_to or as_strided), so its "
+                                    f"derivative is not defined per element; pass the base array or "
+                                    f"a copy")
+        for j, x in arrays:
+            if _share_memory(a.dval, x):
+                whose = "its own array" if j == k else f"the array of argument {j}"
+                raise ActivityError(f"argument {k}: the shadow shares memory with {whose}; a "
+                                    f"shadow must be separate memory (e.g. np.zeros_like(x))")
+    for i, (k, a) in enumerate(dups):
+        for j, b in dups[i + 1:]:
+            if _share_memory(a.dval, b.dval) and not (_same_view(a.val, b.val)
+                                                       and _same_view(a.dval, b.dval)):
+                raise ActivityError(f"arguments {k} and {j}: their shadows share memory but their "
+                                    f"arrays are not the same array")
 
 
 def _split_return_activity(args):
@@ -102,8 +157,7 @@ class CompiledGradient:
     that need an internal zeroed shadow), then the seed of a returned array; it returns a
     tuple ``(primal return if any, adjoint of each Active argument..., bytes cached)``."""
 
-    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, with_primal,
-                 seed_type=None):
+    def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None):
         t0 = time.perf_counter()
         kernel = capture(dispatcher, argtypes)
         self.pyname = kernel.pyname
@@ -160,8 +214,7 @@ class CompiledGradient:
         while True:
             spec = Spec(symbol, self.pyname, active, shadows + [scratch_shadow(k) for k in sorted(self.scratch)],
                         self.ret_active, str(ctx.get_value_type(result)), active_fields,
-                        len(fields) - 1, data_args, distinct, keep_primal=with_primal or returns_array,
-                        seed=_seed_params(ctx, seed_type) if returns_array else None)
+                        len(fields) - 1, data_args, distinct, seed=_seed_params(ctx, seed_type) if returns_array else None)
             gen = AdjointGenerator(func, spec, ctx)
             lost = {k for k in range(len(anns))
                     if isinstance(argtypes[k], nbtypes.Array)
@@ -169,12 +222,17 @@ class CompiledGradient:
             if lost <= self.scratch:
                 break
             self.scratch |= lost
+        data_pointers = [func.args[starts[k] + data_pos] if isinstance(t, nbtypes.Array) else None
+                         for k, t in enumerate(argtypes)]
+        self.written = _written_arguments(gen.act, data_pointers)    # restored after a bad dret
         self.adjoint_ir = gradient_module(module, gen)
-        self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol)
+        self.optimised_ir = native.compile_ir(self.adjoint_ir, symbol, self.pyname)
         self.shadowed = [k for k, a in enumerate(anns) if isinstance(a, Duplicated)] + sorted(self.scratch)
         seed = [seed_type] if returns_array else []
-        self.native = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in self.shadowed] + seed,
-                                     result)
+        nargs = len(argtypes)
+        self.native = native.make_stub(
+            symbol, list(argtypes) + [argtypes[k] for k in self.shadowed] + seed, result,
+            [(nargs + n, k, f"the shadow of argument {k}") for n, k in enumerate(self.shadowed)])
         self.compile_seconds = time.perf_counter() - t0
 
     def __call__(self, anns, dret=None):
@@ -190,11 +248,19 @@ class CompiledGradient:
                 d = _like_strides(a.val, d)
                 copies.append((a.dval, d))
             shadows.append(d)
-        seed = [] if dret is None else [np.ascontiguousarray(dret)]
+        seed, before = [], []
+        if dret is not None:     # a wrong seed is found after the forward pass: keep what it writes
+            seed = [np.ascontiguousarray(dret)]
+            before = [(primals[k], primals[k].copy()) for k in self.written]
         out = self.native(*primals, *shadows, *seed)
         if out[-1] < 0:
-            raise ActivityError(f"dret has shape {dret.shape} but {self.pyname} returned an array "
-                                f"of shape {out[0].shape}")
+            for array, old in before:
+                array[...] = old
+            if dret.shape != out[0].shape:
+                raise ActivityError(f"dret has shape {dret.shape} but {self.pyname} returned an "
+                                    f"array of shape {out[0].shape}")
+            raise UnsupportedError("the returned array", self.pyname,
+                                   "it is not C-contiguous (return np.ascontiguousarray of it)")
         for user, tmp in copies:
             user[...] = tmp
         _last["cached_bytes"] = int(out[-1])
@@ -207,6 +273,18 @@ class CompiledGradient:
             else:
                 derivs.append(None)
         return tuple(derivs), (out[0] if self.has_primal else None)
+
+
+def _written_arguments(act, data_pointers):
+    """Indices of the array arguments (``data_pointers[k]``, None for scalars) the kernel
+    may write."""
+    written = set()
+    for writes in act.written.values():
+        for _, bases in writes:
+            if bases == UNKNOWN:
+                return [k for k, p in enumerate(data_pointers) if p is not None]
+            written |= bases
+    return [k for k, p in enumerate(data_pointers) if p is not None and p in written]
 
 
 def _seed_params(ctx, seed_type):
@@ -235,16 +313,16 @@ def _arg_key(v):
     return type(v)
 
 
-def _compiled(f, anns, ret_activity, with_primal, dret=None):
+def _compiled(f, anns, ret_activity, dret=None):
     arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
     distinct = _distinct(arrays)
     seed_key = None if dret is None else (dret.dtype.char, dret.ndim)
     fast = (f, tuple(type(a) for a in anns), tuple(_arg_key(a.val) for a in anns),
-            ret_activity, distinct, with_primal, seed_key)
+            ret_activity, distinct, seed_key)
     entry = _fast.get(fast)
     if entry is None:
         seed_type = None if dret is None else numba.typeof(np.ascontiguousarray(dret))
-        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, with_primal, distinct, seed_type)
+        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, distinct, seed_type)
     return entry
 
 
@@ -266,17 +344,16 @@ def _located(err, dispatcher, args):
     return err
 
 
-def _compiled_by_type(f, anns, ret_activity, with_primal, distinct, seed_type):
+def _compiled_by_type(f, anns, ret_activity, distinct, seed_type):
     dispatcher = _dispatcher(f)
     argtypes = tuple(numba.typeof(a.val) for a in anns)
-    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, with_primal,
-           seed_type)
+    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, seed_type)
     entry = _cache.get(key)
     if entry is None:
         with _lock:
             entry = _cache.get(key)
             if entry is None:
-                args = (anns, argtypes, ret_activity, distinct, with_primal, seed_type)
+                args = (anns, argtypes, ret_activity, distinct, seed_type)
                 try:
                     entry = CompiledGradient(dispatcher, *args)
                 except UnsupportedError as err:
@@ -303,7 +380,7 @@ def autodiff(mode, f, *args, dret=None):
     if dret is not None and not (isinstance(dret, np.ndarray) and dret.dtype.kind == "f"):
         raise ActivityError(f"dret must be a float array (the seed of the returned array), "
                             f"got {type(dret).__name__}")
-    compiled = _compiled(f, anns, ret_activity, mode.with_primal, dret)
+    compiled = _compiled(f, anns, ret_activity, dret)
     derivs, value = compiled(anns, dret)
     return (derivs, value) if mode.with_primal else derivs
 
@@ -324,7 +401,7 @@ def gradient(mode, f, *args):
         else:
             anns.append(Const(a))
     anns = _annotate(anns)
-    compiled = _compiled(f, anns, Active, mode.with_primal)
+    compiled = _compiled(f, anns, Active)
     derivs, value = compiled(anns)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
     return (grads, value) if mode.with_primal else grads
@@ -336,7 +413,7 @@ def compile_gradient(mode, f, *args, dret=None):
     from other Numba code (a training loop, say)."""
     _check_mode(mode)
     ret_activity, args = _split_return_activity(args)
-    return _compiled(f, _annotate(args), ret_activity, mode.with_primal, dret)
+    return _compiled(f, _annotate(args), ret_activity, dret)
 
 
 def primal_ir(f, *args):
@@ -351,5 +428,5 @@ def adjoint_ir(mode, f, *args, optimised=False):
     ``optimised=True``)."""
     _check_mode(mode)
     ret_activity, args = _split_return_activity(args)
-    compiled = _compiled(f, _annotate(args), ret_activity, mode.with_primal)
+    compiled = _compiled(f, _annotate(args), ret_activity)
     return compiled.optimised_ir if optimised else compiled.adjoint_ir

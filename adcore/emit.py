@@ -19,6 +19,17 @@ def float_const(type_, value):
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
 
 
+def is_finite_literal(value):
+    """True for a scalar float literal (``2.5``, ``0x4004000000000000``) that is finite."""
+    text = str(value)
+    try:
+        number = struct.unpack("<d", struct.pack("<Q", int(text, 16)))[0] if text.startswith("0x") \
+            else float(text)
+    except ValueError:
+        return False
+    return np.isfinite(number)
+
+
 class Emitter:
     """Collects lines of one LLVM function and hands out fresh local names."""
 
@@ -98,6 +109,18 @@ class Expr:
         shape = vector_shape(self.t)
         ctype = f"<{shape[0]} x i1>" if shape else "i1"
         return self.e(f"select {ctype} {cond}, {self.t} {a}, {self.t} {b}")
+
+    def unless_zero(self, dy, value):
+        """``value``, or 0 where the adjoint ``dy`` is 0: a zero adjoint never becomes NaN
+        through an infinite partial derivative (0·∞)."""
+        return self.select(self.fcmp("oeq", dy, self.c(0)), self.c(0), value)
+
+    def scale(self, dy, d):
+        """``dy·d``, and 0 where ``dy`` is 0 (see :meth:`unless_zero`; no test is needed
+        when ``d`` is a finite constant)."""
+        if getattr(d, "op", None) is not None and d.op.is_const and is_finite_literal(d.op.ref):
+            return self.mul(dy, d)
+        return self.unless_zero(dy, self.mul(dy, d))
 
     def fcmp(self, pred, a, b):
         return self.e(f"fcmp {pred} {self.t} {a}, {b}")

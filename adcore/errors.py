@@ -24,3 +24,14 @@ class UnsupportedError(ADError):
 
 class ActivityError(ADError):
     """Misuse of activity annotations, detected before anything runs."""
+
+
+class LinkError(ADError):
+    """Compiled code calls external functions that this process does not define."""
+
+    def __init__(self, symbols, function=None):
+        self.symbols = list(symbols)
+        names = ", ".join(self.symbols)
+        super().__init__(f"{function or 'the compiled code'} calls {names}, which this process "
+                         f"does not define; load the "
+                         f"library that does with llvmlite.binding.load_library_permanently")

@@ -31,6 +31,7 @@ _LITERAL = re.compile(r'"[^"]*"|;[^\n]*')                 # strings and comments
 _TOKEN = re.compile(r"\x00\d+\x00|[-\w.$%@!#]+|\s+|.", re.S)
 _OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}
 _NOINLINE = re.compile(r'(?<![-\w.$%@!#"])\b(?:noinline|optnone)\b')
+_EMPTY_GROUP = re.compile(r"^(attributes\s+#\d+\s*=\s*)\{\s*\}", re.M)   # LLVM refuses `{ }`
 
 
 def _skip_space(out, k):
@@ -90,7 +91,7 @@ def opaque_pointers(text):
             _pointer(out)
         else:
             out.append(token)
-    code = _NOINLINE.sub("", "".join(out))
+    code = _EMPTY_GROUP.sub(r'\1{ "adcore-inlinable" }', _NOINLINE.sub("", "".join(out)))
     return re.sub(r"\x00(\d+)\x00", lambda m: literals[int(m.group(1))], code)
 
 
@@ -208,15 +209,6 @@ def _convert(value, src, param, signed):
     else:
         op = "fptrunc" if src == "double" else "fpext"
     return [f"  {out} = {op} {src} {value} to {dst}"], out
-
-
-def _unresolved_callees(module):
-    """Functions ``module`` calls that neither it nor this process defines."""
-    names = {list(ins.operands)[-1].name for f in module.functions for b in f.blocks
-             for ins in b.instructions if ins.opcode in ("call", "invoke")}
-    defined = {f.name for f in module.functions if not f.is_declaration}
-    return sorted(n for n in names - defined
-                  if n and not n.startswith("llvm.") and not llvm.address_of_symbol(n))
 
 
 class ForeignFunction:
@@ -346,13 +338,7 @@ class ForeignFunction:
         for g in itertools.chain(module.functions, module.global_variables):
             if not g.is_declaration and g.name != symbol:
                 g.linkage = "internal"
-        native.optimise(module)
-        missing = _unresolved_callees(module)
-        if missing:
-            raise ADError(f"{self.name} calls {', '.join(missing)}, which this process does "
-                          f"not define; load the library that does with "
-                          f"llvmlite.binding.load_library_permanently")
-        native.compile_ir(str(module), symbol)
+        native.compile_ir(str(module), symbol, self.name)
         return native.make_stub(symbol, argtypes, self.restype)
 
     def __call__(self, *values):

@@ -6,6 +6,13 @@ only when the rule uses them) and the adjoint ``dy``; it returns, for each opera
 thunk computing that operand's adjoint contribution (``None`` where there is none).
 Thunks run only for active operands, so nothing is materialised for the others.
 
+**Singular points.** A zero adjoint stays zero: where a partial derivative is infinite
+or undefined (log at 0, asin at ±1, pow with a zero base, a division by zero, overflow, a product
+with ±inf), ``X.scale``/``X.unless_zero`` give 0 when ``dy`` is 0 instead of 0·∞ = NaN.  Where a
+derivative is infinite at an isolated point, Enzyme's convention gives 0 there (sqrt, cbrt
+and hypot at 0); ``pow``'s ``b a^(b-1)`` is 0 when ``b`` is 0.  Elsewhere a nonzero adjoint
+meets the derivative as the math says (±inf).
+
 Instructions are keyed by opcode, calls by the math function's plain name: LLVM
 intrinsics (``llvm.sin.f64``) and libm calls (``sin``, ``sinf``) share one entry.
 """
@@ -21,7 +28,15 @@ TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 def _unary(derivative):
     """Rule for y = f(x) from f'(x) written as ``derivative(X, x, y)``."""
-    return lambda X, ops, y, dy: [lambda: X.mul(dy, derivative(X, ops[0], y))]
+    return lambda X, ops, y, dy: [lambda: X.scale(dy, derivative(X, ops[0], y))]
+
+
+def _zero_at_zero(derivative):
+    """Rule for y = f(x) whose derivative is infinite at x = 0: 0 there (Enzyme's sqrt)."""
+    def rule(X, ops, y, dy):
+        x = ops[0]
+        return [lambda: X.select(X.fcmp("oeq", x, X.c(0)), X.c(0), X.scale(dy, derivative(X, x, y)))]
+    return rule
 
 
 def _zero(X, ops, y, dy):
@@ -44,23 +59,27 @@ def _minmax(pred):
 
 
 def _pow(X, ops, y, dy):
-    # y = a^b                          da = b a^(b-1) dy,  db = y ln(a) dy  (0 where a <= 0)
+    # y = a^b                          da = b a^(b-1) dy  (0 where b = 0),
+    #                                  db = y ln(a) dy    (0 where a <= 0)
     a, b = ops
-    return [lambda: X.mul(dy, X.mul(b, X.call("pow", a, X.sub(b, X.c(1))))),
-            lambda: X.select(X.fcmp("ogt", a, X.c(0)), X.mul(dy, X.mul(y, X.call("log", a))), X.c(0))]
+    return [lambda: X.select(X.fcmp("oeq", b, X.c(0)), X.c(0),
+                             X.scale(dy, X.mul(b, X.call("pow", a, X.sub(b, X.c(1)))))),
+            lambda: X.select(X.fcmp("ogt", a, X.c(0)), X.scale(dy, X.mul(y, X.call("log", a))), X.c(0))]
 
 
 def _atan2(X, ops, y, dy):
     # y = atan2(a, b)                  da = b/(a²+b²) dy,  db = -a/(a²+b²) dy
     a, b = ops
     r2 = lambda: X.add(X.square(a), X.square(b))
-    return [lambda: X.mul(dy, X.div(b, r2())), lambda: X.mul(dy, X.div(X.neg(a), r2()))]
+    return [lambda: X.scale(dy, X.div(b, r2())), lambda: X.scale(dy, X.div(X.neg(a), r2()))]
 
 
 def _hypot(X, ops, y, dy):
-    # y = sqrt(a²+b²)                  da = a/y dy,  db = b/y dy
+    # y = sqrt(a²+b²)                  da = a/y dy,  db = b/y dy  (0 where y = 0)
     a, b = ops
-    return [lambda: X.mul(dy, X.div(a, y)), lambda: X.mul(dy, X.div(b, y))]
+    at_zero = lambda: X.fcmp("oeq", y, X.c(0))
+    return [lambda: X.select(at_zero(), X.c(0), X.scale(dy, X.div(a, y))),
+            lambda: X.select(at_zero(), X.c(0), X.scale(dy, X.div(b, y)))]
 
 
 def _copysign(X, ops, y, dy):
@@ -72,13 +91,13 @@ def _copysign(X, ops, y, dy):
 def _frem(X, ops, y, dy):
     # y = a - trunc(a/b) b             da = dy,  db = -trunc(a/b) dy
     a, b = ops
-    return [lambda: dy, lambda: X.neg(X.mul(dy, X.call("trunc", X.div(a, b))))]
+    return [lambda: dy, lambda: X.neg(X.scale(dy, X.call("trunc", X.div(a, b))))]
 
 
 def _fma(X, ops, y, dy):
     # y = a b + c                      da = b dy,  db = a dy,  dc = dy
     a, b, _ = ops
-    return [lambda: X.mul(dy, b), lambda: X.mul(dy, a), lambda: dy]
+    return [lambda: X.scale(dy, b), lambda: X.scale(dy, a), lambda: dy]
 
 
 def _powi(X, ops, y, dy):
@@ -91,14 +110,15 @@ def _powi(X, ops, y, dy):
         X.e.declare(f"llvm.powi.{X.s}.{n.type}",
                     f"declare {X.t} @llvm.powi.{X.s}.{n.type}({X.t}, {n.type})")
         xn1 = X.e(f"call {X.t} @llvm.powi.{X.s}.{n.type}({X.t} {x}, {n.type} {n1})")
-        return X.mul(dy, X.mul(nf, xn1))
+        return X.scale(dy, X.mul(nf, xn1))
     return [dx, None]
 
 
 def _fdiv(X, ops, y, dy):
     # y = a / b                        da = dy / b,  db = -y dy / b
     a, b = ops
-    return [lambda: X.div(dy, b), lambda: X.neg(X.mul(X.div(dy, b), y))]
+    return [lambda: X.unless_zero(dy, X.div(dy, b)),
+            lambda: X.unless_zero(dy, X.neg(X.mul(X.div(dy, b), y)))]
 
 
 def _extractelement(X, ops, y, dy):
@@ -166,8 +186,8 @@ RULES = {
     # instructions
     "fadd": lambda X, ops, y, dy: [lambda: dy, lambda: dy],                  # y = a + b
     "fsub": lambda X, ops, y, dy: [lambda: dy, lambda: X.neg(dy)],           # y = a - b
-    "fmul": lambda X, ops, y, dy: [lambda: X.mul(dy, ops[1]),                # y = a b
-                                   lambda: X.mul(dy, ops[0])],
+    "fmul": lambda X, ops, y, dy: [lambda: X.scale(dy, ops[1]),              # y = a b
+                                   lambda: X.scale(dy, ops[0])],
     "fdiv": _fdiv,
     "frem": _frem,
     "fneg": lambda X, ops, y, dy: [lambda: X.neg(dy)],                       # y = -a
@@ -198,8 +218,8 @@ RULES = {
     "asinh": _unary(lambda X, x, y: X.div(X.c(1), X.call("sqrt", X.add(X.square(x), X.c(1))))),
     "acosh": _unary(lambda X, x, y: X.div(X.c(1), X.call("sqrt", X.sub(X.square(x), X.c(1))))),
     "atanh": _unary(lambda X, x, y: X.div(X.c(1), X.sub(X.c(1), X.square(x)))),
-    "sqrt": _unary(lambda X, x, y: X.div(X.c(0.5), y)),                      # 1/(2 sqrt x)
-    "cbrt": _unary(lambda X, x, y: X.div(y, X.mul(X.c(3), x))),              # x^(1/3)/(3x)
+    "sqrt": _zero_at_zero(lambda X, x, y: X.div(X.c(0.5), y)),               # 1/(2 sqrt x)
+    "cbrt": _zero_at_zero(lambda X, x, y: X.div(y, X.mul(X.c(3), x))),       # x^(1/3)/(3x)
     "fabs": _unary(lambda X, x, y: X.call("copysign", X.c(1), x)),           # sign x
     "erf": _unary(lambda X, x, y: X.mul(X.c(TWO_OVER_SQRT_PI), X.call("exp", X.neg(X.square(x))))),
     "erfc": _unary(lambda X, x, y: X.mul(X.c(-TWO_OVER_SQRT_PI), X.call("exp", X.neg(X.square(x))))),
@@ -224,6 +244,8 @@ INACTIVE_CALLS = re.compile(r"^llvm\.(assume|expect|lifetime|dbg|experimental\.n
                             r"smax|smin|umax|umin|sadd|ssub|smul|uadd|usub|umul|bswap|fshl|fshr)")
 
 _INTRINSIC = re.compile(r"^llvm\.([a-z0-9]+)\.")
+# compiler-runtime functions that are math functions under another name
+ALIASES = {"__powidf2": "powi", "__powisf2": "powi"}
 
 
 def math_name(callee):
@@ -237,6 +259,8 @@ def math_name(callee):
         return m.group(1) if m.group(1) in RULES else None
     if callee in RULES:
         return callee
+    if callee in ALIASES:
+        return ALIASES[callee]
     if callee.endswith("f") and callee[:-1] in RULES:
         return callee[:-1]
     return None
