@@ -421,11 +421,12 @@ class AdjointGenerator:
             self.save_register(instr, saved)
 
     def forward_text(self, instr):
-        """The forward pass's copy of ``instr``: frees, meminfo destructors and lifetime
-        ends are deferred to the end of the reverse pass (which may still read the
+        """The forward pass's copy of ``instr``: frees, meminfo destructors, lifetime
+        ends and stack restores (of C's variable-length arrays) are deferred to the end of the reverse pass (which may still read the
         memory)."""
-        if instr.opcode == "call" and (instr.callee or "").startswith("llvm.lifetime.end"):
-            return "; lifetime.end dropped: the reverse pass may read this memory"
+        if instr.opcode == "call" and (instr.callee or "").startswith(("llvm.lifetime.end",
+                                                                       "llvm.stackrestore")):
+            return f"; {instr.callee} dropped: the reverse pass may read this memory"
         if instr.opcode == "call" and instr.callee == "NRT_decref":
             self.stack_types.add("ptr")
             return f"call void @ad.decref(ptr %ad.dtors, ptr {instr.operands[0].ref})"

@@ -240,7 +240,7 @@ RULES = {
 
 # calls that neither read nor write memory the differentiator cares about
 INACTIVE_CALLS = re.compile(r"^llvm\.(assume|expect|lifetime|dbg|experimental\.noalias|invariant|"
-                            r"prefetch|sideeffect|donothing|is\.fpclass|ctpop|ctlz|cttz|abs|"
+                            r"prefetch|sideeffect|donothing|is\.fpclass|ctpop|ctlz|cttz|abs|stacksave|stackrestore|"
                             r"smax|smin|umax|umin|sadd|ssub|smul|uadd|usub|umul|bswap|fshl|fshr)")
 
 _INTRINSIC = re.compile(r"^llvm\.([a-z0-9]+)\.")

@@ -49,10 +49,7 @@ def shadow_pointers(gen):
                 syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
             continue
         if instr.opcode == "alloca":
-            allocated = instr.text.split("alloca", 1)[1].split(",")[0].strip()
-            size = f"ptrtoint (ptr getelementptr ({allocated}, ptr null, i32 1) to i64)"
-            syn.text = (f"{syn.ref} = alloca {allocated}\n  call void @llvm.memset.p0.i64("
-                        f"ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
+            syn.text = _shadow_alloca(gen, instr, syn)
             continue
         if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
             syn.text = f"{syn.ref} = load ptr, ptr {shadow_slot(instr.operands[0])}"
@@ -104,3 +101,34 @@ def shadow_pointers(gen):
             syn.synthetic = True
             out[store] = syn
     return out
+
+
+def _allocated_type(alloca_text):
+    """The type an ``alloca`` instruction allocates (up to the first top-level comma)."""
+    rest, depth = alloca_text.split("alloca", 1)[1].strip(), 0
+    for k, ch in enumerate(rest):
+        depth += ch in "[{<(" and 1 or ch in "]}>)" and -1 or 0
+        if ch == "," and depth == 0:
+            return rest[:k].strip()
+    return rest
+
+
+def _shadow_alloca(gen, instr, syn):
+    """A zeroed stack allocation the size of ``instr``'s (a runtime element count
+    included: C's variable-length arrays)."""
+    allocated = _allocated_type(instr.text)
+    size = f"ptrtoint (ptr getelementptr ({allocated}, ptr null, i32 1) to i64)"
+    count = instr.operands[0] if instr.operands else None
+    if count is None or count.is_const and count.ref == "1":
+        lines = [f"{syn.ref} = alloca {allocated}"]
+    else:
+        lines = [f"{syn.ref} = alloca {allocated}, {count.type} {count.ref}"]
+        n = count.ref
+        if count.type != "i64":
+            n = gen.e.fresh("shn")
+            lines.append(f"{n} = zext {count.type} {count.ref} to i64")
+        total = gen.e.fresh("shbytes")
+        lines.append(f"{total} = mul i64 {n}, {size}")
+        size = total
+    lines.append(f"call void @llvm.memset.p0.i64(ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
+    return "\n  ".join(lines)
