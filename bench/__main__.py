@@ -92,6 +92,22 @@ def _write_outputs(doc, folder):
     return done
 
 
+def _what_to_run(args, parser):
+    """``(workload names, Config)`` from the command line."""
+    unknown = set(args.workloads) - set(registry.WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workload {', '.join(sorted(unknown))}; "
+                     f"choose from {', '.join(registry.WORKLOADS)}")
+    if args.size <= 0 or (args.repeat is not None and args.repeat < 1) or \
+            (args.min_time is not None and args.min_time < 0):
+        parser.error("--size must be positive, --repeat at least 1 and --min-time not negative")
+    names = args.workloads or (registry.quick_names() if args.quick else tuple(registry.WORKLOADS))
+    default = default_sampler(args.quick)
+    sampler = Sampler(repeat=args.repeat or default.repeat,
+                      min_time=default.min_time if args.min_time is None else args.min_time)
+    return names, registry.Config(quick=args.quick, size=args.size, sampler=sampler)
+
+
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
@@ -106,25 +122,16 @@ def main(argv=None):
     if args.list:
         _list()
         return 0
-    unknown = set(args.workloads) - set(registry.WORKLOADS)
-    if unknown:
-        parser.error(f"unknown workload {', '.join(sorted(unknown))}; "
-                     f"choose from {', '.join(registry.WORKLOADS)}")
-    if (args.repeat is not None and args.repeat < 1) or (args.min_time is not None and args.min_time < 0):
-        parser.error("--repeat must be at least 1 and --min-time not negative")
-    names = args.workloads or (registry.quick_names() if args.quick else tuple(registry.WORKLOADS))
-    default = default_sampler(args.quick)
-    sampler = Sampler(repeat=args.repeat or default.repeat,
-                      min_time=default.min_time if args.min_time is None else args.min_time)
-    config = registry.Config(quick=args.quick, size=args.size, sampler=sampler)
+    names, config = _what_to_run(args, parser)
     warnings.filterwarnings("ignore", module="torch|jax")
 
-    t0 = time.perf_counter()
+    t0, load = time.perf_counter(), environment.load_average()
     rows, workloads = run(names, config)
+    sampler = config.sampler
     settings = dict(workloads=list(names), quick=args.quick, size=args.size,
                     repeat=sampler.repeat, min_time=sampler.min_time, warmup=sampler.warmup)
     command = " ".join(["python -m bench"] + (sys.argv[1:] if argv is None else list(argv)))
-    doc = results.document(command, settings, environment.collect(), time.perf_counter() - t0,
+    doc = results.document(command, settings, environment.collect(load), time.perf_counter() - t0,
                            workloads, rows)
     print()
     print(report.table(rows))
@@ -133,6 +140,9 @@ def main(argv=None):
     print()
     print("  ".join(f"{w['name']}: {w['seconds']:.1f} s, peak RSS {w['rss_peak_bytes'] / 2**20:.0f} MB"
                     for w in workloads))
+    if environment.busy(doc["environment"]):
+        print(f"note: the machine was busy (load average up to {environment.busy(doc['environment']):.1f} "
+              f"on {doc['environment']['cpu']['usable_cores']} cores): the times are noisy")
     full_run = not args.workloads and not args.quick and args.size == 1.0
     if args.output or full_run:
         print(_write_outputs(doc, Path(args.output or ".")))

@@ -5,6 +5,7 @@ A change is marked when both rows have at least ``MIN_SAMPLES`` samples and thei
 interquartile ranges do not overlap: the new median then lies outside the spread of the old
 samples and the other way round. Otherwise the ratio is shown as within the spread.
 """
+from .environment import busy
 from .report import groups, seconds
 
 MIN_SAMPLES = 3
@@ -84,10 +85,21 @@ def _check(c):
     return f"  check: {o['check'] or o['ok']} -> {n['check'] or n['ok']}"
 
 
+def _describe(label, name, doc):
+    """The line naming one run, with a warning when its machine was busy."""
+    env = doc["environment"]
+    line = f"{label}: {name} ({doc['command']}, {env['date']})"
+    load = busy(env)
+    if load:
+        line += (f"\n  {label} ran on a busy machine (load average up to {load:.1f} on "
+                 f"{env['cpu']['usable_cores']} cores): a mark may be the load, not the code")
+    return line
+
+
 def text(old, new, old_name="old", new_name="new"):
     """The comparison of two results documents, as printed."""
-    lines = [f"old: {old_name} ({old['command']}, {old['environment']['date']})",
-             f"new: {new_name} ({new['command']}, {new['environment']['date']})"]
+    lines = [_describe(label, name, doc) for label, name, doc in (("old", old_name, old),
+                                                                    ("new", new_name, new))]
     for field, a, b in environment_changes(old["environment"], new["environment"]):
         if field == "cpu.flags" and a and b:
             a, b = sorted(set(a) - set(b)) or "", sorted(set(b) - set(a)) or ""
@@ -104,7 +116,6 @@ def text(old, new, old_name="old", new_name="new"):
             lines.append(f"  {r['impl']:<{width}}  {_time(c['old']):>16}  {_time(c['new']):>16}  "
                          f"{_mark(c)}{_check(c)}")
     counts = {k: sum(c["change"] == k for c in compared) for k in ("slower", "faster")}
-    lines.append(f"\n{len(compared)} rows: {counts['slower']} slower and {counts['faster']} faster "
-                 "beyond the spread (*), the others within it (or not in both runs); "
-                 "± is half the interquartile range")
+    lines.append(f"\ntimed rows: {len(compared)}; beyond the spread (*): {counts['slower']} slower, "
+                 f"{counts['faster']} faster; ± is half the interquartile range")
     return "\n".join(lines)

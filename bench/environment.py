@@ -85,10 +85,26 @@ def versions():
     return out
 
 
-def collect():
+def load_average():
+    """The 1-minute load average (processes running or waiting for a core), or None."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def busy(env):
+    """The highest load average of the run when it exceeded the usable cores, else None."""
+    loads = [v for v in env["load_average"].values() if v is not None]
+    return max(loads) if loads and max(loads) > env["cpu"]["usable_cores"] else None
+
+
+def collect(load_at_start=None):
     """The environment of this process, as stored in the JSON results (call it after the
-    workloads: threadpoolctl sees only the libraries loaded by then)."""
+    workloads: threadpoolctl sees only the libraries loaded by then); ``load_at_start`` is
+    ``load_average()`` before them."""
     return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                load_average=dict(start=load_at_start, end=load_average()),
                 platform=dict(system=platform.system(), release=platform.release(),
                               machine=platform.machine()),
                 cpu=cpu(), threads=threads(), versions=versions())

@@ -101,8 +101,10 @@ def environment_lines(env):
     adcore = v["adcore"]["describe"] or v["adcore"]["version"] or "?"
     peers = ", ".join(f"{k} {p or 'not installed'}" for k, p in v["peers"].items())
     mem = f", {c['memory_bytes'] / 2**30:.0f} GiB memory" if c["memory_bytes"] else ""
+    load = ", ".join(f"{v:.1f} at the {k}" for k, v in env["load_average"].items() if v is not None)
     return [f"Machine: {c['model']} (LLVM: {c['llvm_name']}), {c['cores']} cores "
-            f"({c['usable_cores']} usable){mem}, {env['platform']['system']} {env['platform']['release']}",
+            f"({c['usable_cores']} usable){mem}, {env['platform']['system']} {env['platform']['release']}"
+            + (f"; load average {load}" if load else ""),
             f"Threads: BLAS/OpenMP {pools or 'none loaded'}; Numba {t['numba']['num_threads']}"
             + ("" if t["torch"] is None else f"; PyTorch {t['torch']}"),
             f"Versions: python {v['python']}, adcore {adcore}, "

@@ -34,6 +34,7 @@ ROW = _object({
 
 ENVIRONMENT = _object({
     "date": {"type": "string", "format": "date-time"},
+    "load_average": _object({"start": _maybe(_number), "end": _maybe(_number)}),
     "platform": _object({"system": _text, "release": _text, "machine": _text}),
     "cpu": _object({"model": _text, "llvm_name": _text, "flags": {"type": "array", "items": _text},
                     "cores": _maybe(_count), "usable_cores": _maybe(_count),

@@ -104,6 +104,8 @@ def test_compare_flags_a_real_change_and_not_noise(gmm_run, tmp_path):
                    _timed("one sample", [2.0]), _timed("broken", steady, ok=False),
                    _timed("added", steady)]
     new["environment"]["versions"]["numba"] = "0.0.1"
+    old["environment"]["load_average"] = {"start": 0.1, "end": 0.2}
+    new["environment"]["load_average"] = {"start": 0.1, "end": 99.0}
     changes = {(c["new"] or c["old"])["impl"]: c["change"]
                for c in compare.compare_rows(old["rows"], new["rows"])}
     assert changes == {"steady": None, "noisy": None, "slower": "slower", "faster": "faster",
@@ -120,6 +122,7 @@ def test_compare_flags_a_real_change_and_not_noise(gmm_run, tmp_path):
         assert "within the spread" in lines[impl] and "*" not in lines[impl]
     assert "check: err 0.0e+00 ok -> err 1.0e+00 FAIL" in lines["broken"]
     assert "environment differs: versions.numba" in out
+    assert "new ran on a busy machine (load average up to 99.0" in out and "old ran" not in out
 
 
 def test_compare_refuses_other_files(tmp_path):
