@@ -3,10 +3,10 @@ implementation's answer agrees with the reference."""
 import numpy as np
 import pytest
 
-from bench import gmm, mlp, peers, registry, report
+from bench import gmm, mlp, peers, registry, report, seed_peers, suite
 from bench.__main__ import run
 from bench.rows import failures
-from bench.timing import default_sampler
+from bench.timing import Sampler, default_sampler
 
 registry.load()
 QUICK = registry.quick_names()
@@ -69,3 +69,11 @@ def test_missing_peer_is_a_note(monkeypatch):
     assert isinstance(engines["PyTorch"], str) and "not installed" in engines["PyTorch"]
     rows = mlp.run(TINY)
     assert {r["impl"]: r["note"] for r in rows}["JAX (jit)"].startswith("skipped")
+
+
+def test_seed_peers_are_sampled_and_checked(monkeypatch):
+    monkeypatch.setattr(seed_peers, "trainers", lambda *args: {"fake peer": lambda epochs: 0.5,
+                                                              "absent peer": "not installed"})
+    rows = suite.seed_peer_rows(3, 0.5, 1e-3, Sampler(repeat=3, min_time=0.0))
+    assert rows[0]["impl"] == "fake peer" and rows[0]["ok"] and rows[0]["stats"]["n"] == 3
+    assert rows[1]["note"] == "skipped: not installed" and rows[1]["stats"] is None

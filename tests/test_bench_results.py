@@ -149,16 +149,31 @@ def plugin_demo(config):
 '''
 
 
-def test_a_workload_added_from_outside(tmp_path, monkeypatch):
-    monkeypatch.setattr(registry, "WORKLOADS", dict(registry.WORKLOADS))
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """The path of a workload module outside the package; only it is registered."""
+    registry.load()   # the built-in workloads are registered once, before the registry is emptied
+    monkeypatch.setattr(registry, "WORKLOADS", {})
     (tmp_path / "my_bench.py").write_text(PLUGIN)
-    plugin = str(tmp_path / "my_bench.py")
+    return str(tmp_path / "my_bench.py")
+
+
+def test_a_workload_added_from_outside(plugin, tmp_path):
     status, out = _main(["--load", plugin, "--list"])
     assert status == 0 and "plugin_demo" in out and "a workload from outside the runner" in out
     status, _ = _main(["--load", plugin, "plugin_demo", "--repeat", "4", "--min-time", "0.001",
                        "--json", str(tmp_path / "r.json")])
     rows = results.read(tmp_path / "r.json")["rows"]
     assert status == 0 and [r["impl"] for r in rows] == ["python"] and len(rows[0]["samples"]) == 4
+
+
+def test_a_full_run_writes_into_the_current_directory(plugin, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(PACKAGE)
+    status, out = _main(["--load", plugin, "--repeat", "3"])
+    assert status == 0 and "wrote RESULTS.md" in out
+    assert (tmp_path / "RESULTS.md").exists() and _snapshot(PACKAGE) == before
+    assert (tmp_path / "plugin_demo.png").exists() == bool(charts._pyplot())
 
 
 def test_entry_points_are_loaded(monkeypatch):
