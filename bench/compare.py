@@ -6,7 +6,7 @@ interquartile ranges do not overlap: the new median then lies outside the spread
 samples and the other way round. Otherwise the ratio is shown as within the spread.
 """
 from .environment import busy
-from .report import groups, seconds
+from .report import groups, seconds, spread
 
 MIN_SAMPLES = 3
 ENVIRONMENT_PARTS = ("platform", "cpu", "threads", "versions")
@@ -64,8 +64,7 @@ def environment_changes(old_env, new_env):
 def _time(r):
     if r is None:
         return "-"
-    st = r["stats"]
-    return f"{seconds(st['median'])} ±{st['iqr'] / 2 / st['median']:.0%}" if st["n"] > 1 else seconds(st["median"])
+    return seconds(r["stats"]["median"]) + (f" IQR {spread(r['stats'])}" if r["stats"]["n"] > 1 else "")
 
 
 def _mark(c):
@@ -108,14 +107,14 @@ def text(old, new, old_name="old", new_name="new"):
     rows = [c["new"] or c["old"] for c in compared]
     by_row = {id(c["new"] or c["old"]): c for c in compared}
     width = max([len(r["impl"]) for r in rows] + [14])
-    lines.append(f"\n  {'implementation':<{width}}  {'old':>16}  {'new':>16}  new/old")
+    lines.append(f"\n  {'implementation':<{width}}  {'old':>20}  {'new':>20}  new/old")
     for (workload, case), block in groups(rows):
         lines.append(f"{workload}: {case}")
         for r in block:
             c = by_row[id(r)]
-            lines.append(f"  {r['impl']:<{width}}  {_time(c['old']):>16}  {_time(c['new']):>16}  "
+            lines.append(f"  {r['impl']:<{width}}  {_time(c['old']):>20}  {_time(c['new']):>20}  "
                          f"{_mark(c)}{_check(c)}")
     counts = {k: sum(c["change"] == k for c in compared) for k in ("slower", "faster")}
     lines.append(f"\ntimed rows: {len(compared)}; beyond the spread (*): {counts['slower']} slower, "
-                 f"{counts['faster']} faster; ± is half the interquartile range")
+                 f"{counts['faster']} faster; IQR: interquartile range / median")
     return "\n".join(lines)

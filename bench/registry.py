@@ -27,6 +27,7 @@ class Config:
 
 @dataclass(frozen=True)
 class Workload:
+    """A registered workload."""
     name: str
     title: str
     fn: object

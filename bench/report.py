@@ -18,12 +18,13 @@ def _time(r):
     return "" if median(r) is None else seconds(median(r))
 
 
-def _spread(r):
-    st = r["stats"]
-    return "" if st is None or st["n"] < 2 else f"{st['iqr'] / st['median']:.0%}"
+def spread(stats):
+    """The interquartile range relative to the median, as text ("" for fewer than 2 samples)."""
+    return "" if stats is None or stats["n"] < 2 else f"{stats['iqr'] / stats['median']:.0%}"
 
 
 def seconds(s):
+    """A duration as text, in s, ms or us."""
     if s >= 1:
         return f"{s:.2f} s"
     return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
@@ -53,7 +54,7 @@ def cells(r):
         return (r["impl"], r["note"], "", "", "", "", "", "", r["check"])
     first = "" if r["first_call_s"] is None else seconds(r["first_call_s"])
     check = (r["check"] + ("  " + r["note"] if r["note"] else "")).strip()
-    return (r["impl"], _time(r), _spread(r), _num(r["vs_ref"], ".2f"), _num(r["grad_obj"], ".2f"),
+    return (r["impl"], _time(r), spread(r["stats"]), _num(r["vs_ref"], ".2f"), _num(r["grad_obj"], ".2f"),
             first, _bytes(r["cached_bytes"]), _bytes(r["alloc_bytes"]), check)
 
 

@@ -14,7 +14,7 @@ EPOCHS = 1000
 
 
 @workload("seed", "seed training: per-sample Adam on a 1-23-1 tanh network", quick=True)
-def seed(config):
+def run_seed(config):
     """bench/seed.py's rows (the engines of layers and a hand-written Numba loop, per 1000
     epochs), then the peers trained from the same initial weights with the same Adam; their
     final loss is checked against layers.train on the tape engine for the same epochs."""
@@ -106,7 +106,7 @@ workload("gmm", "ADBench GMM objective: gradient/objective ratios and checks", q
 
 
 @workload("kernels", "kernel set: gradient/primal and adcore/hand-written", quick=True)
-def kernels(config):
+def run_kernels(config):
     """bench/kernels.py: primal, adcore gradient and hand-written gradient of each kernel."""
     kernel_module = importlib.import_module("bench.kernels")
     out = []
@@ -122,7 +122,7 @@ def kernels(config):
 
 
 @workload("tape", "tape engine overhead next to HIPS autograd")
-def tape(config):
+def run_tape(config):
     """bench/tape_bench.py: the tape engine's per-op overhead and MLP gradient next to autograd."""
     tape_bench = importlib.import_module("bench.tape_bench")
     out = []
