@@ -53,7 +53,7 @@ def threads():
                   library=Path(p["filepath"]).name) for p in threadpool_info()]
     torch = peers.get("torch")
     return dict(variables={v: os.environ.get(v) for v in THREAD_VARIABLES}, pools=pools,
-                numba=dict(num_threads=numba.get_num_threads(),
+                numba=dict(num_threads=numba.config.NUMBA_NUM_THREADS,
                            threading_layer=numba.config.THREADING_LAYER),
                 torch=None if torch is None else torch.get_num_threads())
 
