@@ -27,12 +27,12 @@ def _panel(ax, case, rows):
         ax.plot(r["samples"], [y] * len(r["samples"]), "k.", markersize=2)
         ax.annotate(seconds(s["median"]), (s["max"], y), xytext=(6, 0), textcoords="offset points",
                     va="center", fontsize=8)
-    ax.xaxis.set_major_formatter(lambda v, _: seconds(v) if v > 0 else "0")
     if max(med) > 20 * min(med):
         ax.set_xscale("log")
         ax.set_xlim(min(min(s["min"] for s in stats), min(med)) / 2, max(s["max"] for s in stats) * 4)
     else:
         ax.set_xlim(0, max(s["max"] for s in stats) * 1.3)
+    ax.xaxis.set_major_formatter(lambda v, _: seconds(v) if v > 0 else "0")
     ax.set_title(case, fontsize=9, loc="left")
     ax.tick_params(labelsize=8)
 

@@ -49,8 +49,9 @@ def threads():
     (threadpoolctl), Numba's and PyTorch's thread counts."""
     import numba
     from threadpoolctl import threadpool_info
-    pools = [dict(api=p["internal_api"], version=p.get("version"), num_threads=p["num_threads"],
-                  library=Path(p["filepath"]).name) for p in threadpool_info()]
+    pools = sorted((dict(api=p["internal_api"], version=p.get("version"), num_threads=p["num_threads"],
+                         library=Path(p["filepath"]).name) for p in threadpool_info()),
+                   key=lambda p: p["library"])
     torch = peers.get("torch")
     return dict(variables={v: os.environ.get(v) for v in THREAD_VARIABLES}, pools=pools,
                 numba=dict(num_threads=numba.config.NUMBA_NUM_THREADS,
