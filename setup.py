@@ -14,9 +14,10 @@ setup(
         "numpy>=1.24",
         "scipy",          # Numba's np.dot and @ call BLAS through scipy
         "tqdm",
+        "threadpoolctl",  # bench: the BLAS/OpenMP thread pools in the results' environment
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "jsonschema", "matplotlib"],  # bench: schema, charts
         "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
         "plot": ["matplotlib"],
     },

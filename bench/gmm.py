@@ -21,7 +21,9 @@ from adcore import tape
 
 from . import peers
 from .kernels import logsumexp
-from .measure import central_fd, failed, first_call, median_seconds, rel_err, row, skipped, traced_bytes
+from .measure import central_fd, rel_err, traced_bytes
+from .rows import failed, row, skipped
+from .timing import first_call
 
 W = "gmm"
 
@@ -335,29 +337,30 @@ def check_rows():
 
 
 # -- timing ------------------------------------------------------------------------------------
-def time_rows(inst, repeats):
+def time_rows(inst, sampler):
     """Timed rows for one instance: objective, hand-written, adcore, tape and the peers."""
     case = inst.label()
     kern = Kernels(inst)
     rows = []
     t_first_obj, val = first_call(kern.objective)
-    t_obj = median_seconds(kern.objective, repeats)
+    t_obj = sampler.time(kern.objective)
     first_hand, _ = first_call(kern.hand)
-    t_hand = median_seconds(kern.hand, repeats)
+    t_hand = sampler.time(kern.hand)
     _, hand = kern.hand()
     hand = [g.copy() for g in hand]
-    rows.append(row(W, case, "Numba objective", t_obj * 1e3, first_s=t_first_obj,
+    rows.append(row(W, case, "Numba objective", t_obj, first_call_s=t_first_obj,
                     note="the primal kernel"))
-    rows.append(row(W, case, "hand-written Numba gradient", t_hand * 1e3, vs_ref=1.0,
-                    grad_obj=t_hand / t_obj, first_s=first_hand, alloc=traced_bytes(kern.hand),
-                    note="reference"))
+    rows.append(row(W, case, "hand-written Numba gradient", t_hand, vs_ref=1.0,
+                    grad_obj=t_hand.median / t_obj.median, first_call_s=first_hand,
+                    alloc_bytes=traced_bytes(kern.hand), note="reference"))
     try:
         first_ad, (aval, ad) = first_call(kern.adcore)
         err = max(rel_err(ad, hand), abs(aval - val) / abs(val))
-        t_ad = median_seconds(kern.adcore, repeats)
-        rows.append(row(W, case, "adcore gradient", t_ad * 1e3, vs_ref=t_ad / t_hand,
-                        grad_obj=t_ad / t_obj, first_s=first_ad, cached=adcore.last_cached_bytes(),
-                        alloc=traced_bytes(kern.adcore), err=err, tol=1e-10))
+        t_ad = sampler.time(kern.adcore)
+        rows.append(row(W, case, "adcore gradient", t_ad, vs_ref=t_ad.median / t_hand.median,
+                        grad_obj=t_ad.median / t_obj.median, first_call_s=first_ad,
+                        cached_bytes=adcore.last_cached_bytes(),
+                        alloc_bytes=traced_bytes(kern.adcore), err=err, tol=1e-10))
     except Exception as exc:
         rows.append(failed(W, case, "adcore gradient", exc))
     for name, eng in engines(inst).items():
@@ -368,22 +371,22 @@ def time_rows(inst, repeats):
         try:
             first_g, (v, g) = first_call(grad)
             err = max(rel_err(g, hand), abs(v - val) / abs(val))
-            t_o = median_seconds(obj, repeats)
-            t_g = median_seconds(grad, repeats)
+            t_o = sampler.time(obj)
+            t_g = sampler.time(grad)
             alloc = traced_bytes(grad) if name in ("adcore.tape (numpy)", "autograd") else None
-            rows.append(row(W, case, name, t_g * 1e3, vs_ref=t_g / t_hand, grad_obj=t_g / t_o,
-                            first_s=first_g, alloc=alloc, err=err, tol=1e-9))
+            rows.append(row(W, case, name, t_g, vs_ref=t_g.median / t_hand.median,
+                            grad_obj=t_g.median / t_o.median, first_call_s=first_g,
+                            alloc_bytes=alloc, err=err, tol=1e-9))
         except Exception as exc:
             rows.append(failed(W, case, name, exc))
     return rows
 
 
-def run(quick=False, size=1.0):
+def run(config):
     """Timings for K=5 (and K=10 unless quick) with n = 1000*size points (the first calls
     compile), then the checks on ADBench's test instance."""
-    n = max(2, int(1000 * size))
-    repeats = 5 if quick else 21
+    n = max(2, int(1000 * config.size))
     rows = []
-    for K in ((5,) if quick else (5, 10)):
-        rows += time_rows(instance(K, n), repeats)
+    for K in ((5,) if config.quick else (5, 10)):
+        rows += time_rows(instance(K, n), config.sampler)
     return rows + check_rows()

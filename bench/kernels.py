@@ -5,13 +5,14 @@ bytes the reverse pass caches per call; first-call compile time of each gradient
 resident memory over 100,000 gradient calls of an allocating kernel.
 """
 import math
-import time
 
 import numba
 import numpy as np
 
 import adcore
 from adcore import Duplicated, Reverse
+
+from .timing import default_sampler, first_call
 
 
 # -- sum(sin(x) * x * x) -----------------------------------------------------------------
@@ -166,16 +167,6 @@ def resident_memory(calls=100_000, n=64):
     return dict(calls=calls, before_kib=before, after_kib=rss())
 
 
-def _median_time(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def workloads(quick=False):
     rng = np.random.default_rng(0)
     n = 100_000 if quick else 1_000_000
@@ -226,21 +217,20 @@ def workloads(quick=False):
     ]
 
 
-def run(quick=False, repeats=None):
-    """Measure every kernel workload; returns a list of result rows (dicts)."""
-    repeats = repeats or (5 if quick else 15)
+def run(sampler, quick=False):
+    """Measure every kernel workload with ``sampler``; returns a list of dicts with the
+    Timings ``primal``, ``adcore`` and ``hand`` and their ratios."""
     rows = []
     for name, size, primal, grad, hand in workloads(quick):
         primal()
-        t0 = time.perf_counter()
-        grad()
-        first = time.perf_counter() - t0
-        tp = _median_time(primal, repeats)
-        tg = _median_time(grad, repeats)
+        first, _ = first_call(grad)
+        tp = sampler.time(primal)
+        tg = sampler.time(grad)
         cached = adcore.last_cached_bytes()
-        th = _median_time(hand, repeats)
-        rows.append(dict(workload=name, size=size, primal_ms=tp * 1e3, adcore_ms=tg * 1e3,
-                         hand_ms=th * 1e3, grad_over_primal=tg / tp, adcore_over_hand=tg / th,
+        th = sampler.time(hand)
+        rows.append(dict(workload=name, size=size, primal=tp, adcore=tg, hand=th,
+                         grad_over_primal=tg.median / tp.median,
+                         adcore_over_hand=tg.median / th.median,
                          cached_bytes=cached, first_call_s=first))
     return rows
 
@@ -250,14 +240,15 @@ def report(rows):
             f"{'grad/primal':>11} {'adcore/hand':>11} {'cached B':>10} {'compile s':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['workload']:<18} {r['size']:<18} {r['primal_ms']:>10.3f} {r['adcore_ms']:>10.3f} "
-                     f"{r['hand_ms']:>9.3f} {r['grad_over_primal']:>11.2f} {r['adcore_over_hand']:>11.2f} "
+        lines.append(f"{r['workload']:<18} {r['size']:<18} {r['primal'].median * 1e3:>10.3f} "
+                     f"{r['adcore'].median * 1e3:>10.3f} {r['hand'].median * 1e3:>9.3f} "
+                     f"{r['grad_over_primal']:>11.2f} {r['adcore_over_hand']:>11.2f} "
                      f"{r['cached_bytes']:>10} {r['first_call_s']:>9.2f}")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(report(run()))
+    print(report(run(default_sampler(quick=False))))
     mem = resident_memory()
     print(f"resident memory over {mem['calls']} gradient calls of an allocating kernel: "
           f"{mem['before_kib']} KiB -> {mem['after_kib']} KiB")

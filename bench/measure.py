@@ -1,35 +1,8 @@
-"""Measuring helpers shared by the workloads: timing, memory, errors and result rows."""
+"""Measuring helpers shared by the workloads: memory and errors of answers."""
 import resource
-import statistics
-import time
 import tracemalloc
 
 import numpy as np
-
-
-def median_seconds(fn, repeats, warmup=1, number=None):
-    """Median wall time of one ``fn()`` over ``repeats`` runs of ``number`` calls, after
-    warm-up; ``number`` defaults to enough calls for about 2 ms per run."""
-    for _ in range(warmup):
-        fn()
-    if number is None:
-        t0 = time.perf_counter()
-        fn()
-        number = max(1, min(1000, int(2e-3 / max(time.perf_counter() - t0, 1e-7))))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return statistics.median(times)
-
-
-def first_call(fn):
-    """``(seconds, result)`` of one call: on a fresh compiled function, the compile latency."""
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def traced_bytes(fn):
@@ -83,32 +56,6 @@ def rel_err(got, ref):
         num = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64))))
         den = float(np.max(np.abs(np.asarray(ref, np.float64))))
     return num / max(den, 1e-300)
-
-
-def row(workload, case, impl, ms=None, *, vs_ref=None, grad_obj=None, first_s=None,
-        cached=None, alloc=None, err=None, tol=None, check=None, note="", text=None):
-    """One line of the result table. ``err`` against ``tol`` gives the pass/fail check;
-    ``check`` is a free-text check when there is no error number; ``text`` replaces the
-    time shown (a time in another unit)."""
-    ok = None if err is None or tol is None else bool(err <= tol)
-    if check is None and err is not None:
-        check = f"err {err:.1e}" + ("" if ok is None else (" ok" if ok else " FAIL"))
-    return dict(workload=workload, case=case, impl=impl, ms=ms, vs_ref=vs_ref,
-                grad_obj=grad_obj, first_s=first_s, cached=cached, alloc=alloc, err=err,
-                ok=ok, check=check or "", note=note, text=text)
-
-
-def skipped(workload, case, impl, why):
-    """A row for an implementation that did not run (a missing peer, an unsupported engine)."""
-    return row(workload, case, impl, note=f"skipped: {why}")
-
-
-def failed(workload, case, impl, exc):
-    """A row for an implementation that raised: reported as a failed check, never a crash."""
-    msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:110]
-    r = row(workload, case, impl, check="FAIL", note=msg)
-    r["ok"] = False
-    return r
 
 
 def central_fd(f, params, h=1e-6):

@@ -16,7 +16,9 @@ from adcore import Const, Duplicated
 from layers import Chain, Dense, gradient, sigmoid, softmax
 
 from . import peers
-from .measure import failed, first_call, median_seconds, rel_err, row, skipped, traced_bytes
+from .measure import rel_err, traced_bytes
+from .rows import failed, row, skipped
+from .timing import first_call
 
 W = "mlp"
 TOL = 1e-4  # float32
@@ -146,16 +148,16 @@ def implementations(model, params, x, y):
     return out
 
 
-def run(quick=False, size=1.0):
+def run(config):
     """One gradient of the MLP loss on a batch of 128*size, by each implementation."""
-    batch = max(2, int(128 * size))
+    batch = max(2, int(128 * config.size))
     case = f"784-32-10, batch {batch}, float32"
     model, params, x, y = problem(batch)
-    repeats = 5 if quick else 21
+    sampler = config.sampler
     h, z = np.zeros(params[0].shape[0], np.float32), np.zeros(params[2].shape[0], np.float32)
     first_p, _ = first_call(lambda: loss_kernel(*params, x, y, h, z))
-    t_p = median_seconds(lambda: loss_kernel(*params, x, y, h, z), repeats)
-    rows = [row(W, case, "Numba forward kernel", t_p * 1e3, first_s=first_p, note="the primal kernel")]
+    t_p = sampler.time(lambda: loss_kernel(*params, x, y, h, z))
+    rows = [row(W, case, "Numba forward kernel", t_p, first_call_s=first_p, note="the primal kernel")]
     ref = t_ref = None
     for name, fn in implementations(model, params, x, y).items():
         if isinstance(fn, str):
@@ -170,16 +172,19 @@ def run(quick=False, size=1.0):
             rows.append(failed(W, case, name, exc))
             continue
         g = [np.array(a) for a in g]
-        t = median_seconds(fn, repeats)
+        t = sampler.time(fn)
         native = name in ("adcore (Numba kernel)", "layers, Duplicated (LLVM)")
         alloc = None if name in ("PyTorch", "JAX (jit)") else traced_bytes(fn)
         if ref is None:
             ref, t_ref, val_ref = g, t, val
-            rows.append(row(W, case, name, t * 1e3, vs_ref=1.0, grad_obj=t / t_p, first_s=first,
-                            alloc=alloc, check=f"loss {val:.6g}", note="reference (fastmath)"))
+            rows.append(row(W, case, name, t, vs_ref=1.0, grad_obj=t.median / t_p.median,
+                            first_call_s=first, alloc_bytes=alloc, check=f"loss {val:.6g}",
+                            note="reference (fastmath)"))
             continue
         err = max(rel_err(g, ref), abs(val - val_ref) / abs(val_ref))
-        rows.append(row(W, case, name, t * 1e3, vs_ref=t / t_ref, first_s=first, alloc=alloc,
-                        grad_obj=t / t_p if name.startswith("adcore") else None,
-                        cached=adcore.last_cached_bytes() if native else None, err=err, tol=TOL))
+        rows.append(row(W, case, name, t, vs_ref=t.median / t_ref.median, first_call_s=first,
+                        alloc_bytes=alloc,
+                        grad_obj=t.median / t_p.median if name.startswith("adcore") else None,
+                        cached_bytes=adcore.last_cached_bytes() if native else None,
+                        err=err, tol=TOL))
     return rows

@@ -1,17 +1,12 @@
-"""Output of a run: the terminal table, bench/RESULTS.md and the seed workload's chart."""
-import datetime
-import os
-import platform
-import subprocess
+"""Text output of a run: the terminal table and RESULTS.md."""
 import sys
-from pathlib import Path
 
-from . import peers
+from .rows import failures, median
 
-HERE = Path(__file__).resolve().parent
-COLUMNS = ("implementation", "time", "x ref", "grad/obj", "1st call", "cached", "alloc", "check")
+COLUMNS = ("implementation", "time", "IQR", "x ref", "grad/obj", "1st call", "cached", "alloc", "check")
 LEGEND = """\
-time: median after warm-up, per gradient (per 1000 epochs for seed); x ref: time / the
+time: median of the samples after warm-up, per gradient (per 1000 epochs for seed; per op
+for the tape's overhead); IQR: their interquartile range / the median; x ref: time / the
 hand-written Numba reference of the same case; grad/obj: gradient time / the same
 implementation's objective time; 1st call: first call in this process (includes compiling);
 cached: bytes adcore's reverse pass cached (adcore.last_cached_bytes); alloc: peak bytes
@@ -20,15 +15,16 @@ allocators are invisible to it); check: error of the answer against the referenc
 
 
 def _time(r):
-    if r.get("text"):
-        return r["text"]
-    ms = r["ms"]
-    if ms is None:
-        return ""
-    return _seconds(ms / 1e3)
+    return "" if median(r) is None else seconds(median(r))
 
 
-def _seconds(s):
+def spread(stats):
+    """The interquartile range relative to the median, as text ("" for fewer than 2 samples)."""
+    return "" if stats is None or stats["n"] < 2 else f"{stats['iqr'] / stats['median']:.0%}"
+
+
+def seconds(s):
+    """A duration as text, in s, ms or us."""
     if s >= 1:
         return f"{s:.2f} s"
     return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
@@ -55,18 +51,19 @@ def _short(r):
 def cells(r):
     """The table cells of one row."""
     if _short(r):
-        return (r["impl"], r["note"], "", "", "", "", "", r["check"])
-    first = "" if r["first_s"] is None else _seconds(r["first_s"])
+        return (r["impl"], r["note"], "", "", "", "", "", "", r["check"])
+    first = "" if r["first_call_s"] is None else seconds(r["first_call_s"])
     check = (r["check"] + ("  " + r["note"] if r["note"] else "")).strip()
-    return (r["impl"], _time(r), _num(r["vs_ref"], ".2f"), _num(r["grad_obj"], ".2f"), first,
-            _bytes(r["cached"]), _bytes(r["alloc"]), check)
+    return (r["impl"], _time(r), spread(r["stats"]), _num(r["vs_ref"], ".2f"), _num(r["grad_obj"], ".2f"),
+            first, _bytes(r["cached_bytes"]), _bytes(r["alloc_bytes"]), check)
 
 
-def _groups(rows):
-    groups = {}
+def groups(rows):
+    """``((workload, case), rows)`` in the order the cases first appear."""
+    out = {}
     for r in rows:
-        groups.setdefault((r["workload"], r["case"]), []).append(r)
-    return groups.items()
+        out.setdefault((r["workload"], r["case"]), []).append(r)
+    return out.items()
 
 
 def table(rows):
@@ -79,7 +76,7 @@ def table(rows):
                                 for i, (c, w) in enumerate(zip(cs, width))) + "  " + cs[-1]
 
     out = [line(COLUMNS), "  " + "-" * (sum(width) + 2 * len(width) + len(COLUMNS[-1]))]
-    for (workload, case), block in _groups(rows):
+    for (workload, case), block in groups(rows):
         out.append(f"{workload}: {case}")
         for r in block:
             cs = cells(r)
@@ -91,59 +88,45 @@ def table(rows):
 def markdown(rows):
     """The same table in Markdown."""
     out = ["| " + " | ".join(("case",) + COLUMNS) + " |", "|" + "---|" * (len(COLUMNS) + 1)]
-    for (workload, case), block in _groups(rows):
+    for (workload, case), block in groups(rows):
         for i, r in enumerate(block):
             label = f"**{workload}**: {case}" if i == 0 else ""
             out.append("| " + " | ".join((label,) + cells(r)).replace("\n", " ") + " |")
     return "\n".join(out)
 
 
-def failures(rows):
-    return [r for r in rows if r["ok"] is False]
+def environment_lines(env):
+    """The machine, thread settings and versions of a run, as Markdown list items."""
+    c, t, v = env["cpu"], env["threads"], env["versions"]
+    pools = ", ".join(f"{p['api']} {p['version']} {p['num_threads']} thread(s)" for p in t["pools"])
+    adcore = v["adcore"]["describe"] or v["adcore"]["version"] or "?"
+    peers = ", ".join(f"{k} {p or 'not installed'}" for k, p in v["peers"].items())
+    mem = f", {c['memory_bytes'] / 2**30:.0f} GiB memory" if c["memory_bytes"] else ""
+    load = ", ".join(f"{v:.1f} at the {k}" for k, v in env["load_average"].items() if v is not None)
+    return [f"Machine: {c['model']} (LLVM: {c['llvm_name']}), {c['cores']} cores "
+            f"({c['usable_cores']} usable){mem}, {env['platform']['system']} {env['platform']['release']}"
+            + (f"; load average {load}" if load else ""),
+            f"Threads: BLAS/OpenMP {pools or 'none loaded'}; Numba {t['numba']['num_threads']}"
+            + ("" if t["torch"] is None else f"; PyTorch {t['torch']}"),
+            f"Versions: python {v['python']}, adcore {adcore}, "
+            + ", ".join(f"{k} {v[k]}" for k in ("numpy", "scipy", "numba", "llvmlite"))
+            + f"; peers: {peers}"]
 
 
-def machine():
-    """CPU model, cores and memory of this machine."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            mem = f", {int(f.readline().split()[1]) / 2**20:.0f} GiB memory"
-    except (OSError, ValueError):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}"
-
-
-def versions():
-    import llvmlite
-    import numba
-    import numpy
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE,
-                            capture_output=True, text=True).stdout.strip() or "?"
-    out = {"python": platform.python_version(), "adcore": commit, "numpy": numpy.__version__,
-           "numba": numba.__version__, "llvmlite": llvmlite.__version__}
-    for name in peers.NAMES:
-        out[name] = peers.version(name) or "not installed"
-    return out
-
-
-def results_md(rows, memory, notes, command, seconds):
-    """The text of bench/RESULTS.md."""
-    vs = ", ".join(f"{k} {v}" for k, v in versions().items())
-    mem = "\n".join(f"| {w} | {s:.1f} s | {_bytes(p)} | +{_bytes(max(0, p - start))} |"
-                    for w, s, start, p in memory)
+def results_md(doc, notes):
+    """The text of RESULTS.md for a results document (``bench.results.document``)."""
+    rows, env = doc["rows"], doc["environment"]
+    mem = "\n".join(f"| {w['name']} | {w['seconds']:.1f} s | {_bytes(w['rss_peak_bytes'])} | "
+                    f"+{_bytes(max(0, w['rss_peak_bytes'] - (w['rss_start_bytes'] or 0)))} |"
+                    for w in doc["workloads"])
     fails = failures(rows)
+    sampling = doc["settings"]
     return f"""# Benchmark results
 
-Written by `{command}` on {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} in {seconds:.0f} s.
+Written by `{doc['command']}` on {env['date']} in {doc['seconds']:.0f} s; {sampling['repeat']}
+samples of at least {sampling['min_time'] * 1e3:g} ms per timing.
 
-- Machine: {machine()}
-- Versions: {vs}
+{chr(10).join('- ' + line for line in environment_lines(env))}
 - Checks: {len(fails)} failed{''.join(f'; {r["workload"]} / {r["impl"]}: {r["note"] or r["check"]}' for r in fails)}
 
 ## Results
@@ -162,32 +145,6 @@ Written by `{command}` on {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} i
 
 {chr(10).join('- ' + n for n in notes) or '- none'}
 """
-
-
-def seed_chart(rows, path):
-    """A bar chart of the seed workload's times (PNG); returns a note when it cannot be drawn."""
-    rows = [r for r in rows if r["workload"] == "seed" and r["ms"] and r["case"].startswith("time per")]
-    if not rows:
-        return "no seed timings: chart not drawn"
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'matplotlib not installed (pip install -e ".[plot]"): seed chart not drawn'
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
-    secs = [r["ms"] / 1e3 for r in rows]
-    names = [r["impl"] for r in rows]
-    bars = ax.barh(names[::-1], secs[::-1], color="tab:blue")
-    ax.bar_label(bars, labels=[_seconds(s) for s in secs[::-1]], padding=3)
-    ax.set_xscale("log")
-    ax.set_xlim(min(secs) / 2, max(secs) * 4)
-    ax.set_xlabel("seconds (log scale)")
-    ax.set_title(f"seed workload: {rows[0]['case']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
 
 
 def progress(i, n, name, title):

@@ -8,8 +8,8 @@ target ``2x - x^3``, loss ``(m(x) - y)^2``, Adam, one step per sample:
 - ``duplicated steps``: a Python loop of ``gradient(loss, dup, x, y)`` and ``update(state, dup)``;
 - ``hand-written numba``: forward, backward and Adam written out in one ``@njit`` epoch.
 
-Each runs one epoch per call; times are medians over blocks of epochs after a warm-up
-epoch, scaled to 1000 epochs (the epochs run differ between variants, so the
+Each runs one epoch per call, timed in samples of several epochs after a warm-up epoch;
+times are scaled to 1000 epochs (the epochs run differ between variants, so the
 ``mean_loss_after_warmup`` of the rows are not comparable; the ``duplicated train`` row
 carries the loss agreement with the tape engine from fresh models).  Also reported: the latency of one ``gradient`` call with a
 ``Duplicated`` model, and the first-call compile times measured in a fresh process.
@@ -19,10 +19,8 @@ carries the loss agreement with the tape engine from fresh models).  Also report
 """
 import math
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import numba
 import numpy as np
@@ -30,6 +28,8 @@ import numpy as np
 from adcore import Duplicated
 from layers import Chain, Dense, gradient, only, tanh, train, withgradient
 from optim import Adam, setup, update
+
+from .timing import default_sampler
 
 EPOCHS = 1000
 
@@ -117,18 +117,6 @@ def _runners():
             "hand-written numba": _hand_runner()}
 
 
-def _time_epochs(run, blocks, per_block):
-    """``(median seconds per epoch, the last epoch's losses)``."""
-    run()   # warm-up (compiles)
-    times, last = [], None
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(per_block):
-            last = run()
-        times.append((time.perf_counter() - t0) / per_block)
-    return statistics.median(times), last
-
-
 _FIRST_CALL = """
 import time, numpy as np
 t0 = time.perf_counter()
@@ -168,38 +156,29 @@ def same_losses(epochs):
                for _ in range(epochs))
 
 
-def gradient_latency(calls=20000):
-    """Median seconds of one ``gradient(loss, Duplicated(model), x, y)`` call after warm-up."""
+def gradient_latency(sampler):
+    """Timing of one ``gradient(loss, Duplicated(model), x, y)`` call."""
     dup = Duplicated(seed_model())
     x, y = seed_data()[5]
-    gradient(loss, dup, x, y)
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls // 5):
-            gradient(loss, dup, x, y)
-        times.append((time.perf_counter() - t0) / (calls // 5))
-    return statistics.median(times)
+    return sampler.time(lambda: gradient(loss, dup, x, y))
 
 
-def run(quick=False):
-    """Measure everything; returns ``(rows, report)``: a list of dicts and printable text."""
+def run(sampler):
+    """Measure everything; returns ``(rows, report)``: a list of dicts and printable text.
+    Each variant's ``epoch`` is the Timing of one epoch; its ``last_epoch_losses`` come from
+    one more epoch after the timing."""
     rows = []
-    per_block = {"tape": 3 if quick else 20}
     for name, fn in _runners().items():
-        sec, losses = _time_epochs(fn, 5, per_block.get(name, 20 if quick else 200))
-        rows.append({"variant": name, "seconds_per_epoch": sec,
-                     "seconds_per_1000_epochs": sec * EPOCHS,
-                     "mean_loss_after_warmup": float(np.mean(losses))})
-    tape = rows[0]["seconds_per_epoch"]
-    hand = rows[-1]["seconds_per_epoch"]
+        timing = sampler.time(fn)
+        rows.append({"variant": name, "epoch": timing, "mean_loss_after_warmup": float(np.mean(fn()))})
+    tape = rows[0]["epoch"].median
+    hand = rows[-1]["epoch"].median
     for r in rows:
-        r["speedup_vs_tape"] = tape / r["seconds_per_epoch"]
-        r["ratio_to_hand_written"] = r["seconds_per_epoch"] / hand
+        r["speedup_vs_tape"] = tape / r["epoch"].median
+        r["ratio_to_hand_written"] = r["epoch"].median / hand
     rows[1]["max_loss_difference_to_tape_3_epochs"] = same_losses(3)
-    latency = gradient_latency(5000 if quick else 50000)
     imp, first_grad, first_train = first_call_seconds()
-    rows.append({"variant": "gradient call latency", "seconds": latency})
+    rows.append({"variant": "gradient call latency", "call": gradient_latency(sampler)})
     rows.append({"variant": "first gradient compile (fresh process)", "seconds": first_grad,
                  "import_seconds": imp})
     rows.append({"variant": "first train call (loop compile, fresh process)",
@@ -212,17 +191,18 @@ def report(rows):
              "41 samples, Adam, 1 step per sample",
              f"{'variant':<22}{'s / 1000 epochs':>16}{'x tape':>9}{'/ hand':>9}"]
     for r in rows:
-        if "seconds_per_1000_epochs" in r:
-            lines.append(f"{r['variant']:<22}{r['seconds_per_1000_epochs']:>16.3f}"
+        if "epoch" in r:
+            lines.append(f"{r['variant']:<22}{r['epoch'].median * EPOCHS:>16.3f}"
                          f"{r['speedup_vs_tape']:>9.1f}{r['ratio_to_hand_written']:>9.2f}")
     lines.append("duplicated train, max |loss difference| to the tape engine over 3 epochs: "
                  f"{rows[1]['max_loss_difference_to_tape_3_epochs']:.2e}")
     for r in rows:
+        if "call" in r:
+            lines.append(f"{r['variant']}: {r['call'].median * 1e6:.2f} µs")
         if "seconds" in r:
-            unit = f"{r['seconds'] * 1e6:.2f} µs" if r["seconds"] < 1e-3 else f"{r['seconds']:.3f} s"
-            lines.append(f"{r['variant']}: {unit}")
+            lines.append(f"{r['variant']}: {r['seconds']:.3f} s")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv)[1])
+    print(run(default_sampler("--quick" in sys.argv))[1])

@@ -1,49 +1,50 @@
-"""The workloads of ``python -m bench``: each runs as ``fn(quick, size)`` and returns table rows
-(``measure.row``). The other engineers' benchmark modules are adapted to those rows here."""
-import contextlib
+"""The built-in workloads of ``python -m bench``, registered in the order they run. The other
+engineers' benchmark modules are adapted to result rows (``bench.rows.row``) here."""
 import importlib
-import io
 
 import numpy as np
 
 from . import gmm, mlp, seed_peers
-from .measure import failed, first_call, median_seconds, row, skipped
+from .registry import workload
+from .rows import failed, row, skipped
+from .timing import Timing, first_call
+
+CASE = "time per 1000 epochs x 41 samples"
+EPOCHS = 1000
 
 
-def _seed(quick, size):
+@workload("seed", "seed training: per-sample Adam on a 1-23-1 tanh network", quick=True)
+def run_seed(config):
     """bench/seed.py's rows (the engines of layers and a hand-written Numba loop, per 1000
     epochs), then the peers trained from the same initial weights with the same Adam; their
     final loss is checked against layers.train on the tape engine for the same epochs."""
-    epochs = max(1, int((100 if quick else 1000) * size))
-    rows, ref_ms = [], None
+    epochs = max(1, int((100 if config.quick else EPOCHS) * config.size))
+    rows, ref = [], None
     try:
-        seed = importlib.import_module("bench.seed")
+        seed_module = importlib.import_module("bench.seed")
     except ImportError:
         rows.append(skipped("seed", "", "bench/seed.py", "not written yet: layers' engines not run"))
     else:
-        rows, ref_ms = _adapt_seed(seed.run(quick or size < 1)[0])
-    ref_loss, tape_ms = _tape_seed(epochs, rows)
-    return rows + seed_peer_rows(epochs, ref_loss, ref_ms or tape_ms)
-
-
-CASE = "time per 1000 epochs x 41 samples"
+        rows, ref = _adapt_seed(seed_module.run(config.sampler)[0])
+    ref_loss, tape_epoch = _tape_seed(epochs, rows)
+    return rows + seed_peer_rows(epochs, ref_loss, ref or tape_epoch, config.sampler)
 
 
 def _adapt_seed(seed_rows):
-    """``(rows, ms per 1000 epochs of the hand-written loop)`` from bench/seed.py's rows."""
-    timed = [r for r in seed_rows if "seconds_per_1000_epochs" in r]
-    ref = next(r for r in timed if "hand" in r["variant"])["seconds_per_1000_epochs"] * 1e3
-    rows = [row("seed", CASE, r["variant"], r["seconds_per_1000_epochs"] * 1e3,
-                vs_ref=r["seconds_per_1000_epochs"] * 1e3 / ref,
+    """``(rows, median seconds per epoch of the hand-written loop)`` from bench/seed.py's rows."""
+    timed = [r for r in seed_rows if "epoch" in r]
+    ref = next(r for r in timed if "hand" in r["variant"])["epoch"].median
+    rows = [row("seed", CASE, r["variant"], r["epoch"].scaled(EPOCHS),
+                vs_ref=r["epoch"].median / ref,
                 note="reference" if "hand" in r["variant"] else
                 f"last-epoch loss {r['mean_loss_after_warmup']:.4f} (bench/seed.py)")
             for r in timed]
+    latency = "compile and call latency (bench/seed.py)"
     for r in seed_rows:
-        if "seconds_per_1000_epochs" not in r:
-            first = "first" in r["variant"]
-            rows.append(row("seed", "compile and call latency (bench/seed.py)", r["variant"],
-                            None if first else r["seconds"] * 1e3,
-                            first_s=r["seconds"] if first else None))
+        if "call" in r:
+            rows.append(row("seed", latency, r["variant"], r["call"]))
+        elif "seconds" in r:
+            rows.append(row("seed", latency, r["variant"], first_call_s=r["seconds"]))
     return rows, ref
 
 
@@ -56,7 +57,7 @@ def _seed_model():
 
 def _tape_seed(epochs, rows):
     """Trains with ``layers.train`` on the tape engine; appends its row, returns its final
-    loss and time."""
+    loss and seconds per epoch."""
     from layers import train
     from optim import Adam, setup
     model, (xs, ys) = _seed_model()
@@ -69,75 +70,68 @@ def _tape_seed(epochs, rows):
     final = seed_peers.mean_loss(model[0].weight, model[0].bias, model[1].weight, xs, ys)
     rows.append(row("seed", f"final loss after {epochs} epochs (checks the peers)",
                     "layers.train, tape engine", check=f"final loss {final:.6f}",
-                    note=f"{t / epochs * 1e3:.2f} s per 1000 epochs"))
-    return final, t / epochs * 1e6
+                    note=f"{t / epochs * EPOCHS:.2f} s per 1000 epochs"))
+    return final, t / epochs
 
 
-def seed_peer_rows(epochs, ref_loss, ref_ms):
-    """The peers' training runs: time per 1000 epochs against ``ref_ms``, final loss against
-    ``ref_loss``."""
+def seed_peer_rows(epochs, ref_loss, ref_epoch, sampler):
+    """The peers' training runs: time per 1000 epochs against ``ref_epoch`` (seconds per
+    epoch), final loss against ``ref_loss``."""
     model, (xs, ys) = _seed_model()
     init = (model[0].weight, model[0].bias, model[1].weight)
-    case = CASE
     out = []
     for name, train in seed_peers.trainers(*init, xs, ys).items():
         if isinstance(train, str):
-            out.append(skipped("seed", case, name, train))
+            out.append(skipped("seed", CASE, name, train))
             continue
         try:
             first, final = first_call(lambda: train(epochs))
-            # a run of over a second is timed once; a shorter one (JAX's first call compiles)
-            # again, as the median of 3
-            t = first if first > 1 else median_seconds(lambda: train(epochs), 3, warmup=0)
+            # a training run of over a second is one sample (its first call); a shorter one
+            # (JAX's first call compiles) is sampled again
+            timing = Timing((first,)) if first > 1 else sampler.time(lambda: train(epochs), warmup=0)
         except Exception as exc:
-            out.append(failed("seed", case, name, exc))
+            out.append(failed("seed", CASE, name, exc))
             continue
-        ms = t / epochs * 1e6
-        out.append(row("seed", case, name, ms, vs_ref=ms / ref_ms,
-                       first_s=None if first > 1 else first,
+        per_epoch = timing.scaled(1 / epochs)
+        out.append(row("seed", CASE, name, per_epoch.scaled(EPOCHS),
+                       vs_ref=per_epoch.median / ref_epoch,
+                       first_call_s=None if first > 1 else first,
                        err=abs(final - ref_loss) / ref_loss, tol=1e-3,
                        note=f"final loss {final:.6f}"))
     return out
 
 
-def _kernels(quick, size):
+workload("mlp", "Flux docs MLP 784-32-10, one gradient", quick=True)(mlp.run)
+workload("gmm", "ADBench GMM objective: gradient/objective ratios and checks", quick=True)(gmm.run)
+
+
+@workload("kernels", "kernel set: gradient/primal and adcore/hand-written", quick=True)
+def run_kernels(config):
     """bench/kernels.py: primal, adcore gradient and hand-written gradient of each kernel."""
-    kernels = importlib.import_module("bench.kernels")
+    kernel_module = importlib.import_module("bench.kernels")
     out = []
-    for r in kernels.run(quick or size < 1):
+    for r in kernel_module.run(config.sampler, config.quick or config.size < 1):
         case = f"{r['workload']}, {r['size']}"
-        out += [row("kernels", case, "Numba primal", r["primal_ms"]),
-                row("kernels", case, "hand-written Numba gradient", r["hand_ms"], vs_ref=1.0,
-                    grad_obj=r["hand_ms"] / r["primal_ms"], note="reference"),
-                row("kernels", case, "adcore gradient", r["adcore_ms"], vs_ref=r["adcore_over_hand"],
-                    grad_obj=r["grad_over_primal"], first_s=r["first_call_s"],
-                    cached=r["cached_bytes"])]
+        out += [row("kernels", case, "Numba primal", r["primal"]),
+                row("kernels", case, "hand-written Numba gradient", r["hand"], vs_ref=1.0,
+                    grad_obj=r["hand"].median / r["primal"].median, note="reference"),
+                row("kernels", case, "adcore gradient", r["adcore"], vs_ref=r["adcore_over_hand"],
+                    grad_obj=r["grad_over_primal"], first_call_s=r["first_call_s"],
+                    cached_bytes=r["cached_bytes"])]
     return out
 
 
-def _tape(quick, size):
+@workload("tape", "tape engine overhead next to HIPS autograd")
+def run_tape(config):
     """bench/tape_bench.py: the tape engine's per-op overhead and MLP gradient next to autograd."""
     tape_bench = importlib.import_module("bench.tape_bench")
-    with contextlib.redirect_stdout(io.StringIO()):
-        rows = tape_bench.run(quick or size < 1)
     out = []
-    for r in rows:
+    for r in tape_bench.run(config.sampler):
+        case = r["benchmark"].strip() + (", time per op" if r["per"] == "op" else "")
         for impl in ("adcore.tape", "autograd"):
             if r[impl] is None:
-                out.append(skipped("tape", r["benchmark"], impl, "autograd not installed"))
+                out.append(skipped("tape", case, impl, "autograd not installed"))
                 continue
-            ms = r[impl] if r["unit"] == "ms" else None
-            text = None if ms is not None else f"{r[impl]:.2f} {r['unit']}"
             note = f"adcore.tape / autograd = {r['ratio']:.2f}" if impl == "autograd" else ""
-            out.append(row("tape", r["benchmark"].strip(), impl, ms, text=text, note=note))
+            out.append(row("tape", case, impl, r[impl], note=note))
     return out
-
-
-WORKLOADS = {
-    "seed": ("seed training: per-sample Adam on a 1-23-1 tanh network", _seed),
-    "mlp": ("Flux docs MLP 784-32-10, one gradient", mlp.run),
-    "gmm": ("ADBench GMM objective: gradient/objective ratios and checks", gmm.run),
-    "kernels": ("kernel set: gradient/primal and adcore/hand-written", _kernels),
-    "tape": ("tape engine overhead next to HIPS autograd", _tape),
-}
-QUICK = ("seed", "mlp", "gmm", "kernels")

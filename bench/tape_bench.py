@@ -1,43 +1,27 @@
 """Speed of adcore.tape next to HIPS autograd (when installed).
 
-    python bench/tape_bench.py [--quick]
+    python -m bench.tape_bench [--quick]
 
 Rows: per-op overhead (µs per recorded op, forward + backward, on 8-element
 arrays) for a chain of elementwise ops and for a mix of shape ops, and the time
 of one gradient of a 784-32-10 tanh MLP with a softmax cross-entropy loss on a
-batch of 128.  Each number is the median over repeats (alternating between the engines)
+batch of 128.  Each number is the median of samples (alternating between the engines)
 after a warm-up; the ratio is adcore / autograd (below 1 means adcore is faster).  Both engines run the same
 numpy code (autograd through ``autograd.numpy``).
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 from adcore import Const, tape
+
+from .timing import default_sampler
 
 try:
     import autograd
     import autograd.numpy as anp
 except ImportError:  # optional: pip install adcore[peers]
     autograd = anp = None
-
-
-def _median_seconds(fns, repeats, number):
-    """Median seconds per call of each callable; repeats alternate between the callables so that
-    a change of machine load hits all of them alike.  ``None`` entries stay ``None``."""
-    live = [f for f in fns if f is not None]
-    for f in live:
-        f()  # warm-up
-    times = {id(f): [] for f in live}
-    for _ in range(repeats):
-        for f in live:
-            t0 = time.perf_counter()
-            for _ in range(number):
-                f()
-            times[id(f)].append((time.perf_counter() - t0) / number)
-    return [None if f is None else statistics.median(times[id(f)]) for f in fns]
 
 
 # ---------------------------------------------------------------- workloads (numpy module as a parameter)
@@ -80,19 +64,17 @@ def _count_ops(f, *args):
     return sum(r.op != "input" for r in tape.record(f, *args).tape.records)
 
 
-def run(quick=False):
-    """Run the benchmarks, print a table and return the rows (dicts)."""
-    repeats, scale = (3, 0.2) if quick else (7, 1.0)
+def run(sampler):
+    """Run the benchmarks with ``sampler`` (samples alternate between the engines); returns
+    rows (dicts) whose ``adcore.tape`` and ``autograd`` are Timings in seconds per ``per``
+    (an op, or a call), and whose ``ratio`` is adcore.tape / autograd of the medians."""
     rng = np.random.default_rng(0)
     rows = []
 
-    def add_row(name, unit, per, ours, theirs):
-        rows.append({
-            "benchmark": name, "unit": unit,
-            "adcore.tape": ours / per,
-            "autograd": None if theirs is None else theirs / per,
-            "ratio": None if theirs is None else ours / theirs,
-        })
+    def add_row(name, per, n, ours, theirs):
+        rows.append({"benchmark": name, "per": per, "adcore.tape": ours.scaled(1 / n),
+                     "autograd": None if theirs is None else theirs.scaled(1 / n),
+                     "ratio": None if theirs is None else ours.median / theirs.median})
 
     x8 = rng.standard_normal(8)
     for name, work in (("elementwise op overhead", elementwise_chain), ("mixed op overhead", mixed_chain)):
@@ -101,9 +83,8 @@ def run(quick=False):
         if autograd is not None:
             g = autograd.grad(lambda x: work(anp, x))
             theirs = lambda: g(x8)  # noqa: E731
-        ours, theirs = _median_seconds(
-            [lambda: tape.gradient(lambda x: work(np, x), x8), theirs], repeats, max(1, int(40 * scale)))
-        add_row(f"{name} ({n_ops} ops, 8 elements)", "µs/op", n_ops / 1e6, ours, theirs)
+        ours, theirs = sampler.interleaved([lambda: tape.gradient(lambda x: work(np, x), x8), theirs])
+        add_row(f"{name} ({n_ops} ops, 8 elements)", "op", n_ops, ours, theirs)
 
     params = (rng.standard_normal((784, 32)) * 0.05, np.zeros(32),
               rng.standard_normal((32, 10)) * 0.2, np.zeros(10))
@@ -113,28 +94,30 @@ def run(quick=False):
     if autograd is not None:
         g = autograd.grad(lambda p: mlp_loss(anp, p, xb, yb))
         theirs = lambda: g(params)  # noqa: E731
-    ours, fused, theirs = _median_seconds(
+    ours, fused, theirs = sampler.interleaved(
         [lambda: tape.gradient(lambda p: mlp_loss(np, p, xb, yb), params),
-         lambda: tape.gradient(mlp_loss_fused, params, Const(xb), Const(yb)), theirs],
-        repeats, max(1, int(30 * scale)))
-    add_row("MLP 784-32-10 gradient, batch 128", "ms", 1e-3, ours, theirs)
-    add_row("  same, with tape.logsoftmax", "ms", 1e-3, fused, theirs)
-
-    _print(rows)
-    if autograd is None:
-        print("autograd is not installed (pip install autograd, or adcore[peers]): no comparison")
+         lambda: tape.gradient(mlp_loss_fused, params, Const(xb), Const(yb)), theirs])
+    add_row("MLP 784-32-10 gradient, batch 128", "call", 1, ours, theirs)
+    add_row("  same, with tape.logsoftmax", "call", 1, fused, theirs)
     return rows
 
 
-def _print(rows):
-    print(f"{'benchmark':44s} {'unit':>6s} {'adcore.tape':>12s} {'autograd':>10s} {'ratio':>7s}")
+def report(rows):
+    """The rows as text: µs per op, ms per call."""
+    unit = {"op": ("µs/op", 1e6), "call": ("ms", 1e3)}
+    lines = [f"{'benchmark':44s} {'unit':>6s} {'adcore.tape':>12s} {'autograd':>10s} {'ratio':>7s}"]
     for r in rows:
-        theirs = "-" if r["autograd"] is None else f"{r['autograd']:10.2f}"
+        name, scale = unit[r["per"]]
+        theirs = "-" if r["autograd"] is None else f"{r['autograd'].median * scale:10.2f}"
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:7.2f}"
-        print(f"{r['benchmark']:44s} {r['unit']:>6s} {r['adcore.tape']:12.2f} {theirs:>10s} {ratio:>7s}")
+        lines.append(f"{r['benchmark']:44s} {name:>6s} {r['adcore.tape'].median * scale:12.2f} "
+                     f"{theirs:>10s} {ratio:>7s}")
+    if autograd is None:
+        lines.append("autograd is not installed (pip install autograd, or adcore[peers]): no comparison")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    run(quick=parser.parse_args().quick)
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter samples")
+    print(report(run(default_sampler(parser.parse_args().quick))))

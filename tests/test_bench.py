@@ -3,21 +3,29 @@ implementation's answer agrees with the reference."""
 import numpy as np
 import pytest
 
-from bench import gmm, mlp, peers, report
-from bench.__main__ import main, run
-from bench.suite import QUICK
+from bench import gmm, mlp, peers, registry, report, seed_peers, suite
+from bench.__main__ import run
+from bench.rows import failures
+from bench.timing import Sampler, default_sampler
+
+registry.load()
+QUICK = registry.quick_names()
+TINY = registry.Config(quick=True, size=0.02, sampler=default_sampler(quick=True))
 
 
 @pytest.fixture(scope="module")
 def quick_rows():
-    rows, memory = run(QUICK, quick=True, size=0.02, show_progress=False)
-    return rows, memory
+    return run(QUICK, TINY, show_progress=False)
 
 
 def test_quick_suite_rows(quick_rows):
-    rows, memory = quick_rows
-    assert [m[0] for m in memory] == list(QUICK)
-    assert all(peak > 0 for *_, peak in memory)
+    rows, workloads = quick_rows
+    assert QUICK == ("seed", "mlp", "gmm", "kernels")
+    assert [w["name"] for w in workloads] == list(QUICK)
+    assert all(w["rss_peak_bytes"] > 0 for w in workloads)
+    timed = [r for r in rows if r["stats"] and r["workload"] in ("mlp", "gmm", "kernels")]
+    assert timed and all(len(r["samples"]) == r["stats"]["n"] == TINY.sampler.repeat for r in timed)
+    assert all(r["stats"]["min"] <= r["stats"]["median"] <= r["stats"]["max"] for r in timed)
     impls = {(r["workload"], r["impl"]) for r in rows}
     for name in ("hand-written Numba", "adcore (Numba kernel)", "layers, tape engine",
                  "layers, Duplicated (LLVM)", "PyTorch", "JAX (jit)", "autograd"):
@@ -35,13 +43,13 @@ def test_every_answer_agrees_with_the_reference(quick_rows):
     rows, _ = quick_rows
     checked = [r for r in rows if r["err"] is not None]
     assert checked and [r for r in checked if not r["ok"]] == []
-    timed = [r for r in rows if r["ms"] is not None and r["workload"] in ("mlp", "gmm")
+    timed = [r for r in rows if r["stats"] is not None and r["workload"] in ("mlp", "gmm")
              and not r["note"].startswith(("reference", "the primal"))]
     assert all(r["ok"] for r in timed)
 
 
 def test_no_implementation_raises(quick_rows):
-    raised = [f"{r['workload']} / {r['impl']}: {r['note']}" for r in report.failures(quick_rows[0])
+    raised = [f"{r['workload']} / {r['impl']}: {r['note']}" for r in failures(quick_rows[0])
               if r["err"] is None]
     if raised:  # a core bug, reported in the table as a failed check
         pytest.xfail("; ".join(raised))
@@ -59,13 +67,13 @@ def test_missing_peer_is_a_note(monkeypatch):
     monkeypatch.setattr(peers, "get", lambda name: None)
     engines = gmm.engines(gmm.parse(gmm.TEST_INSTANCE, "test"))
     assert isinstance(engines["PyTorch"], str) and "not installed" in engines["PyTorch"]
-    rows = mlp.run(quick=True, size=0.02)
+    rows = mlp.run(TINY)
     assert {r["impl"]: r["note"] for r in rows}["JAX (jit)"].startswith("skipped")
 
 
-def test_cli_single_workload(capsys):
-    assert main(["gmm", "--quick", "--size", "0.01"]) == 0
-    out = capsys.readouterr().out
-    assert "gmm: test instance" in out and "all checks passed" in out
-    with pytest.raises(SystemExit):
-        main(["nonsense"])
+def test_seed_peers_are_sampled_and_checked(monkeypatch):
+    monkeypatch.setattr(seed_peers, "trainers", lambda *args: {"fake peer": lambda epochs: 0.5,
+                                                              "absent peer": "not installed"})
+    rows = suite.seed_peer_rows(3, 0.5, 1e-3, Sampler(repeat=3, min_time=0.0))
+    assert rows[0]["impl"] == "fake peer" and rows[0]["ok"] and rows[0]["stats"]["n"] == 3
+    assert rows[1]["note"] == "skipped: not installed" and rows[1]["stats"] is None
