@@ -335,6 +335,11 @@ class Activity:
                             self._check_punned_copy(instr)
                 elif op == "call" and self.rule_of(instr) is not None:
                     hit = False          # a custom rule handles the call's derivative
+                    if self.rule_of(instr).is_external and instr.is_float:
+                        raise self.unsupported(instr, f"the custom rule of external symbol "
+                                                      f"'{instr.callee}' cannot return the derivative "
+                                                      f"of its float result (rules of external "
+                                                      f"symbols differentiate through memory only)")
                 else:
                     srcs = instr.operands[1:] if op == "select" else instr.operands
                     hit = any(o.defn in varied for o in srcs)
@@ -352,7 +357,13 @@ class Activity:
         for instr in self.func.instructions():
             if instr.opcode in MEMORY_WRITERS[1:] and any(o.defn in varied for o in instr.operands):
                 raise self.unsupported(instr, "atomic update of a differentiable value")
-            if instr.opcode == "call" and instr not in varied and self.rule_of(instr) is None:
+            rule = self.rule_of(instr) if instr.opcode == "call" else None
+            if rule is not None and rule.is_external and any(
+                    o.defn in varied and is_float_type(o.type) for o in instr.operands):
+                raise self.unsupported(instr, f"the custom rule of external symbol '{instr.callee}' "
+                                              f"cannot return derivatives of float arguments (rules "
+                                              f"of external symbols differentiate through memory only)")
+            if instr.opcode == "call" and instr not in varied and rule is None:
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
                 if self.is_pure_call(instr) or is_memory_intrinsic(instr) or instr.callee in ("NRT_Free",):

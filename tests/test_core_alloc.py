@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import adcore
-from adcore import Active, ActivityError, Duplicated, Reverse, ReverseWithPrimal
+from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal, UnsupportedError
 from fdcheck import check
 
 
@@ -146,6 +146,34 @@ def test_returned_array_needs_a_matching_seed():
     with pytest.raises(ActivityError, match="shape"):
         adcore.autodiff(Reverse, returns_array, Duplicated(x, dx), Active(0.5), dret=np.ones(2))
     assert not dx.any()                                               # nothing was accumulated
+
+
+@numba.njit
+def logs_and_returns_matrix(x, log):
+    log[0] += 1.0                          # a side effect on an argument
+    return np.sin(x).reshape((3, 4)) * 2.0
+
+
+@numba.njit
+def returns_fortran_order(x):
+    return np.sin(x).reshape((3, 4)).T.copy().T
+
+
+def test_returned_array_seed_of_another_shape_undoes_side_effects():
+    x, dx, log = np.arange(12.0), np.zeros(12), np.zeros(1)
+    for dret in (np.ones((4, 3)), np.ones((12,)).reshape(12, 1), np.ones((2, 6))):
+        with pytest.raises(ActivityError, match=r"dret has shape .* returned an array of shape \(3, 4\)"):
+            adcore.autodiff(Reverse, logs_and_returns_matrix, Duplicated(x, dx), Const(log), dret=dret)
+        assert log[0] == 0.0 and not dx.any()       # the kernel's write was undone
+    adcore.autodiff(Reverse, logs_and_returns_matrix, Duplicated(x, dx), Const(log), dret=np.ones((3, 4)))
+    assert log[0] == 1.0
+    np.testing.assert_allclose(dx, 2.0 * np.cos(x))
+
+
+def test_returned_array_in_another_layout_is_refused():
+    with pytest.raises(UnsupportedError, match="not C-contiguous"):
+        adcore.autodiff(Reverse, returns_fortran_order, Duplicated(np.arange(12.0), np.zeros(12)),
+                        dret=np.ones((3, 4)))
 
 
 @numba.njit

@@ -142,6 +142,85 @@ def test_activity_errors(args, words):
     assert y[0] == 0.0                       # nothing ran
 
 
+@numba.njit
+def sum_of_squares(x):
+    return np.sum(x * x)
+
+
+@numba.njit
+def two_arrays(x, y):
+    return np.sum(x * y)
+
+
+def _refused(kernel, *args, words):
+    """``kernel`` refuses ``args`` with an ActivityError naming ``words``; every array is unchanged."""
+    arrays = [v for a in args for v in ((a.val, a.dval) if isinstance(a, Duplicated) else (a,))
+              if isinstance(v, np.ndarray)]
+    before = [a.copy() for a in arrays]
+    with pytest.raises(ActivityError, match=words):
+        adcore.autodiff(Reverse, kernel, *args)
+    for a, b in zip(arrays, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_shadow_sharing_memory_is_refused():
+    x, dx = np.arange(1.0, 7.0), np.zeros(6)
+    _refused(sum_of_squares, Duplicated(x, x), words="argument 0: the shadow shares memory with its own")
+    _refused(sum_of_squares, Duplicated(x[:4], x[2:][::-1]), words="shares memory with its own")
+    _refused(two_arrays, Duplicated(x[:3], dx[:3]), Const(dx[1:4]),
+             words="argument 0: the shadow shares memory with the array of argument 1")
+    _refused(two_arrays, Duplicated(x[:3], dx[:3]), Duplicated(x[3:], dx[2:5]),
+             words="arguments 0 and 1: their shadows share memory")
+
+
+def test_same_array_twice_with_the_same_shadow():
+    x, dx = np.arange(1.0, 4.0), np.zeros(3)
+    adcore.autodiff(Reverse, two_arrays, Duplicated(x, dx), Duplicated(x, dx))
+    np.testing.assert_allclose(dx, 2 * x)             # d/dx sum(x*x), both uses accumulated
+
+
+@pytest.mark.parametrize("which", ["array", "shadow"])
+def test_zero_stride_views_are_refused(which):
+    base = np.arange(3.0)
+    wide = np.broadcast_to(base, (4, 3))
+    overlapping = np.lib.stride_tricks.as_strided(np.zeros(6), (3, 3), (16, 8))
+    for view in (wide, overlapping):
+        if which == "array":
+            args = (Duplicated(view, np.zeros(view.shape)),)
+        else:
+            args = (Duplicated(np.ones(view.shape), view if view.flags.writeable else view.copy()),)
+            if not view.flags.writeable:
+                continue
+        _refused(sum_of_squares, *args, words=f"the {which}'s elements overlap in memory")
+
+
+def test_views_of_every_stride_kind_differentiate():
+    r = np.random.default_rng(9)
+    base = r.random((6, 8))
+    for view in (base[::-1], base[:, ::-2], base.T, np.asfortranarray(base), base[1::2, ::3][::-1],
+                 base[2:5, 1:7][:, ::2]):
+        dview = np.zeros_like(view)
+        adcore.autodiff(Reverse, sum_of_squares, Duplicated(view, dview))
+        np.testing.assert_allclose(dview, 2 * view)
+
+
+def test_native_checks_its_arguments():
+    x, dx = np.arange(1.0, 5.0), np.zeros(4)
+    g = adcore.compile_gradient(Reverse, sum_of_squares, Duplicated(x, dx))
+    value, nbytes = g.native(x, dx)                   # Reverse mode returns the primal too
+    assert value == pytest.approx(np.sum(x * x))
+    np.testing.assert_allclose(dx, 2 * x)
+    with pytest.raises(ActivityError, match="shadow of argument 0 must have the shape and strides"):
+        g.native(x, np.zeros(5))
+    strided = adcore.compile_gradient(Reverse, sum_of_squares, Duplicated(x[::2], dx[::2]))
+    with pytest.raises(ActivityError, match="shadow of argument 0"):
+        strided.native(x[::2], dx[:2])                # same shape, other strides
+    with pytest.raises(TypeError, match="No matching definition"):
+        g.native(x, dx[::2])                          # a strided shadow for a contiguous gradient
+    with pytest.raises(TypeError, match="No matching definition"):
+        g.native(x.astype(np.float32), dx.astype(np.float32))
+
+
 def test_gradient_of_non_float_return_is_an_activity_error():
     @numba.njit
     def count(x):

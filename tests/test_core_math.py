@@ -133,3 +133,82 @@ def test_float32_float64_mix():
     rng = np.random.default_rng(6)
     check(mixed_precision, rng.uniform(-1, 1, 5).astype(np.float32), rng.uniform(-1, 1, 5),
           eps=1e-3, rtol=1e-2, atol=1e-3)
+
+
+# -- singular points: a zero adjoint never becomes NaN ------------------------------------------
+def masked(fn):
+    """A kernel evaluating ``fn`` at every element, then summing only where ``keep`` is set:
+    the skipped elements (singular points) receive a zero adjoint."""
+    if isinstance(fn, type(lambda: 0)):
+        fn = numba.njit(fn)
+
+    @numba.njit
+    def kernel(x, keep):
+        y = np.empty_like(x)
+        for i in range(x.shape[0]):
+            y[i] = fn(x[i])
+        s = 0.0
+        for i in range(x.shape[0]):
+            if keep[i]:
+                s += y[i]
+        return s
+    return kernel
+
+
+# each function with points where its derivative is infinite or undefined
+SINGULAR = {
+    "sqrt": (math.sqrt, [0.0]), "cbrt": (np.cbrt, [0.0]), "log": (math.log, [0.0]),
+    "log2": (math.log2, [0.0]), "log10": (math.log10, [0.0]), "log1p": (math.log1p, [-1.0]),
+    "asin": (math.asin, [1.0, -1.0]), "acos": (math.acos, [1.0, -1.0]),
+    "atanh": (math.atanh, [1.0, -1.0]), "acosh": (lambda v: math.acosh(v + 1.0), [0.0]),
+    "pow_half": (lambda v: v ** 0.5, [0.0]), "pow_neg": (lambda v: v ** -1.5, [0.0]),
+    "inverse": (lambda v: np.divide(1.0, v), [0.0]), "exp_overflow": (math.exp, [800.0]),
+    "hypot": (lambda v: math.hypot(v, 0.0), [0.0]), "atan2": (lambda v: math.atan2(v, 0.0), [0.0]),
+    "times_log": (lambda v: v * math.log(v), [0.0]), "pow_var": (lambda v: v ** v, [0.0]),
+}
+MASKED = {name: masked(fn) for name, (fn, _) in SINGULAR.items()}
+
+
+@pytest.mark.parametrize("name", sorted(SINGULAR))
+def test_zero_adjoint_at_a_singular_point_stays_zero(name):
+    fn, points = SINGULAR[name]
+    regular = np.array([0.3, 0.55, 0.8])
+    x = np.concatenate([regular, points])
+    keep = np.array([True] * 3 + [False] * len(points))
+    (gx, _), args = check(MASKED[name], x, keep, seeded=False)
+    assert np.all(np.isfinite(args[0].dval)) and np.all(args[0].dval[3:] == 0)
+
+
+@numba.njit
+def root_sum(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sqrt(x[i]) + x[i] ** 0.0 + math.hypot(x[i], 0.0)
+    return s
+
+
+def test_conventions_at_isolated_singular_points():
+    """Enzyme's convention: sqrt and hypot have derivative 0 at 0; d/dx x^0 is 0 everywhere."""
+    import adcore
+    (gx,) = adcore.gradient(adcore.Reverse, root_sum, np.array([0.0, 0.25]))
+    np.testing.assert_allclose(gx, [0.0, 0.5 / 0.5 + 1.0])
+
+
+@numba.njit
+def pair_distances(x):
+    n = x.shape[0]
+    d = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            d[i, j] = math.sqrt((x[i] - x[j]) ** 2)
+    s = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i != j:                      # the zero diagonal is computed, then skipped
+                s += d[i, j]
+    return s
+
+
+def test_distance_matrix_with_a_skipped_zero_diagonal():
+    x = np.array([0.3, 1.2, -0.5, 0.9])
+    check(pair_distances, x)

@@ -59,6 +59,52 @@ def test_blas_products_against_finite_differences(kernel, make):
     check(kernel, *make(np.random.default_rng(0)))
 
 
+# -- BLAS results read only by other BLAS calls (the temporary carries the derivative) ----
+@numba.njit
+def product_squared(A, x):
+    y = A @ x
+    return y @ y
+
+
+@numba.njit
+def product_of_product(A, B, x):
+    return (B @ (A @ x)).sum()
+
+
+@numba.njit
+def norm_of_product(A, x):
+    return np.linalg.norm(A @ x)
+
+
+@numba.njit
+def quadratic_form(S, x):
+    return np.dot(x, S @ x)
+
+
+@numba.njit
+def fourth_power(S):
+    T = S @ S
+    return (T @ T).sum()
+
+
+@numba.njit
+def product_into_rule(x, A, a):
+    return weighted_square(A @ x, a)
+
+
+@pytest.mark.parametrize("kernel, make", [
+    (product_squared, lambda r: (r.standard_normal((4, 3)), r.standard_normal(3))),
+    (product_of_product, lambda r: (r.standard_normal((4, 3)), r.standard_normal((2, 4)),
+                                    r.standard_normal(3))),
+    (norm_of_product, lambda r: (r.standard_normal((4, 3)), r.standard_normal(3))),
+    (quadratic_form, lambda r: (r.standard_normal((3, 3)), r.standard_normal(3))),
+    (fourth_power, lambda r: (r.standard_normal((3, 3)),)),
+    (product_into_rule, lambda r: (r.standard_normal(3), r.standard_normal((4, 3)), 0.7)),
+])
+def test_blas_result_read_only_by_blas(kernel, make):
+    check(kernel, *make(np.random.default_rng(3)))
+
+
 def test_float32_matrix_product():
     r = np.random.default_rng(1)
     A, B = r.standard_normal((3, 4)).astype(np.float32), r.standard_normal((4, 2)).astype(np.float32)

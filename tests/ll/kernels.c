@@ -58,3 +58,39 @@ float square_plus(float *x, long n) {
         x[i] = x[i] * x[i] + 1.5f;
     return x[0];
 }
+
+/* log-sum-exp through a variable-length array (a stack allocation of runtime size) */
+double vla_logsumexp(const double *x, int n) {
+    double t[n];
+    double m = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > m)
+            m = x[i];
+    for (int i = 0; i < n; i++)
+        t[i] = exp(x[i] - m);
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += t[i];
+    return m + log(s);
+}
+
+/* a variable-length array inside a loop: each round saves and restores the stack */
+double vla_rounds(const double *x, int n, int rounds) {
+    double s = 0.0;
+    for (int r = 1; r <= rounds; r++) {
+        double t[n];
+        for (int i = 0; i < n; i++)
+            t[i] = sin(x[i] * r);
+        for (int i = 0; i < n; i++)
+            s += t[i] * t[i];
+    }
+    return s;
+}
+
+/* x^n with an integer exponent known only at run time (llvm.powi / __powidf2) */
+double int_power(const double *x, int n, int k) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += __builtin_powi(x[i], k);
+    return s;
+}
