@@ -325,7 +325,7 @@ def _nansum(a, axis=None, keepdims=False, **options):
 def _nanmean(a, axis=None, keepdims=False, **options):
     """mean of the values that are not NaN."""
     _only(np.nanmean, options, dtype=None, out=None)
-    count = np.sum(~np.isnan(primal(a)), axis=axis, keepdims=keepdims)
+    count = np.sum(~np.isnan(primal(a)), axis=axis, keepdims=keepdims).astype(primal(a).real.dtype)
     return _nansum(a, axis=axis, keepdims=keepdims) / count
 
 

@@ -15,6 +15,11 @@ def _shape(x):
     return np.shape(primal(x))
 
 
+def _arrays(*xs):
+    """Plain operands as numpy arrays (numpy's products do not treat Python scalars as weak)."""
+    return tuple(x if type(x) is Tracked else np.asarray(x) for x in xs)
+
+
 def _real_only(name, *xs):
     if any(np.iscomplexobj(primal(x)) for x in xs):
         raise UnsupportedError(f"numpy.linalg.{name} of a complex tracked matrix",
@@ -89,7 +94,7 @@ def _dot(a, b, out=None):
     _only(np.dot, {"out": out}, out=None)
     na, nb = len(_shape(a)), len(_shape(b))
     if na == 0 or nb == 0:
-        return apply("multiply", (a, b))
+        return apply("multiply", _arrays(a, b))
     if na <= 2 and nb <= 2:
         return apply("matmul", (a, b))
     return _tensordot(a, b, ([na - 1], [max(nb - 2, 0)]))
@@ -99,7 +104,7 @@ def _dot(a, b, out=None):
 def _inner(a, b):
     na, nb = len(_shape(a)), len(_shape(b))
     if na == 0 or nb == 0:
-        return apply("multiply", (a, b))
+        return apply("multiply", _arrays(a, b))
     return _tensordot(a, b, ([na - 1], [nb - 1]))
 
 
@@ -194,8 +199,9 @@ def _pinv(a, rcond=None, hermitian=False, **options):
 @implements(np.linalg.cholesky)
 def _cholesky(a, upper=False):
     _real_only("cholesky", a)
-    L = apply("cholesky", (a,))
-    return np.swapaxes(L, -1, -2) if upper else L
+    if upper:  # numpy reads the upper triangle: the lower one of a^T
+        return np.swapaxes(apply("cholesky", (np.swapaxes(a, -1, -2),)), -1, -2)
+    return apply("cholesky", (a,))
 
 
 def _unpack(packed, sizes, shapes):
@@ -292,9 +298,11 @@ def _vector_norm(x, ord, axis, keepdims):
         return np.sum(primal(x) != 0, axis=axis, keepdims=keepdims).astype(np.result_type(primal(x).real, 1.0))
     if ord == 1:
         return np.sum(np.abs(x), axis=axis, keepdims=keepdims)
-    total = np.sum(np.abs(x) ** ord, axis=axis, keepdims=keepdims)
     if ord < 0:
-        return total ** (1.0 / ord)
+        return np.sum(np.abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    ax = np.abs(x)
+    nonzero = ax > 0  # |x|**p for p < 1 has an infinite slope at 0: mask it where the norm is 0
+    total = np.sum(np.where(nonzero, np.where(nonzero, ax, 1) ** ord, 0), axis=axis, keepdims=keepdims)
     pos = total > 0
     return np.where(pos, np.where(pos, total, 1) ** (1.0 / ord), 0)
 
@@ -357,7 +365,7 @@ def _matrix_norm_fn(x, /, *, keepdims=False, ord="fro"):
 
 
 FUNCTIONS[np.linalg.outer] = _outer
-FUNCTIONS[np.linalg.tensordot] = _tensordot
+FUNCTIONS[np.linalg.tensordot] = lambda x1, x2, /, *, axes=2: _tensordot(x1, x2, axes)
 FUNCTIONS[np.linalg.vecdot] = _vecdot
 FUNCTIONS[np.linalg.cross] = lambda x1, x2, /, *, axis=-1: _cross(x1, x2, axis=axis)
 FUNCTIONS[np.linalg.matmul] = lambda x1, x2, /: apply("matmul", (x1, x2))

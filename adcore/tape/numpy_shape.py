@@ -395,8 +395,10 @@ def _axis_gradient(f, axis, h, edge_order):
     def at(s):
         return _getitem(f, _along(axis, nd, s))
 
-    def col(c):  # coefficients broadcast along ``axis``
-        c = np.asarray(c, dtype=np.result_type(primal(f).real, float))
+    dtype = primal(f).dtype if primal(f).dtype.kind in "fc" else np.dtype(float)
+
+    def col(c):  # coefficients in f's precision, broadcast along ``axis``
+        c = np.asarray(c, dtype=dtype)
         return c.reshape((-1,) + (1,) * (nd - axis - 1)) if c.ndim else c
 
     dx = np.diff(h) if np.ndim(h) else np.full(n - 1, float(h))
@@ -405,15 +407,15 @@ def _axis_gradient(f, axis, h, edge_order):
                 + at(slice(1, -1)) * col((d2 - d1) / (d1 * d2))
                 + at(slice(2, None)) * col(d1 / (d2 * (d1 + d2))))
     if edge_order == 1:
-        first = (at(slice(1, 2)) - at(slice(0, 1))) / dx[0]
-        last = (at(slice(-1, None)) - at(slice(-2, -1))) / dx[-1]
+        first = (at(slice(1, 2)) - at(slice(0, 1))) * col(1 / dx[0])
+        last = (at(slice(-1, None)) - at(slice(-2, -1))) * col(1 / dx[-1])
     else:
         a, b = dx[0], dx[1]
-        first = (at(slice(0, 1)) * (-(2 * a + b) / (a * (a + b))) + at(slice(1, 2)) * ((a + b) / (a * b))
-                 + at(slice(2, 3)) * (-a / (b * (a + b))))
+        first = (at(slice(0, 1)) * col(-(2 * a + b) / (a * (a + b))) + at(slice(1, 2)) * col((a + b) / (a * b))
+                 + at(slice(2, 3)) * col(-a / (b * (a + b))))
         a, b = dx[-2], dx[-1]
-        last = (at(slice(-3, -2)) * (b / (a * (a + b))) + at(slice(-2, -1)) * (-(a + b) / (a * b))
-                + at(slice(-1, None)) * ((2 * b + a) / (b * (a + b))))
+        last = (at(slice(-3, -2)) * col(b / (a * (a + b))) + at(slice(-2, -1)) * col(-(a + b) / (a * b))
+                + at(slice(-1, None)) * col((2 * b + a) / (b * (a + b))))
     return apply("concatenate", (first, interior, last), {"axis": axis})
 
 

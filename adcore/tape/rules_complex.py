@@ -17,7 +17,7 @@ def _real(g, r):
 @rule("imag", np.imag, view=True, complex_ok=True)
 def _imag(g, r):
     """out = y:  dz = -i g  (0 for a real operand: the tape keeps the real part)."""
-    return (-1j * g,)
+    return (np.multiply(g, -1j),)
 
 
 @rule("conj", np.conjugate, complex_ok=True)
@@ -30,4 +30,4 @@ def _conj(g, r):
 def _angle(g, r):
     """out = atan2(y, x):  dz = -i g conj(z) / |z|**2  (0 at z = 0, and for a real operand)."""
     z = r.args[0]
-    return (-1j * g * np.conj(z) / _nonzero(z * np.conj(z)),)
+    return (np.multiply(g, -1j) * np.conj(z) / _nonzero(z * np.conj(z)),)
