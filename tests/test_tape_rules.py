@@ -269,7 +269,7 @@ def test_float32_stays_float32_through_every_rule(monkeypatch):
                     upcasts.append(_name)
             return out
         monkeypatch.setattr(r, "vjp", vjp)
-    float64_consts = {"concatenate1_const", "float_scalar_arg", "int_array_arg", "ravel",
+    float64_consts = {"concatenate1_const", "dot_scalar", "float_scalar_arg", "int_array_arg", "ravel",
                       "rmatmul_const", "rmul_array"}
     for name, (f, *args) in sorted(CASES.items()):
         if name in float64_consts:

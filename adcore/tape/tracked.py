@@ -36,7 +36,10 @@ def apply(op, args, attrs=EMPTY):
     if tape is None:
         return out
     kind = out.dtype.kind
-    if kind != "f" and (kind != "c" or not rule.complex_ok):
+    if rule.complex_ok:
+        if kind != "f" and kind != "c":
+            raise _untracked(op, out)
+    elif kind != "f" or any(i is not None and v.dtype.kind == "c" for i, v in zip(ids, vals)):
         raise _untracked(op, out)
     records = tape.records
     t = Tracked.__new__(Tracked)
@@ -52,9 +55,10 @@ def apply(op, args, attrs=EMPTY):
 
 def _untracked(op, out):
     """The error for a result the tape cannot follow (never returned as an untracked array)."""
-    what = "complex" if out.dtype.kind == "c" else f"{out.dtype} (not floating-point)"
-    return UnsupportedError(f"numpy.{op} with a {what} result from tracked operands",
-                            detail="adcore.tape has no rule for it; the gradient would be lost")
+    what = f"a {out.dtype} (not floating-point) result" if out.dtype.kind not in "fc" else \
+        "a complex result or operand"
+    return UnsupportedError(f"numpy.{op} with {what}",
+                            detail="adcore.tape's rule for it is for real values only")
 
 
 def _mark_alias(out, args):
