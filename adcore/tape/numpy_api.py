@@ -300,18 +300,17 @@ def _prod(a, axis=None, keepdims=False, **options):
     return apply("prod", (a,), {"axis": _norm_axis(axis, np.ndim(primal(a))), "keepdims": keepdims})
 
 
-def _running(op):
+def _running(func, op):
     def handler(a, axis=None, **options):
-        _only(FUNCTIONS_BY_OP[op], options, dtype=None, out=None)
+        _only(func, options, dtype=None, out=None)
         if axis is None:
             a, axis = np.reshape(a, -1), 0
         return apply(op, (a,), {"axis": _axis(axis, np.ndim(primal(a)))})
-    return handler
+    FUNCTIONS[func] = handler
 
 
-FUNCTIONS_BY_OP = {"cumsum": np.cumsum, "cumprod": np.cumprod}
-FUNCTIONS[np.cumsum] = _running("cumsum")
-FUNCTIONS[np.cumprod] = _running("cumprod")
+_running(np.cumsum, "cumsum")
+_running(np.cumprod, "cumprod")
 
 
 @implements(np.nansum)
