@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from adcore import tape
-from test_tape_coverage import C, P, R, U, check
+from test_tape_coverage import C, P, R, check
 
 CASES = {
     "issue_real_of_shifted": (lambda a: np.sin(np.real(a + 1.0j)), R(3)),
