@@ -123,14 +123,15 @@ def run_kernels(config):
 
 @workload("tape", "tape engine overhead next to HIPS autograd")
 def run_tape(config):
-    """bench/tape_bench.py: the tape engine's per-op overhead and MLP gradient next to autograd."""
+    """bench/tape_bench.py: the tape engine's per-op overhead and MLP gradient next to autograd
+    and PyTorch eager."""
     tape_bench = importlib.import_module("bench.tape_bench")
     out = []
     for r in tape_bench.run(config.sampler):
         case = r["benchmark"].strip() + (", time per op" if r["per"] == "op" else "")
-        for impl in ("adcore.tape", "autograd"):
+        for impl in ("adcore.tape", "autograd", "torch"):
             if r[impl] is None:
-                out.append(skipped("tape", case, impl, "autograd not installed"))
+                out.append(skipped("tape", case, impl, f"{impl} not installed or no such case"))
                 continue
             note = f"adcore.tape / autograd = {r['ratio']:.2f}" if impl == "autograd" else ""
             out.append(row("tape", case, impl, r[impl], note=note))

@@ -191,18 +191,12 @@ def test_comparisons_float_item_and_plain_helpers():
 
 def test_unsupported_numpy_functions_raise_naming_them():
     x = rng.standard_normal(4)
-    with pytest.raises(UnsupportedError, match="numpy.sort"):
-        tape.gradient(lambda x: np.sum(np.sort(x)), x)
-    with pytest.raises(UnsupportedError, match="numpy.cumsum"):
-        tape.gradient(lambda x: np.sum(np.cumsum(x)), x)
-    with pytest.raises(UnsupportedError, match="numpy.arcsin"):
-        tape.gradient(lambda x: np.sum(np.arcsin(x / 10)), x)
-    with pytest.raises(UnsupportedError, match="numpy.multiply.accumulate"):
-        tape.gradient(lambda x: np.sum(np.multiply.accumulate(x)), x)
+    with pytest.raises(UnsupportedError, match="numpy.median"):
+        tape.gradient(lambda x: np.median(x), x)
+    with pytest.raises(UnsupportedError, match="numpy.maximum.accumulate"):
+        tape.gradient(lambda x: np.sum(np.maximum.accumulate(x)), x)
     with pytest.raises(UnsupportedError, match="numpy.sum with dtype"):
         tape.gradient(lambda x: np.sum(x, dtype=np.float32), x)
-    with pytest.raises(UnsupportedError, match="np.asarray"):
-        tape.gradient(lambda x: np.sum(np.asarray(x)), x)
 
 
 def test_in_place_updates_of_arguments_and_views_raise():

@@ -31,6 +31,17 @@ UNARY = {
     "expand_squeeze": lambda a: np.squeeze(np.expand_dims(a, 0) * 2.0, axis=0),
     "gather": lambda a: a[..., _repeats(a)] if np.ndim(a) else a,
     "take": lambda a: np.take(a, _repeats(a), axis=-1) if np.ndim(a) else a,
+    # coverage of issue 17: more elementwise functions, running sums, reordering
+    "arcsinh": np.arcsinh,
+    "arctan_of_tanh": lambda a: np.arcsin(np.tanh(a) * 0.9) + np.arccos(np.tanh(a) * 0.8),
+    "sinc": np.sinc,
+    "cumsum_last": lambda a: np.cumsum(a, axis=-1) if np.ndim(a) else a,
+    "cumprod_last": lambda a: np.cumprod(np.tanh(a), axis=-1) if np.ndim(a) else a,
+    "sort_last": lambda a: np.sort(a, axis=-1) if np.ndim(a) else a,
+    "roll_flip": lambda a: np.roll(np.flip(a), 1) if np.ndim(a) else a,
+    "complex_roundtrip": lambda a: np.abs(np.exp(1j * a) * (a + 2j)),
+    "array_of_slices": lambda a: np.moveaxis(np.array([a[..., i] for i in range(np.shape(a)[-1])]), 0, -1)
+    if np.ndim(a) else a,
 }
 
 
@@ -86,6 +97,11 @@ BINARY = {
     "concatenate": _concat,
     "stack": _stack,
     "matmul": _matmul,
+    "hypot": np.hypot,
+    "arctan2": np.arctan2,
+    "fmax": np.fmax,
+    "logaddexp2": np.logaddexp2,
+    "einsum": lambda a, b: np.einsum("...,...->...", a, b),
 }
 # reductions over one axis with keepdims (so results still broadcast against the rest)
 REDUCE = {
@@ -94,6 +110,9 @@ REDUCE = {
     "max": lambda a, ax: np.max(a, axis=ax, keepdims=True),
     "min": lambda a, ax: a.min(axis=ax, keepdims=True),
     "logsumexp": lambda a, ax: tape.logsumexp(a, axis=ax, keepdims=True),
+    "prod": lambda a, ax: np.prod(np.tanh(a), axis=ax, keepdims=True),
+    "std": lambda a, ax: np.std(a, axis=ax, keepdims=True),
+    "norm": lambda a, ax: np.linalg.norm(a, axis=ax, keepdims=True),
 }
 
 

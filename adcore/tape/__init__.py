@@ -10,32 +10,31 @@ Usage::
     dw, none = tape.gradient(loss, w, Const(x))   # Const arguments get None
     val, (dw, dx) = tape.withgradient(loss, w, x)
 
-Arguments are trees: float arrays and floats are differentiated; tuples, lists,
-dicts and nodes (objects whose class declares ``__tree_fields__``) are walked;
-``Const(...)``, ints, integer/bool arrays and other objects are not.  The
-gradient mirrors each argument: an array (same dtype, zeros if unused) per float
-array, a float per float, a tuple per tuple/list, a dict per dict, a
-``{field: gradient}`` dict per node, ``None`` for everything else.  So
-``tape.gradient(loss, model, x, y)`` returns ``(model_grad_dict, dx, dy)``.
-``withgradient`` returns ``ValueAndGradient(val, grad)``; when ``f`` returns a
-tuple or dict its first element is the loss and ``val`` is the whole output.
-The loss must have exactly one element (else ``ADError``).
+Arguments are trees: float and complex arrays and numbers are differentiated; tuples,
+lists, dicts and nodes (objects whose class declares ``__tree_fields__``) are walked;
+``Const(...)``, ints, integer/bool arrays and other objects are not.  The gradient
+mirrors each argument: an array (same dtype, zeros if unused) per array, a number per
+number, a tuple per tuple/list, a dict per dict, a ``{field: gradient}`` dict per node,
+``None`` for everything else.  So ``tape.gradient(loss, model, x, y)`` returns
+``(model_grad_dict, dx, dy)``.  ``withgradient`` returns ``ValueAndGradient(val, grad)``;
+when ``f`` returns a tuple or dict its first element is the loss and ``val`` is the whole
+output.  The loss must have exactly one element (else ``ADError``); a complex loss
+differentiates its real part.  For complex ``z = x + iy`` the gradient is
+``dL/dx - i dL/dy`` (HIPS autograd's and JAX's convention).
 
-Inside ``f`` the float leaves are ``Tracked`` arrays.  Operators (``+ - * / **
-@``, unary ``-``, reflected forms, broadcasting), indexing (basic, integer
-arrays, ``np.take``), methods (``sum mean max min var std reshape ravel squeeze
-transpose .T astype copy dot clip take``) and numpy functions and ufuncs are
-recorded; the supported names are the keys of ``rules.RULES`` plus the
-numpy functions in ``numpy_api.FUNCTIONS``.  A numpy function without a rule
-raises ``adcore.UnsupportedError`` naming it.  Comparisons, ``argmax``,
-``np.sign``/``floor`` etc. give plain arrays; ``float(x)`` and ``x.item()`` give
-plain Python numbers (and so are not differentiated through, e.g. by ``math.sin``).
-``np.asarray(x)`` on a tracked array raises (use ``tape.primal(x)`` to stop the
-gradient on purpose).  In-place updates (``x += y``, ``x[i] = v``) of intermediate
-arrays are recorded functionally; on arguments of ``f``, views and arrays with
-views they raise ``UnsupportedError``.  Plain arrays used as operands are kept
-by reference until the backward pass: do not modify them in place inside ``f``
-after using them.  float32 stays float32, and so do its gradients.
+Inside ``f`` the leaves are ``Tracked`` values.  Operators, indexing, the common array
+methods, numpy functions and ufuncs are recorded: the ops are the keys of ``RULES``
+(``rules`` and its topic modules, each rule next to its formula) and the numpy functions
+those of ``numpy_api.FUNCTIONS`` (many composed from recorded ops).  Anything else raises
+``adcore.UnsupportedError`` naming the numpy function: no path is ever dropped silently.
+Comparisons, ``argmax``, ``np.sign``/``floor`` etc. give plain arrays (derivative zero
+almost everywhere); ``float(x)`` and ``x.item()`` give plain Python numbers.  While ``f``
+runs, ``np.array``/``np.asarray``/``np.r_``/``np.c_`` build tracked arrays from tracked
+values (``builders``); ``tape.primal(x)`` stops the gradient on purpose.  In-place updates
+(``x += y``, ``x[i] = v``) of intermediate arrays are recorded functionally; on arguments
+of ``f``, views and arrays with views they raise ``UnsupportedError``.  Plain arrays used
+as operands are kept by reference until the backward pass: do not modify them in place
+inside ``f`` after using them.  float32 stays float32, and so do its gradients.
 
 Stable building blocks, for plain and tracked arrays alike: ``sigmoid``,
 ``softplus``, ``relu``, ``softmax(x, axis=-1)``, ``logsoftmax(x, axis=-1)``,

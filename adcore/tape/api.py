@@ -5,6 +5,7 @@ import numpy as np
 
 from ..annotations import Active, Duplicated
 from ..errors import ActivityError, ADError
+from .builders import building_arrays
 from .recording import Tape
 from .tracked import Tracked, primal
 from .trees import grad_tree, track
@@ -35,12 +36,16 @@ def _unwrap(arg):
 def record(f, *args):
     """Run ``f`` on tracked copies of ``args`` and return ``Recording(tape, args, out)``.
 
-    Float leaves of the argument trees become the tape's inputs (in argument
-    order); ``out`` is f's output, with tracked arrays where it depends on them.
+    Float and complex leaves of the argument trees become the tape's inputs (in
+    argument order); ``out`` is f's output, with tracked arrays where it depends on
+    them.  While f runs, ``np.array``/``np.asarray``/``np.r_``/``np.c_`` build tracked
+    arrays from tracked values (see ``builders``).
     """
     tape = Tape()
     tracked = tuple(track(_unwrap(a), tape) for a in args)
-    return Recording(tape, tracked, f(*tracked))
+    with building_arrays():
+        out = f(*tracked)
+    return Recording(tape, tracked, out)
 
 
 def _loss(out):
@@ -56,8 +61,10 @@ def withgradient(f, *args):
     """``(val, grad)``: f's output and the gradient of its scalar loss with respect to each argument.
 
     The loss is f's output, or its first element when f returns a tuple or dict.
-    ``grad`` has one entry per argument, mirroring its structure: arrays for float
-    arrays, floats for floats, tuples for tuples/lists, dicts for dicts, ``{field:
+    A complex loss differentiates its real part (so a holomorphic f gives f'(z)); the
+    gradient for a complex argument ``z = x + iy`` is ``dL/dx - i dL/dy`` (autograd's and
+    JAX's convention).  ``grad`` has one entry per argument, mirroring its structure:
+    arrays for float and complex arrays, floats for floats, tuples for tuples/lists, dicts for dicts, ``{field:
     gradient}`` dicts for tree nodes, ``None`` for ``Const(...)`` and non-float values.
     """
     tape, tracked, out = record(f, *args)
@@ -68,7 +75,7 @@ def withgradient(f, *args):
                           "reduce it (e.g. np.sum) or call Tape.backward with a seed")
         adjoints = tape.backward(loss.id)
     else:
-        if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float)):
+        if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float, complex)):
             raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
         adjoints = None  # the loss does not depend on the arguments
     return ValueAndGradient(primal(out), tuple(grad_tree(t, adjoints) for t in tracked))

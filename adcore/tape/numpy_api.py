@@ -9,22 +9,29 @@ import numpy as np
 from ..errors import UnsupportedError
 from .tracked import Tracked, apply, primal, _axis, _norm_axis
 
-# ufunc -> rule name (same name as the ufunc, except true_divide/abs aliases)
+# ufunc -> rule name (the ufunc's own name, except for aliases)
 UFUNC_OPS = {u: u.__name__ for u in (
-    np.add, np.subtract, np.multiply, np.divide, np.power, np.negative, np.positive,
-    np.maximum, np.minimum, np.logaddexp, np.matmul,
-    np.exp, np.expm1, np.exp2, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.square,
-    np.reciprocal, np.absolute, np.sin, np.cos, np.tan, np.arctan, np.sinh, np.cosh, np.tanh,
+    np.add, np.subtract, np.multiply, np.divide, np.power, np.float_power, np.negative,
+    np.positive, np.maximum, np.minimum, np.fmax, np.fmin, np.logaddexp, np.logaddexp2, np.matmul,
+    np.exp, np.expm1, np.exp2, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.cbrt, np.square,
+    np.reciprocal, np.absolute, np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan,
+    np.sinh, np.cosh, np.tanh, np.arcsinh, np.arccosh, np.arctanh, np.arctan2, np.hypot,
+    np.deg2rad, np.rad2deg, np.remainder, np.fmod,
 )}
+UFUNC_OPS.update({np.fabs: "absolute", np.radians: "deg2rad", np.degrees: "rad2deg",
+                  np.conjugate: "conj"})
 
 # ufuncs with boolean/integer results or zero derivative almost everywhere: plain results
 PLAIN_UFUNCS = {
     np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal,
     np.isfinite, np.isnan, np.isinf, np.signbit, np.sign, np.floor, np.ceil, np.rint,
     np.trunc, np.logical_and, np.logical_or, np.logical_not, np.logical_xor,
+    np.floor_divide, np.heaviside,
 }
 
-REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
+REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min", np.multiply: "prod"}
+ACCUMULATE_OPS = {np.add: "cumsum", np.multiply: "cumprod"}
+COMPOSED_UFUNCS = {}  # generalized ufuncs composed from recorded ops (filled by numpy_linalg)
 
 
 def _name(f):
@@ -42,18 +49,29 @@ def ufunc_call(ufunc, method, inputs, kwargs):
                    "plain array a) would drop its gradient; use the returned value instead")
     if method == "__call__":
         if ufunc in PLAIN_UFUNCS:
-            return ufunc(*[primal(i) for i in inputs], **kwargs)
+            plain = [primal(i) for i in inputs]
+            if ufunc is np.sign and any(np.iscomplexobj(p) for p in plain):
+                raise UnsupportedError(f"{name} of a complex tracked value",
+                                       detail="sign(z) = z/|z| is not piecewise constant; write z / np.abs(z)")
+            return ufunc(*plain, **kwargs)
         op = UFUNC_OPS.get(ufunc)
         if op is not None:
             if kwargs:
                 raise UnsupportedError(f"{name} with keyword arguments {sorted(kwargs)}")
             return apply(op, inputs)
-    elif method == "reduce" and ufunc in REDUCE_OPS and len(inputs) == 1:
-        extra = set(kwargs) - {"axis", "keepdims"}
-        if not extra:
-            x = inputs[0]
-            return apply(REDUCE_OPS[ufunc], (x,), {"axis": _norm_axis(kwargs.get("axis", 0), np.ndim(x.value)),
-                                                   "keepdims": kwargs.get("keepdims", False)})
+        if ufunc in COMPOSED_UFUNCS:
+            return COMPOSED_UFUNCS[ufunc](*inputs, **kwargs)
+    elif method == "reduce" and ufunc in REDUCE_OPS and len(inputs) == 1 and not set(kwargs) - {"axis", "keepdims"}:
+        x = inputs[0]
+        return apply(REDUCE_OPS[ufunc], (x,), {"axis": _norm_axis(kwargs.get("axis", 0), np.ndim(primal(x))),
+                                               "keepdims": kwargs.get("keepdims", False)})
+    elif method == "accumulate" and ufunc in ACCUMULATE_OPS and len(inputs) == 1 and not set(kwargs) - {"axis"}:
+        x = inputs[0]
+        return apply(ACCUMULATE_OPS[ufunc], (x,), {"axis": _axis(kwargs.get("axis", 0), np.ndim(primal(x)))})
+    elif method == "outer" and ufunc in UFUNC_OPS and len(inputs) == 2 and not kwargs:
+        a, b = inputs
+        nb = np.ndim(primal(b))
+        return ufunc(np.reshape(a, np.shape(primal(a)) + (1,) * nb), b)
     raise UnsupportedError(f"{name}" + ("" if method == "__call__" else f".{method}"),
                            detail="adcore.tape has no rule for it")
 
@@ -102,25 +120,28 @@ _reduction(np.amin, "min")
 
 @implements(np.var)
 def _var(a, axis=None, ddof=0, keepdims=False, **options):
-    """Mean squared deviation, composed from recorded ops."""
+    """Mean squared deviation (|deviation|**2 for complex), composed from recorded ops."""
     _only(np.var, options, dtype=None, out=None)
     d = a - np.mean(a, axis=axis, keepdims=True)
     n = np.size(primal(a)) // np.size(np.mean(primal(a), axis=axis))
-    return np.sum(d * d, axis=axis, keepdims=keepdims) / (n - ddof)
+    sq = np.real(d * np.conj(d)) if np.iscomplexobj(primal(a)) else d * d
+    return np.sum(sq, axis=axis, keepdims=keepdims) / (n - ddof)
+
+
+def safe_sqrt(v):
+    """sqrt(v) for v >= 0 whose derivative at v = 0 is taken as 0 (the minimum-norm
+    subgradient of the norm it ends), not inf * 0 = nan."""
+    if type(v) is not Tracked:
+        return np.sqrt(v)
+    pos = v > 0  # a comparison of the tracked value: the compiled path recomputes it
+    return np.where(pos, np.sqrt(np.where(pos, v, 1)), 0)
 
 
 @implements(np.std)
 def _std(a, axis=None, ddof=0, keepdims=False, **options):
+    """sqrt(var); its derivative where the deviations are all 0 (a constant, a scalar) is 0."""
     _only(np.std, options, dtype=None, out=None)
-    return np.sqrt(_var(a, axis=axis, ddof=ddof, keepdims=keepdims))
-
-
-@implements(np.linalg.norm)
-def _norm(x, ord=None, axis=None, keepdims=False):
-    """The 2-norm (Frobenius for matrices) sqrt(sum(x**2)), composed from recorded ops."""
-    if ord is not None:
-        raise UnsupportedError(f"numpy.linalg.norm with ord={ord!r}", detail="only the default 2-norm is recorded")
-    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+    return safe_sqrt(_var(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
 @implements(np.reshape)
@@ -216,23 +237,6 @@ def _clip(a, a_min=None, a_max=None, **options):
     return apply("clip", (a, a_min, a_max))
 
 
-@implements(np.dot)
-def _dot(a, b, out=None):
-    _only(np.dot, {"out": out}, out=None)
-    if np.ndim(primal(a)) == 0 or np.ndim(primal(b)) == 0:
-        return apply("multiply", (a, b))
-    if np.ndim(primal(a)) > 2 or np.ndim(primal(b)) > 2:
-        raise UnsupportedError("numpy.dot of arrays with more than 2 dimensions",
-                               detail="use np.matmul / @ (batched) instead")
-    return apply("matmul", (a, b))
-
-
-@implements(np.outer)
-def _outer(a, b, out=None):
-    _only(np.outer, {"out": out}, out=None)
-    return np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, (1, -1)))
-
-
 def _plain(func):
     def handler(*args, **kwargs):
         return func(*[primal(a) for a in args], **{k: primal(v) for k, v in kwargs.items()})
@@ -240,9 +244,11 @@ def _plain(func):
 
 
 # integer/boolean results, or a derivative that is zero almost everywhere
-for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.nonzero,
-           np.count_nonzero, np.any, np.all, np.isclose, np.allclose, np.array_equal,
-           np.result_type, np.zeros_like, np.ones_like, np.empty_like, np.round, np.around):
+for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.argpartition,
+           np.nonzero, np.flatnonzero, np.argwhere, np.count_nonzero, np.any, np.all, np.isclose,
+           np.allclose, np.array_equal, np.result_type, np.zeros_like, np.ones_like,
+           np.empty_like, np.round, np.around, np.iscomplexobj, np.isrealobj, np.iscomplex,
+           np.isreal, np.isneginf, np.isposinf, np.searchsorted, np.nanargmax, np.nanargmin):
     _plain(_f)
 
 
@@ -254,6 +260,75 @@ def _full_like(a, fill_value, *args, **kwargs):
 
 
 del _f
+
+
+# ---------------------------------------------------------------- complex parts, elementwise functions
+
+@implements(np.real)
+def _real(val):
+    return apply("real", (val,))
+
+
+@implements(np.imag)
+def _imag(val):
+    return apply("imag", (val,))
+
+
+@implements(np.angle)
+def _angle(z, deg=False):
+    out = apply("angle", (z,))
+    return np.rad2deg(out) if deg else out
+
+
+@implements(np.sinc)
+def _sinc(x):
+    return apply("sinc", (x,))
+
+
+@implements(np.nan_to_num)
+def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    if np.iscomplexobj(primal(x)):
+        raise UnsupportedError("numpy.nan_to_num of a complex tracked value")
+    return apply("nan_to_num", (x,), {"nan": nan, "posinf": posinf, "neginf": neginf})
+
+
+# ---------------------------------------------------------------- products, running sums
+
+@implements(np.prod)
+def _prod(a, axis=None, keepdims=False, **options):
+    _only(np.prod, options, dtype=None, out=None, initial=np._NoValue, where=True)
+    return apply("prod", (a,), {"axis": _norm_axis(axis, np.ndim(primal(a))), "keepdims": keepdims})
+
+
+def _running(func, op):
+    def handler(a, axis=None, **options):
+        _only(func, options, dtype=None, out=None)
+        if axis is None:
+            a, axis = np.reshape(a, -1), 0
+        return apply(op, (a,), {"axis": _axis(axis, np.ndim(primal(a)))})
+    FUNCTIONS[func] = handler
+
+
+_running(np.cumsum, "cumsum")
+_running(np.cumprod, "cumprod")
+
+
+@implements(np.nansum)
+def _nansum(a, axis=None, keepdims=False, **options):
+    """sum with NaNs counted as 0 (their derivative is 0)."""
+    _only(np.nansum, options, dtype=None, out=None)
+    return np.sum(np.where(np.isnan(a), 0, a), axis=axis, keepdims=keepdims)
+
+
+@implements(np.nanmean)
+def _nanmean(a, axis=None, keepdims=False, **options):
+    """mean of the values that are not NaN."""
+    _only(np.nanmean, options, dtype=None, out=None)
+    count = np.sum(~np.isnan(primal(a)), axis=axis, keepdims=keepdims).astype(primal(a).real.dtype)
+    return _nansum(a, axis=axis, keepdims=keepdims) / count
+
+
+from . import numpy_linalg, numpy_shape  # noqa: E402,F401  (register their handlers)
 
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):

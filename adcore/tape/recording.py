@@ -123,5 +123,7 @@ def fit(c, like):
     if c.shape != like.shape:
         c = unbroadcast(np.asarray(c), like.shape)
     if c.dtype != like.dtype:
+        if c.dtype.kind == "c" and like.dtype.kind != "c":
+            c = c.real  # a real operand of a complex op: the real part (see rules)
         c = c.astype(like.dtype)
     return c

@@ -1,12 +1,28 @@
 """The rule table: for every op, its forward computation and its vector-Jacobian product.
 
-``RULES[name]`` is a ``Rule(name, forward, vjp, view)``.  ``forward(*args, **attrs)``
+``RULES[name]`` is a ``Rule(name, forward, vjp, view, complex_ok)``.  ``forward(*args, **attrs)``
 computes the primal on plain numpy values; ``vjp(g, rec)`` receives the output
 cotangent ``g`` and the ``Record`` (operands ``rec.args``, output ``rec.value``,
 ``rec.attrs``) and returns one cotangent per operand (``None`` allowed for
 constants).  Cotangents may have the broadcast shape; the tape sums them back to
 the operand's shape and casts them to its dtype.  ``view`` marks ops whose numpy
 result may share memory with the operand (in-place updates are refused there).
+
+Complex values follow autograd's and JAX's convention: the cotangent of a complex
+``z = x + iy`` is ``dL/dx - i dL/dy`` (for a real loss ``L``), so a holomorphic op's
+VJP is the real formula ``g f'(z)`` (transposes, never conjugates), and a real
+operand of a complex op gets the real part (done by the tape).  ``complex_ok``
+marks the rules whose formula is right for complex values; any other rule with a
+complex result raises ``UnsupportedError``.
+
+Singular points: a formula that would give ``0 * inf = nan`` where the function is
+finite uses JAX's convention instead (``d(a**0)/da = 0``; the derivative of a norm,
+``abs``, ``hypot``, ``arctan2`` or ``angle`` at 0 is 0, the minimum-norm subgradient).
+Where the derivative itself is infinite (``sqrt`` or ``log`` at 0) it stays ``inf``,
+and a zero cotangent times it gives ``nan`` as in JAX (mask the input, not only the output).
+
+Rules on more topics live in ``rules_complex``, ``rules_scan`` and ``rules_linalg``,
+imported at the end of this module so that ``RULES`` holds them all.
 """
 import math
 
@@ -16,22 +32,23 @@ from .recording import unbroadcast
 
 
 class Rule:
-    __slots__ = ("name", "forward", "vjp", "view")
+    __slots__ = ("name", "forward", "vjp", "view", "complex_ok")
 
-    def __init__(self, name, forward, vjp, view):
+    def __init__(self, name, forward, vjp, view, complex_ok=False):
         self.name = name
         self.forward = forward
         self.vjp = vjp
         self.view = view
+        self.complex_ok = complex_ok
 
 
 RULES = {}
 
 
-def rule(name, forward, view=False):
+def rule(name, forward, view=False, complex_ok=False):
     """Register the decorated function as the VJP of op ``name``."""
     def register(vjp):
-        RULES[name] = Rule(name, forward, vjp, view)
+        RULES[name] = Rule(name, forward, vjp, view, complex_ok)
         return vjp
     return register
 
@@ -44,28 +61,42 @@ def _expand(g, axis, keepdims, ndim):
     return np.expand_dims(g, tuple(a % ndim for a in axes))
 
 
-def _log_where_positive(x):
-    """log(x) where x > 0 and 0 elsewhere (the exponent's partial of x**p at x <= 0)."""
+def _log_base(x):
+    """log(x), taken as 0 where x = 0 and, for real x, where x < 0 (the exponent's partial of x**p)."""
     if isinstance(x, (int, float)):
         return math.log(x) if x > 0 else 0.0  # a Python number keeps float32 cotangents float32
+    if isinstance(x, complex) or np.iscomplexobj(x):
+        return np.log(np.where(x == 0, 1, x))
     return np.log(np.where(x > 0, x, 1))
+
+
+def _exponent_less_one(b):
+    """b - 1, replaced by 1 where b = 0 so that b * a**(b-1) is 0 there, also at a = 0."""
+    if isinstance(b, (int, float, complex)):
+        return b - 1 if b != 0 else 1
+    return np.where(b == 0, 1, b - 1)
+
+
+def _nonzero(x):
+    """x with zeros replaced by ones: a safe denominator where the numerator is 0 too."""
+    return np.where(x == 0, 1, x)
 
 
 # ---------------------------------------------------------------- arithmetic
 
-@rule("add", np.add)
+@rule("add", np.add, complex_ok=True)
 def _add(g, r):
     """out = a + b:  da = g,  db = g."""
     return g, g
 
 
-@rule("subtract", np.subtract)
+@rule("subtract", np.subtract, complex_ok=True)
 def _subtract(g, r):
     """out = a - b:  da = g,  db = -g."""
     return g, (-g if r.inputs[1] is not None else None)
 
 
-@rule("multiply", np.multiply)
+@rule("multiply", np.multiply, complex_ok=True)
 def _multiply(g, r):
     """out = a * b:  da = g * b,  db = g * a."""
     a, b = r.args
@@ -73,7 +104,7 @@ def _multiply(g, r):
             g * a if r.inputs[1] is not None else None)
 
 
-@rule("divide", np.divide)
+@rule("divide", np.divide, complex_ok=True)
 def _divide(g, r):
     """out = a / b:  da = g / b,  db = -g * a / b**2 = -g * out / b."""
     a, b = r.args
@@ -81,22 +112,25 @@ def _divide(g, r):
     return ga, (-ga * r.value if r.inputs[1] is not None else None)
 
 
-@rule("power", np.power)
 def _power(g, r):
-    """out = a ** b:  da = g * b * a**(b-1),  db = g * out * log(a)  (0 where a <= 0)."""
+    """out = a ** b:  da = g b a**(b-1) (0 where b = 0),  db = g out log a (0 where a = 0, or real a < 0)."""
     a, b = r.args
-    ga = g * b * a ** (b - 1) if r.inputs[0] is not None else None
-    gb = g * r.value * _log_where_positive(a) if r.inputs[1] is not None else None
+    ga = g * b * a ** _exponent_less_one(b) if r.inputs[0] is not None else None
+    gb = g * r.value * _log_base(a) if r.inputs[1] is not None else None
     return ga, gb
 
 
-@rule("negative", np.negative)
+rule("power", np.power, complex_ok=True)(_power)
+rule("float_power", np.float_power, complex_ok=True)(_power)
+
+
+@rule("negative", np.negative, complex_ok=True)
 def _negative(g, r):
     """out = -x:  dx = -g."""
     return (-g,)
 
 
-@rule("positive", np.positive)
+@rule("positive", np.positive, complex_ok=True)
 def _positive(g, r):
     """out = +x:  dx = g."""
     return (g,)
@@ -127,113 +161,239 @@ def _logaddexp(g, r):
 
 # ---------------------------------------------------------------- elementwise functions
 
-@rule("exp", np.exp)
+@rule("exp", np.exp, complex_ok=True)
 def _exp(g, r):
     """out = e**x:  dx = g out."""
     return (g * r.value,)
 
 
-@rule("expm1", np.expm1)
+@rule("expm1", np.expm1, complex_ok=True)
 def _expm1(g, r):
     """out = e**x - 1:  dx = g (out + 1)."""
     return (g * (r.value + 1),)
 
 
-@rule("exp2", np.exp2)
+@rule("exp2", np.exp2, complex_ok=True)
 def _exp2(g, r):
     """out = 2**x:  dx = g out ln 2."""
     return (g * r.value * math.log(2.0),)
 
 
-@rule("log", np.log)
+@rule("log", np.log, complex_ok=True)
 def _log(g, r):
     """out = log x:  dx = g / x."""
     return (g / r.args[0],)
 
 
-@rule("log1p", np.log1p)
+@rule("log1p", np.log1p, complex_ok=True)
 def _log1p(g, r):
     """out = log(1 + x):  dx = g / (1 + x)."""
     return (g / (1 + r.args[0]),)
 
 
-@rule("log2", np.log2)
+@rule("log2", np.log2, complex_ok=True)
 def _log2(g, r):
     """out = log2 x:  dx = g / (x ln 2)."""
     return (g / (r.args[0] * math.log(2.0)),)
 
 
-@rule("log10", np.log10)
+@rule("log10", np.log10, complex_ok=True)
 def _log10(g, r):
     """out = log10 x:  dx = g / (x ln 10)."""
     return (g / (r.args[0] * math.log(10.0)),)
 
 
-@rule("sqrt", np.sqrt)
+@rule("sqrt", np.sqrt, complex_ok=True)
 def _sqrt(g, r):
     """out = sqrt x:  dx = g / (2 out)."""
     return (g / (2 * r.value),)
 
 
-@rule("square", np.square)
+@rule("square", np.square, complex_ok=True)
 def _square(g, r):
     """out = x**2:  dx = 2 g x."""
     return (2 * g * r.args[0],)
 
 
-@rule("reciprocal", np.reciprocal)
+@rule("reciprocal", np.reciprocal, complex_ok=True)
 def _reciprocal(g, r):
     """out = 1 / x:  dx = -g out**2."""
     return (-g * r.value * r.value,)
 
 
-@rule("absolute", np.absolute)
+@rule("absolute", np.absolute, complex_ok=True)
 def _absolute(g, r):
-    """out = |x|:  dx = g sign(x)."""
-    return (g * np.sign(r.args[0]),)
+    """out = |x|:  dx = g sign(x) for real x;  dz = g conj(z) / |z| for complex z (0 at z = 0)."""
+    x = r.args[0]
+    if x.dtype.kind == "c":
+        return (g * np.conj(x) / _nonzero(r.value),)
+    return (g * np.sign(x),)
 
 
-@rule("sin", np.sin)
+@rule("sin", np.sin, complex_ok=True)
 def _sin(g, r):
     """out = sin x:  dx = g cos x."""
     return (g * np.cos(r.args[0]),)
 
 
-@rule("cos", np.cos)
+@rule("cos", np.cos, complex_ok=True)
 def _cos(g, r):
     """out = cos x:  dx = -g sin x."""
     return (-g * np.sin(r.args[0]),)
 
 
-@rule("tan", np.tan)
+@rule("tan", np.tan, complex_ok=True)
 def _tan(g, r):
     """out = tan x:  dx = g (1 + out**2)."""
     return (g * (1 + r.value * r.value),)
 
 
-@rule("arctan", np.arctan)
+@rule("arctan", np.arctan, complex_ok=True)
 def _arctan(g, r):
     """out = atan x:  dx = g / (1 + x**2)."""
     x = r.args[0]
     return (g / (1 + x * x),)
 
 
-@rule("sinh", np.sinh)
+@rule("sinh", np.sinh, complex_ok=True)
 def _sinh(g, r):
     """out = sinh x:  dx = g cosh x."""
     return (g * np.cosh(r.args[0]),)
 
 
-@rule("cosh", np.cosh)
+@rule("cosh", np.cosh, complex_ok=True)
 def _cosh(g, r):
     """out = cosh x:  dx = g sinh x."""
     return (g * np.sinh(r.args[0]),)
 
 
-@rule("tanh", np.tanh)
+@rule("tanh", np.tanh, complex_ok=True)
 def _tanh(g, r):
     """out = tanh x:  dx = g (1 - out**2)."""
     return (g * (1 - r.value * r.value),)
+
+
+@rule("arcsin", np.arcsin, complex_ok=True)
+def _arcsin(g, r):
+    """out = asin x:  dx = g / sqrt(1 - x**2)."""
+    x = r.args[0]
+    return (g / np.sqrt(1 - x * x),)
+
+
+@rule("arccos", np.arccos, complex_ok=True)
+def _arccos(g, r):
+    """out = acos x:  dx = -g / sqrt(1 - x**2)."""
+    x = r.args[0]
+    return (-g / np.sqrt(1 - x * x),)
+
+
+@rule("arcsinh", np.arcsinh, complex_ok=True)
+def _arcsinh(g, r):
+    """out = asinh x:  dx = g / sqrt(x**2 + 1)."""
+    x = r.args[0]
+    return (g / np.sqrt(x * x + 1),)
+
+
+@rule("arccosh", np.arccosh, complex_ok=True)
+def _arccosh(g, r):
+    """out = acosh x:  dx = g / (sqrt(x - 1) sqrt(x + 1))."""
+    x = r.args[0]
+    return (g / (np.sqrt(x - 1) * np.sqrt(x + 1)),)
+
+
+@rule("arctanh", np.arctanh, complex_ok=True)
+def _arctanh(g, r):
+    """out = atanh x:  dx = g / (1 - x**2)."""
+    x = r.args[0]
+    return (g / (1 - x * x),)
+
+
+@rule("arctan2", np.arctan2)
+def _arctan2(g, r):
+    """out = atan2(y, x):  dy = g x / (x**2 + y**2),  dx = -g y / (x**2 + y**2)  (0 at x = y = 0)."""
+    y, x = r.args
+    d = _nonzero(x * x + y * y)
+    return g * x / d, -g * y / d
+
+
+@rule("hypot", np.hypot)
+def _hypot(g, r):
+    """out = sqrt(a**2 + b**2):  da = g a / out,  db = g b / out  (0 at a = b = 0)."""
+    a, b = r.args
+    d = _nonzero(r.value)
+    return g * a / d, g * b / d
+
+
+@rule("deg2rad", np.deg2rad)
+def _deg2rad(g, r):
+    """out = x pi / 180:  dx = g pi / 180."""
+    return (g * (math.pi / 180),)
+
+
+@rule("rad2deg", np.rad2deg)
+def _rad2deg(g, r):
+    """out = x 180 / pi:  dx = g 180 / pi."""
+    return (g * (180 / math.pi),)
+
+
+@rule("remainder", np.remainder)
+def _remainder(g, r):
+    """out = a - floor(a / b) b:  da = g,  db = -g floor(a / b)  (jumps where a / b is an integer)."""
+    a, b = r.args
+    return g, (-g * np.floor_divide(a, b) if r.inputs[1] is not None else None)
+
+
+@rule("fmod", np.fmod)
+def _fmod(g, r):
+    """out = a - trunc(a / b) b:  da = g,  db = -g trunc(a / b)  (jumps where a / b is an integer)."""
+    a, b = r.args
+    return g, (-g * np.rint((a - r.value) / b) if r.inputs[1] is not None else None)
+
+
+@rule("fmax", np.fmax)
+def _fmax(g, r):
+    """out = fmax(a, b) (NaN ignored):  da = g [a >= b or b is NaN],  db = g otherwise."""
+    a, b = r.args
+    pick_a = np.greater_equal(a, b) | np.isnan(b)
+    return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
+
+
+@rule("fmin", np.fmin)
+def _fmin(g, r):
+    """out = fmin(a, b) (NaN ignored):  da = g [a <= b or b is NaN],  db = g otherwise."""
+    a, b = r.args
+    pick_a = np.less_equal(a, b) | np.isnan(b)
+    return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
+
+
+@rule("logaddexp2", np.logaddexp2)
+def _logaddexp2(g, r):
+    """out = log2(2**a + 2**b):  da = g 2**(a - out),  db = g 2**(b - out)."""
+    a, b = r.args
+    return g * np.exp2(a - r.value), g * np.exp2(b - r.value)
+
+
+@rule("cbrt", np.cbrt)
+def _cbrt(g, r):
+    """out = x**(1/3):  dx = g / (3 out**2)."""
+    return (g / (3 * r.value * r.value),)
+
+
+@rule("sinc", np.sinc)
+def _sinc(g, r):
+    """out = sin(pi x) / (pi x):  dx = g (cos(pi x) - out) / x  (0 at x = 0)."""
+    x = r.args[0]
+    return (g * (np.cos(np.pi * x) - r.value) / _nonzero(x),)
+
+
+def nan_to_num_forward(x, nan=0.0, posinf=None, neginf=None):
+    return np.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
+
+
+@rule("nan_to_num", nan_to_num_forward)
+def _nan_to_num(g, r):
+    """out = x where finite, else a constant:  dx = g [x finite]."""
+    return (np.where(np.isfinite(r.args[0]), g, 0),)
 
 
 # ---------------------------------------------------------------- activations (stable)
@@ -320,7 +480,7 @@ def _logsoftmax(g, r):
 
 # ---------------------------------------------------------------- reductions
 
-@rule("sum", np.sum)
+@rule("sum", np.sum, complex_ok=True)
 def _sum(g, r):
     """out = sum x (over axis):  dx = g broadcast back over the summed axes."""
     x = r.args[0]
@@ -328,7 +488,7 @@ def _sum(g, r):
     return (np.broadcast_to(_expand(g, a.get("axis"), a.get("keepdims", False), x.ndim), x.shape),)
 
 
-@rule("mean", np.mean)
+@rule("mean", np.mean, complex_ok=True)
 def _mean(g, r):
     """out = sum x / n (over axis):  dx = g / n broadcast back, n = x.size / out.size."""
     x = r.args[0]
@@ -374,37 +534,37 @@ def _matmul_vjp(g, r):
     return ga, gb
 
 
-rule("matmul", np.matmul)(_matmul_vjp)
+rule("matmul", np.matmul, complex_ok=True)(_matmul_vjp)
 
 
 # ---------------------------------------------------------------- shape and copies
 
-@rule("reshape", lambda x, shape: np.reshape(x, shape), view=True)
+@rule("reshape", lambda x, shape: np.reshape(x, shape), view=True, complex_ok=True)
 def _reshape(g, r):
     """out = x reshaped:  dx = g reshaped back to x.shape."""
     return (np.reshape(g, np.shape(r.args[0])),)
 
 
-@rule("transpose", lambda x, axes=None: np.transpose(x, axes), view=True)
+@rule("transpose", lambda x, axes=None: np.transpose(x, axes), view=True, complex_ok=True)
 def _transpose(g, r):
     """out = x with axes permuted by p:  dx = g permuted by the inverse of p."""
     axes = r.attrs.get("axes")
     return (np.transpose(g, None if axes is None else np.argsort(axes)),)
 
 
-@rule("broadcast_to", lambda x, shape: np.broadcast_to(x, shape), view=True)
+@rule("broadcast_to", lambda x, shape: np.broadcast_to(x, shape), view=True, complex_ok=True)
 def _broadcast_to(g, r):
     """out = x broadcast to shape:  dx = g summed over the broadcast axes (done by the tape)."""
     return (g,)
 
 
-@rule("astype", lambda x, dtype: x.astype(dtype))
+@rule("astype", lambda x, dtype: x.astype(dtype), complex_ok=True)
 def _astype(g, r):
     """out = x cast to another float dtype:  dx = g cast back (done by the tape)."""
     return (g,)
 
 
-@rule("copy", np.copy)
+@rule("copy", np.copy, complex_ok=True)
 def _copy(g, r):
     """out = copy of x:  dx = g."""
     return (g,)
@@ -431,7 +591,7 @@ def getitem_forward(x, index):
     return x[index]
 
 
-@rule("getitem", getitem_forward, view=True)
+@rule("getitem", getitem_forward, view=True, complex_ok=True)
 def _getitem(g, r):
     """out = x[index]:  dx = zeros with g added at index (accumulating repeats)."""
     x = r.args[0]
@@ -442,7 +602,7 @@ def take_forward(x, indices, axis=None):
     return np.take(x, indices, axis=axis)
 
 
-@rule("take", take_forward)
+@rule("take", take_forward, complex_ok=True)
 def _take(g, r):
     """out = take(x, idx, axis):  dx = zeros with g added at idx along axis."""
     x, idx = r.args[0], r.args[1]
@@ -460,7 +620,7 @@ def setitem_forward(x, v, index):
     return out
 
 
-@rule("setitem", setitem_forward)
+@rule("setitem", setitem_forward, complex_ok=True)
 def _setitem(g, r):
     """out = x with out[index] = v:  dx = g with g[index] = 0,  dv = g[index]."""
     index = r.attrs["index"]
@@ -475,7 +635,7 @@ def concatenate_forward(*xs, axis=0):
     return np.concatenate(xs, axis=axis)
 
 
-@rule("concatenate", concatenate_forward)
+@rule("concatenate", concatenate_forward, complex_ok=True)
 def _concatenate(g, r):
     """out = concat(x_1..x_n, axis):  dx_i = the slice of g where x_i sits."""
     axis = r.attrs.get("axis", 0)
@@ -491,7 +651,7 @@ def stack_forward(*xs, axis=0):
     return np.stack(xs, axis=axis)
 
 
-@rule("stack", stack_forward)
+@rule("stack", stack_forward, complex_ok=True)
 def _stack(g, r):
     """out = stack(x_1..x_n, axis):  dx_i = g[..., i, ...] (index i along axis)."""
     axis = r.attrs.get("axis", 0)
@@ -499,7 +659,7 @@ def _stack(g, r):
     return tuple(g[i] for i in range(len(r.args)))
 
 
-@rule("where", np.where)
+@rule("where", np.where, complex_ok=True)
 def _where(g, r):
     """out = where(c, a, b):  da = g [c],  db = g [not c]."""
     c = r.args[0]
@@ -521,3 +681,6 @@ def _clip(g, r):
     glo = np.where(to_lo, g, 0) if r.inputs[1] is not None else None
     ghi = np.where(to_hi, g, 0) if r.inputs[2] is not None else None
     return gx, glo, ghi
+
+
+from . import rules_complex, rules_linalg, rules_scan  # noqa: E402,F401  (register their rules)

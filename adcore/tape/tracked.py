@@ -11,9 +11,10 @@ EMPTY = {}
 def apply(op, args, attrs=EMPTY):
     """Run op ``op`` of the rule table on ``args``; record it when an operand is tracked.
 
-    Returns a ``Tracked`` when some operand is tracked and the result is a float
-    array, otherwise the plain numpy result (so every public function of
-    ``adcore.tape`` also works on plain arrays).
+    Returns a ``Tracked`` when some operand is tracked, otherwise the plain numpy
+    result (so every public function of ``adcore.tape`` also works on plain arrays).
+    A tracked result that is not floating-point (or complex for a rule that is not
+    ``complex_ok``) raises ``UnsupportedError``: the path is never dropped silently.
     """
     tape = None
     ids = []
@@ -32,8 +33,14 @@ def apply(op, args, attrs=EMPTY):
             vals.append(a)
     rule = RULES[op]
     out = rule.forward(*vals, **attrs)
-    if tape is None or out.dtype.kind != "f":
+    if tape is None:
         return out
+    kind = out.dtype.kind
+    if rule.complex_ok:
+        if kind != "f" and kind != "c":
+            raise _untracked(op, out)
+    elif kind != "f" or any(i is not None and v.dtype.kind == "c" for i, v in zip(ids, vals)):
+        raise _untracked(op, out)
     records = tape.records
     t = Tracked.__new__(Tracked)
     t.value = out
@@ -44,6 +51,14 @@ def apply(op, args, attrs=EMPTY):
     if rule.view:
         _mark_alias(t, args)
     return t
+
+
+def _untracked(op, out):
+    """The error for a result the tape cannot follow (never returned as an untracked array)."""
+    what = f"a {out.dtype} (not floating-point) result" if out.dtype.kind not in "fc" else \
+        "a complex result or operand"
+    return UnsupportedError(f"numpy.{op} with {what}",
+                            detail="adcore.tape's rule for it is for real values only")
 
 
 def _mark_alias(out, args):
@@ -111,7 +126,7 @@ def _binary(op):
 
 
 class Tracked:
-    """A numpy float value recorded on a tape.
+    """A numpy float or complex value recorded on a tape.
 
     ``x.value`` is the plain value.  Arithmetic operators, ``@``, indexing, the
     common array methods and numpy functions/ufuncs (through ``__array_ufunc__``
@@ -123,7 +138,7 @@ class Tracked:
     __hash__ = None
 
     def __init__(self, value, tape):
-        """Track ``value`` (a float array or float) as a new leaf of ``tape``."""
+        """Track ``value`` (a float or complex array or scalar) as a new leaf of ``tape``."""
         self.value = value
         self._tape = tape
         self._id = tape.leaf(value)
@@ -144,6 +159,8 @@ class Tracked:
     size = property(lambda self: np.size(self.value))
     dtype = property(lambda self: self.value.dtype)
     T = property(lambda self: self.transpose())
+    real = property(lambda self: apply("real", (self,)))
+    imag = property(lambda self: apply("imag", (self,)))
 
     def __len__(self):
         return len(self.value)
@@ -159,6 +176,9 @@ class Tracked:
 
     def __float__(self):
         return float(self.value)
+
+    def __complex__(self):
+        return complex(self.value)
 
     def __int__(self):
         return int(self.value)
@@ -187,6 +207,19 @@ class Tracked:
     __truediv__, __rtruediv__, __itruediv__ = _binary("divide")
     __pow__, __rpow__, __ipow__ = _binary("power")
     __matmul__, __rmatmul__, __imatmul__ = _binary("matmul")
+    __mod__, __rmod__, __imod__ = _binary("remainder")
+
+    def __floordiv__(self, other):
+        return np.floor_divide(self.value, primal(other))  # piecewise constant: derivative 0
+
+    def __rfloordiv__(self, other):
+        return np.floor_divide(primal(other), self.value)
+
+    def __divmod__(self, other):
+        return self // other, self % other
+
+    def __rdivmod__(self, other):
+        return other // self, other % self
 
     def __neg__(self):
         return apply("negative", (self,))
@@ -300,9 +333,14 @@ class Tracked:
         dtype = np.dtype(dtype)
         if dtype == self.dtype:
             return self.copy() if copy else self
-        if dtype.kind != "f":
-            return self.value.astype(dtype)
+        if dtype.kind not in "fc":
+            return self.value.astype(dtype)  # integers, booleans: derivative 0
         return apply("astype", (self,), {"dtype": dtype})
+
+    def conj(self):
+        return apply("conj", (self,))
+
+    conjugate = conj
 
     def copy(self):
         return apply("copy", (self,))
@@ -315,6 +353,27 @@ class Tracked:
 
     def take(self, indices, axis=None):
         return np.take(self, indices, axis=axis)
+
+    def prod(self, axis=None, keepdims=False):
+        return np.prod(self, axis=axis, keepdims=keepdims)
+
+    def cumsum(self, axis=None):
+        return np.cumsum(self, axis=axis)
+
+    def cumprod(self, axis=None):
+        return np.cumprod(self, axis=axis)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return np.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1):
+        return np.trace(self, offset, axis1, axis2)
+
+    def repeat(self, repeats, axis=None):
+        return np.repeat(self, repeats, axis=axis)
+
+    def round(self, decimals=0):
+        return np.round(self.value, decimals)  # piecewise constant: derivative 0
 
     def argmax(self, axis=None):
         return np.argmax(self.value, axis=axis)

@@ -1,6 +1,6 @@
 """Tracking of argument trees and assembly of gradient trees.
 
-A tree is a float array or float (a differentiable leaf), a tuple/list/dict of
+A tree is a float or complex array or scalar (a differentiable leaf), a tuple/list/dict of
 trees, a node (an object whose class declares ``__tree_fields__``, see
 ``adcore.tree``), ``Const(value)`` (not differentiated), or anything else
 (ints, integer arrays, strings, functions: not differentiated).
@@ -23,11 +23,13 @@ def track(tree, tape):
     if isinstance(tree, Const):
         return tree.val
     if isinstance(tree, np.ndarray):
-        return Tracked(tree, tape) if tree.dtype.kind == "f" else tree
-    if isinstance(tree, np.floating):
+        return Tracked(tree, tape) if tree.dtype.kind in "fc" else tree
+    if isinstance(tree, (np.floating, np.complexfloating)):
         return Tracked(tree, tape)
     if isinstance(tree, float):
         return Tracked(np.float64(tree), tape)
+    if isinstance(tree, complex):
+        return Tracked(np.complex128(tree), tape)
     if isinstance(tree, (tuple, list)):
         items = [track(v, tape) for v in tree]
         return type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items)
@@ -47,8 +49,8 @@ def track(tree, tape):
 def grad_tree(tracked, adjoints):
     """The gradient of a tree built by ``track``, from the adjoint list of ``Tape.backward``.
 
-    Float arrays get arrays (zeros when the output does not depend on them),
-    floats get floats, tuples/lists give tuples, dicts give dicts, nodes give
+    Float and complex arrays get arrays of their dtype (zeros when the output does not
+    depend on them), floats get floats, complex numbers complex numbers, tuples/lists give tuples, dicts give dicts, nodes give
     ``{field: gradient}`` dicts, and everything else gives ``None``.
     """
     if type(tracked) is Tracked:
@@ -56,7 +58,9 @@ def grad_tree(tracked, adjoints):
         g = None if adjoints is None else adjoints[tracked.id]
         if isinstance(value, np.generic):
             g = 0.0 if g is None else g
-            return float(g) if value.dtype == np.float64 else type(value)(g)
+            if value.dtype == np.float64:
+                return float(g)
+            return complex(g) if value.dtype == np.complex128 else type(value)(g)
         return np.zeros_like(value) if g is None else g
     if isinstance(tracked, (tuple, list)):
         return tuple(grad_tree(v, adjoints) for v in tracked)
