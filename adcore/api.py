@@ -89,14 +89,21 @@ def _share_memory(a, b):
         return True
 
 
-def _same_view(a, b):
-    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] \
-        and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+def _address(x):
+    return x.__array_interface__["data"][0]
+
+
+def _mirrored(a, b):
+    """True when Duplicated ``a`` and ``b`` alias as their shadows do: each shadow laid out
+    like its array, and the shadows as far apart as the arrays (``f(x[1:], x[:-1])`` with
+    ``dx[1:], dx[:-1]``)."""
+    return a.val.strides == a.dval.strides and b.val.strides == b.dval.strides \
+        and _address(a.dval) - _address(b.dval) == _address(a.val) - _address(b.val)
 
 
 def _check_memory(anns):
     """Shadows must be memory of their own: not overlapping themselves, any primal
-    array, or another shadow (unless both pairs are the same views: ``f(x, x)``)."""
+    array, or another shadow (unless the shadows alias as their arrays do: ``f(x, x)``)."""
     arrays = [(k, a.val) for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
     dups = [(k, a) for k, a in enumerate(anns) if isinstance(a, Duplicated)]
     for k, a in dups:
@@ -113,10 +120,9 @@ def _check_memory(anns):
                                     f"shadow must be separate memory (e.g. np.zeros_like(x))")
     for i, (k, a) in enumerate(dups):
         for j, b in dups[i + 1:]:
-            if _share_memory(a.dval, b.dval) and not (_same_view(a.val, b.val)
-                                                       and _same_view(a.dval, b.dval)):
-                raise ActivityError(f"arguments {k} and {j}: their shadows share memory but their "
-                                    f"arrays are not the same array")
+            if _share_memory(a.dval, b.dval) and not _mirrored(a, b):
+                raise ActivityError(f"arguments {k} and {j}: their shadows share memory but not "
+                                    f"as their arrays do")
 
 
 def _split_return_activity(args):
@@ -159,6 +165,7 @@ class CompiledGradient:
 
     def __init__(self, dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None):
         t0 = time.perf_counter()
+        self.distinct = distinct
         kernel = capture(dispatcher, argtypes)
         self.pyname = kernel.pyname
         restype = kernel.restype
@@ -235,7 +242,28 @@ class CompiledGradient:
             [(nargs + n, k, f"the shadow of argument {k}") for n, k in enumerate(self.shadowed)])
         self.compile_seconds = time.perf_counter() - t0
 
+    def check_aliasing(self, anns):
+        """Arrays that share memory the kernel writes must alias in their shadows too: a
+        Duplicated array may not share such memory with a Const one, and two Duplicated
+        arrays that do need shadows that alias the same way (else ActivityError)."""
+        arrays = [k for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
+        for i, j in itertools.combinations(arrays, 2):
+            a, b = anns[i], anns[j]
+            if not (isinstance(a, Duplicated) or isinstance(b, Duplicated)) or \
+                    (i not in self.written and j not in self.written) or not _share_memory(a.val, b.val):
+                continue
+            if not (isinstance(a, Duplicated) and isinstance(b, Duplicated)):
+                const, dup = (j, i) if isinstance(a, Duplicated) else (i, j)
+                raise ActivityError(f"argument {const} shares memory with Duplicated argument {dup} "
+                                    f"and {self.pyname} writes it: pass both as Duplicated with views "
+                                    f"of one shadow, or pass a copy")
+            if not (_share_memory(a.dval, b.dval) and _mirrored(a, b)):
+                raise ActivityError(f"arguments {i} and {j} share memory that {self.pyname} writes: "
+                                    f"their shadows must be views of one shadow laid out as the arrays are")
+
     def __call__(self, anns, dret=None):
+        if not self.distinct:
+            self.check_aliasing(anns)
         primals = [a.val for a in anns]
         shadows, copies = [], []
         for k in self.shadowed:
