@@ -1,31 +1,30 @@
 """Generated Python functions that check a call matches a compiled program and gather
 its arrays.
 
-Staging walks the arguments once; ``GuardWriter`` turns that walk into straight-line
-Python: type, shape and dtype checks on every leaf, identity checks on the static parts
-of models (activation functions, ``only``, ...), and equality checks on ints and other
-plain values.  The generated ``gather(fn, *args)`` (``fn`` the loss) returns ``None``
-when anything differs
-(then the caller stages again) or the tuple of values the driver needs.
+Staging walks the arguments and what the loss reads (``reads.Reads``) once;
+``GuardWriter`` turns that walk into straight-line Python: type, shape and dtype checks
+on every leaf, identity checks on library objects (activation functions, ``only``, ...),
+and equality checks on ints and other plain values.  The generated ``gather(fn, *args)``
+(``fn`` the loss) returns ``None`` when anything differs (then the caller stages again)
+or the tuple of values the driver needs.
 """
 import numpy as np
 
 from adcore.annotations import Const, Duplicated
 from adcore.tree import child, is_node
 
+from .reads import _contiguous, library
+
 _PLAIN = (int, float, complex, str, bytes, bool, type(None), np.number, np.bool_)
 
 
-def _contiguous(x):
-    return x if x.flags.c_contiguous and x.flags.writeable else np.array(x, order="C")
-
-
 class GuardWriter:
-    """Accumulates checks and gathered expressions for ``gather(fn, a0, a1, ...)``."""
+    """Accumulates checks and gathered expressions for ``gather(fn, a0, a1, ...)``;
+    consecutive checks become one ``if``."""
 
     def __init__(self, nargs):
         self.nargs = nargs
-        self.lines = []
+        self.lines, self.pending = [], []
         self.env = {"ndarray": np.ndarray, "Duplicated": Duplicated, "Const": Const,
                     "_contiguous": _contiguous}
         self.n = 0
@@ -40,12 +39,18 @@ class GuardWriter:
         return name
 
     def let(self, expr):
+        self.flush()
         v = self.name()
         self.lines.append(f"    {v} = {expr}")
         return v
 
     def check(self, cond):
-        self.lines.append(f"    if not ({cond}): return None")
+        self.pending.append(f"({cond})")
+
+    def flush(self):
+        if self.pending:
+            self.lines.append(f"    if not ({' and '.join(self.pending)}): return None")
+            self.pending = []
 
     def same(self, var, value):
         """Check ``var`` equals the static ``value`` (identity for objects)."""
@@ -63,23 +68,13 @@ class GuardWriter:
         self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
                    f"{var}.dtype is {self.const(value.dtype)}")
 
-    def closure(self, f):
-        """Check the loss ``fn`` captured the same objects (a new closure of the same code
-        over the same values reuses the program; rebinding a captured variable compiles
-        again)."""
-        for k, cell in enumerate(getattr(f, "__closure__", None) or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
-            self.check(f"fn.__closure__[{k}].cell_contents is {self.const(value)}")
-
     def source(self, ret):
+        self.flush()
         args = ", ".join(["fn"] + [f"a{k}" for k in range(self.nargs)])
         body = "\n".join(self.lines)
         return (f"def gather({args}):\n    try:\n" +
                 "\n".join("    " + line for line in body.splitlines()) +
-                f"\n    except (AttributeError, KeyError, IndexError, TypeError):\n"
+                f"\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
                 f"        return None\n    return {ret}\n")
 
     def compile(self, ret):
@@ -88,13 +83,17 @@ class GuardWriter:
         return scope["gather"]
 
 
-def emit_tree(w, var, value, dvar, dvalue, sink, path=()):
+def emit_tree(w, reads, var, value, dvar, dvalue, sink, path=()):
     """Write the checks for ``var`` holding a tree like ``value`` (and ``dvar`` its shadow
     like ``dvalue``, or ``None``).  Each float or integer array and float leaf goes to
-    ``sink(path, var, dvar, value)``.  Returns the expression of the gradient mirror
-    (dicts for nodes, tuples, the shadow arrays at float array leaves, else ``None``)."""
+    ``sink(path, var, dvar, value)``; everything else (static attributes of nodes, other
+    objects) is walked by ``reads`` (a ``layers.staging.reads.Reads``).  Returns the
+    expression of the gradient mirror (dicts for nodes, tuples, the shadow arrays at
+    float array leaves, else ``None``)."""
+    where = ".".join(map(str, path)) or "argument"
     if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
         w.array(var, value)
+        reads.argument(var, value)
         if dvar is not None and value.dtype.kind == "f":
             w.array(dvar, value)
             sink(path, var, dvar, value)
@@ -110,22 +109,26 @@ def emit_tree(w, var, value, dvar, dvalue, sink, path=()):
         get = (lambda v: f"{v}.{key}") if attr else (lambda v: f"{v}[{key!r}]")
         dget = (lambda v: f"{v}.{key}") if is_node(dvalue) else (lambda v: f"{v}[{key!r}]")
         dv = w.let(dget(dvar)) if dvar is not None else None
-        return emit_tree(w, w.let(get(var)), child(value, key), dv,
+        return emit_tree(w, reads, w.let(get(var)), child(value, key), dv,
                          child(dvalue, key) if dvar is not None else None, sink, path + (key,))
 
     if is_node(value):
         fields = type(value).__tree_fields__
         w.check(f"type({var}) is {w.const(type(value))}")
-        for k, v in getattr(value, "__dict__", {}).items():
+        d = getattr(value, "__dict__", {})
+        if not library(type(value)):
+            reads.cls(type(value))
+            w.check(f"tuple({var}.__dict__) == {w.const(tuple(d))}")
+        for k in d:
             if k not in fields:
-                w.same(w.let(f"{var}.{k}"), v)
+                reads.item(d, k, f"{var}.__dict__[{k!r}]", f"{where}.{k}")
         items = [f"{k!r}: {sub(k, True)}" for k in fields]
         return "{" + ", ".join(items) + "}"
-    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+    if isinstance(value, (tuple, list)):
         w.check(f"type({var}) is {w.const(type(value))} and len({var}) == {len(value)}")
         return "(" + "".join(f"{sub(i, False)}, " for i in range(len(value))) + ")"
     if isinstance(value, dict):
         w.check(f"type({var}) is dict and tuple({var}) == {w.const(tuple(value))}")
         return "{" + ", ".join(f"{k!r}: {sub(k, False)}" for k in value) + "}"
-    w.same(var, value)
+    reads.value(value, var, where)
     return "None"

@@ -22,6 +22,7 @@ from adcore.tree import is_node
 
 from .guard import GuardWriter, emit_tree
 from .lower import Lowering
+from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
@@ -62,33 +63,30 @@ def _zero(a):
 class Staged:
     """The compiled gradient of ``f`` for arguments like ``args`` (see the module doc)."""
 
-    def __init__(self, f, args):
+    def __init__(self, f, args, float_inputs=True):
         self.lock = threading.Lock()
         w = GuardWriter(len(args))
-        w.closure(f)
         t = tape.Tape()
-        tracked, leaves, indices, grads, exprs = [], {}, {}, [], {}
+        reads = Reads(w, t, float_inputs)
+        walked, grads = [], []
         for j, a in enumerate(args):
             v, val, dv, dval = self._arg(w, j, a)
             found = []
-            mirror = emit_tree(w, v, val, dv, dval, lambda *leaf: found.append(leaf))
+            mirror = emit_tree(w, reads, v, val, dv, dval, lambda *leaf: found.append(leaf))
             grads.append(mirror if dv is not None else "None")
-            tr = tape.track(val, t)
-            tracked.append(tr)
-            floats = iter(_tracked_leaves(tr))
-            for path, var, dvar, value in found:
-                if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
-                    name = f"I{len(exprs)}"
-                    indices[id(value)] = name
-                    exprs[name] = (f"_contiguous({var})", None, value, j, path)
-                    continue
-                name = f"{'P' if dvar is not None else 'X'}{len(exprs)}"
-                leaves[next(floats).id] = ("param" if dvar is not None else "input", name,
-                                           self._leaf_value(value, dvar, path, j))
-                exprs[name] = (var if dvar is not None or not isinstance(value, np.ndarray)
-                               else f"_contiguous({var})", dvar, value, j, path)
-        with tracing():
-            out = f(*tracked)
+            walked.append((val, found))
+        reads.value(f, "fn", "the loss")
+        leaves, indices, exprs = {}, {}, {}
+        for gather, sample, tr in reads.inputs:
+            name = f"X{len(exprs)}"
+            leaves[tr.id] = ("input", name, tr.value)
+            exprs[name] = (gather, None, sample, None, ())
+        with reads.substituted():
+            tracked = [tape.track(val, t) for val, _ in walked]
+            for j, ((val, found), tr) in enumerate(zip(walked, tracked)):
+                self._arg_leaves(j, found, tr, leaves, indices, exprs)
+            with tracing():
+                out = f(*tracked)
         self._check_output(out)
         loss = loss_part(out)
         if type(loss) is Tracked:
@@ -117,6 +115,21 @@ class Staged:
             return w.let(f"{var}.val"), a.val, None, None
         w.check(f"not isinstance({var}, (Const, Duplicated))")
         return var, a, None, None
+
+    def _arg_leaves(self, j, found, tr, leaves, indices, exprs):
+        """Name the leaves of argument ``j`` (``found`` by ``emit_tree``, tracked as ``tr``)."""
+        floats = iter(_tracked_leaves(tr))
+        for path, var, dvar, value in found:
+            if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+                name = f"I{len(exprs)}"
+                indices[id(value)] = name
+                exprs[name] = (f"_contiguous({var})", None, value, j, path)
+                continue
+            name = f"{'P' if dvar is not None else 'X'}{len(exprs)}"
+            leaves[next(floats).id] = ("param" if dvar is not None else "input", name,
+                                       self._leaf_value(value, dvar, path, j))
+            exprs[name] = (var if dvar is not None or not isinstance(value, np.ndarray)
+                           else f"_contiguous({var})", dvar, value, j, path)
 
     @staticmethod
     def _leaf_value(value, dvar, path, j):
@@ -267,14 +280,25 @@ def lookup(f, args):
             got = e.gather(f, *args)
             if got is not None:
                 return e, got
-        e = Staged(f, args)
+        e = _new(f, args)
         entries.insert(0, e)
         del entries[_MAX_PER_FUNCTION:]
     got = e.gather(f, *args)
     if got is None:
-        raise ADError("internal error: a freshly compiled program does not accept the "
-                      "arguments it was compiled for; please report this")
+        raise ADError("a freshly compiled program does not accept the arguments it was "
+                      "compiled for: the loss changed something it reads (a global, a "
+                      "captured variable, an attribute) while it ran, which the compiled "
+                      "path cannot replay; if it does not, please report this")
     return e, got
+
+
+def _new(f, args):
+    """Stage ``f`` with float scalars it reads as inputs; when that fails (the loss uses
+    one in Python code, e.g. ``range(int(n))``), with them compared by value instead."""
+    try:
+        return Staged(f, args)
+    except ADError:
+        return Staged(f, args, float_inputs=False)
 
 
 def stage(f, args, zero):
