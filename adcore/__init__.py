@@ -1,17 +1,35 @@
-"""adcore: reverse-mode automatic differentiation of Numba kernels at the LLVM IR level."""
+"""adcore: reverse-mode automatic differentiation of Numba kernels at the LLVM IR level.
+
+The annotations, errors and ``make_zero`` load at once; the differentiator (Numba and
+llvmlite) loads on first use of one of its entry points, so ``import adcore.tape`` (the
+operator-overloading engine) needs neither.
+"""
+import importlib
+
 from .errors import ADError, UnsupportedError, ActivityError, LinkError
 from .annotations import Active, Const, Duplicated, Reverse, ReverseWithPrimal
 from .tree import make_zero
 
-__all__ = [
-    "ADError", "UnsupportedError", "ActivityError", "LinkError",
-    "Active", "Const", "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero",
-]
-from .api import autodiff, gradient, primal_ir, adjoint_ir, last_cached_bytes, compile_gradient
-from .custom_rules import register_rule, rule, carray
-from . import blas_rules  # noqa: F401  (registers the rules for Numba's BLAS calls)
+# entry point -> the module defining it, imported on first access
+_LAZY = {
+    "autodiff": "api", "gradient": "api", "primal_ir": "api", "adjoint_ir": "api",
+    "last_cached_bytes": "api", "compile_gradient": "api",
+    "register_rule": "custom_rules", "rule": "custom_rules", "carray": "custom_rules",
+    "from_llvm": "foreign",
+}
 
-__all__ += ["autodiff", "gradient", "primal_ir", "adjoint_ir", "last_cached_bytes", "compile_gradient",
-            "register_rule", "rule", "carray"]
-from .foreign import from_llvm
-__all__ += ["from_llvm"]
+__all__ = ["ADError", "UnsupportedError", "ActivityError", "LinkError", "Active", "Const",
+           "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero", *_LAZY]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'adcore' has no attribute {name!r}")
+    importlib.import_module(".blas_rules", __name__)    # registers the rules of Numba's BLAS calls
+    value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -23,12 +23,11 @@ from .activity import Activity, is_memory_intrinsic
 from .cfg import ControlFlow, InductionVariable, step_of
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
-from .ir import Arg, Instr, Operand, is_float_type, label, local, rename
+from .ir import Arg, Instr, Operand, is_float_type, label, local, rename, strip_metadata
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
-from . import custom_rules, tape_stack
+from . import custom_rules, runtime
 from .rule_calls import reverse_rule_call
 from .shadows import shadow_pointers
-from .text import strip_metadata
 
 PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
             "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
@@ -179,11 +178,11 @@ class AdjointGenerator:
 
     def push(self, type_, ref, stack="%ad.stack"):
         self.stack_types.add(type_)
-        self.e.line(f"call void @ad.push.{tape_stack.type_tag(type_)}(ptr {stack}, {type_} {ref})")
+        self.e.line(f"call void @ad.push.{runtime.type_tag(type_)}(ptr {stack}, {type_} {ref})")
 
     def pop(self, type_):
         self.stack_types.add(type_)
-        return self.e(f"call {type_} @ad.pop.{tape_stack.type_tag(type_)}(ptr %ad.stack)", "pop")
+        return self.e(f"call {type_} @ad.pop.{runtime.type_tag(type_)}(ptr %ad.stack)", "pop")
 
     # -- reverse-pass values ---------------------------------------------------------
     def recomputable(self, instr):
@@ -227,7 +226,7 @@ class AdjointGenerator:
             return 0
         if self.recomputable(value):
             return sum(self.saved_bytes(o.defn, seen) for o in value.operands)
-        return tape_stack.size_of(value.type) if value.type in tape_stack.SIZES or \
+        return runtime.size_of(value.type) if value.type in runtime.SIZES or \
             value.type.startswith("<") else 8
 
     def runs_backwards(self, phi):
@@ -241,9 +240,9 @@ class AdjointGenerator:
     def cheaper_to_keep(self, value):
         """A recomputable value inside a loop is saved itself when recomputing it would save
         more bytes per iteration (a 1-byte comparison instead of an 8-byte running maximum)."""
-        if value.block not in self.cfg.cyclic or value.type not in tape_stack.SIZES:
+        if value.block not in self.cfg.cyclic or value.type not in runtime.SIZES:
             return False
-        return tape_stack.size_of(value.type) < self.saved_bytes(value)
+        return runtime.size_of(value.type) < self.saved_bytes(value)
 
     def shadow(self, op):
         """The shadow address of pointer ``op`` (which points into shadowed memory)."""
@@ -381,12 +380,12 @@ class AdjointGenerator:
         params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params + seed)
         entry = ["ad.entry:"]
         for stack in ("%ad.stack", "%ad.dtors", "%ad.rawfrees"):
-            entry += [f"  {stack} = alloca {tape_stack.STACK_TYPE}",
-                      f"  store {tape_stack.STACK_TYPE} zeroinitializer, ptr {stack}"]
+            entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
+                      f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         body = "\n".join(entry + forward + exits + reverse)
         text = f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
-        return text + tape_stack.helpers(self.stack_types | {"ptr"}, self.memory_types)
+        return text + runtime.helpers(self.stack_types | {"ptr"}, self.memory_types)
 
     def forward_block(self, block, plan):
         e = self.e
@@ -526,7 +525,7 @@ class AdjointGenerator:
         e.label("ad.rseed.add")
         self.memory_types.add(t)
         shadow = e(f"load ptr, ptr {self.returned_shadow[32]}")
-        bytes_ = e(f"mul i64 {returned}, {tape_stack.SIZES[t]}")
+        bytes_ = e(f"mul i64 {returned}, {runtime.SIZES[t]}")
         e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.4, i64 {bytes_})")
 
     def release(self):
@@ -541,7 +540,7 @@ class AdjointGenerator:
         status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
         which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
         base = e("load ptr, ptr %ad.stack")
-        top = e(f"load ptr, ptr {e(f'getelementptr inbounds {tape_stack.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
+        top = e(f"load ptr, ptr {e(f'getelementptr inbounds {runtime.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
         used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
         field = e(f"getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {spec.bytes_field}")
         e.line(f"store i64 {used}, ptr {field}")
@@ -579,7 +578,7 @@ def gradient_module(module, gen):
     """IR text of ``module`` (the cleaned primal) plus the gradient function built by ``gen``."""
     text = gen.build()
     existing = {f.name for f in module.functions}
-    decls = dict(tape_stack.DECLARATIONS)
+    decls = dict(runtime.DECLARATIONS)
     decls.update(gen.e.declarations)
     extra = [d for name, d in decls.items() if name not in existing]
     return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n"

@@ -63,7 +63,6 @@ class Loop:
     def __init__(self, header):
         self.header = header
         self.blocks = {header}
-        self.parent = None
         self.latches = []
 
     def __repr__(self):
@@ -88,14 +87,6 @@ class ControlFlow:
             b.preds = [p for p in b.preds if p in reachable]
         self.idom = dominators(func, self.rpo)
         self.loops = self._natural_loops()
-        self.loop_of = {}
-        for loop in sorted(self.loops, key=lambda l: -len(l.blocks)):
-            for b in loop.blocks:
-                self.loop_of[b] = loop          # smallest (innermost) loop wins
-        for loop in self.loops:
-            outer = [l for l in self.loops if l is not loop and loop.header in l.blocks
-                     and len(l.blocks) > len(loop.blocks)]
-            loop.parent = min(outer, key=lambda l: len(l.blocks)) if outer else None
         self.cyclic = self._cyclic_blocks()
         self.ivs = {}
         for loop in self.loops:

@@ -11,6 +11,7 @@ import re
 _IDENT = re.compile(r"^[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
 _LOCAL = re.compile(r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
 _METADATA = re.compile(r",\s*!dbg\s+![0-9]+")
+_ATTACHED_METADATA = re.compile(r",\s*![-a-zA-Z_.0-9]+\s+!(?:[0-9]+|\{[^}]*\})")
 _DBG = re.compile(r"!dbg\s+!([0-9]+)")
 FLOAT_TYPES = ("double", "float")
 _VECTOR = re.compile(r"^<\s*([0-9]+)\s*x\s*(double|float)\s*>$")
@@ -25,6 +26,12 @@ def vector_shape(type_):
     """``(lanes, element type)`` of a float vector type, or None for a scalar."""
     m = _VECTOR.match(type_)
     return (int(m.group(1)), m.group(2)) if m else None
+
+
+def strip_metadata(text):
+    """``text`` without its metadata attachments (``, !noalias !3``): a copy placed
+    elsewhere must not claim the aliasing facts of the original."""
+    return _ATTACHED_METADATA.sub("", text)
 
 
 def local(name):
@@ -78,11 +85,6 @@ class Instr:
     @property
     def is_float(self):
         return is_float_type(self.type)
-
-    @property
-    def predicate(self):
-        m = re.match(r"\s*%\S+\s*=\s*[fi]cmp\s+(?:[a-z]+\s+)*?([a-z]+)\s", self.text)
-        return m.group(1) if m else None
 
     def __repr__(self):
         return self.text

@@ -9,8 +9,7 @@ slot, and loads from the slot read that.  The reverse pass materialises these sh
 pointers like any other value: recomputed when pure, else saved.
 """
 from .activity import ALLOCATORS, NOWHERE, RAW_ALLOCATORS, UNKNOWN, MemInfo, return_slot, stack_slot
-from .ir import Instr, Operand, rename
-from .text import strip_metadata
+from .ir import Instr, Operand, rename, strip_metadata
 
 
 def shadow_pointers(gen):
