@@ -25,7 +25,7 @@ from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
 from .ir import Arg, Instr, Operand, is_float_type, label, local, rename, strip_metadata
 from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
-from . import custom_rules, runtime
+from . import custom_rules, numba_abi as abi, runtime
 from .rule_calls import reverse_rule_call
 from .shadows import shadow_pointers
 
@@ -502,18 +502,22 @@ class AdjointGenerator:
         returned array must have the seed's shape and (C-contiguous) strides: else the bytes
         field is set to -1 and the reverse pass is skipped."""
         e = self.e
-        if 32 not in self.returned_shadow:
+        data = abi.field_offset(abi.DATA)
+        if data not in self.returned_shadow:
             raise UnsupportedError("the returned array", self.spec.pyname,
                                    "only a newly allocated float array can be returned")
         t = self.spec.seed[1]
-        ndim = (len(self.spec.seed[0]) - 5) // 2
-        returned = e(f"load i64, ptr {e('getelementptr i8, ptr %retptr, i64 16')}")
-        same = e(f"icmp eq i64 {returned}, %ad.seed.2")
+        ndim = (len(self.spec.seed[0]) - abi.SHAPE) // 2
+
+        def returned(position):        # a field of the returned array struct
+            return e(f"load i64, ptr {e(f'getelementptr i8, ptr %retptr, i64 {abi.field_offset(position)}')}")
+
+        nitems = returned(abi.NITEMS)
+        same = e(f"icmp eq i64 {nitems}, %ad.seed.{abi.NITEMS}")
         for d in range(ndim):
-            n = e(f"load i64, ptr {e(f'getelementptr i8, ptr %retptr, i64 {40 + 8 * d}')}")
-            stride = e(f"load i64, ptr {e(f'getelementptr i8, ptr %retptr, i64 {40 + 8 * (ndim + d)}')}")
-            same_n = e(f"icmp eq i64 {n}, %ad.seed.{5 + d}")
-            same_stride = e(f"icmp eq i64 {stride}, %ad.seed.{5 + ndim + d}")
+            n, stride = returned(abi.shape_field(d)), returned(abi.stride_field(ndim, d))
+            same_n = e(f"icmp eq i64 {n}, %ad.seed.{abi.shape_field(d)}")
+            same_stride = e(f"icmp eq i64 {stride}, %ad.seed.{abi.stride_field(ndim, d)}")
             same_stride = e(f"or i1 {same_stride}, {e(f'icmp ule i64 {n}, 1')}")
             same = e(f"and i1 {same}, {e(f'and i1 {same_n}, {same_stride}')}")
         e.line(f"br i1 {same}, label %ad.rseed.add, label %ad.rseed.bad")
@@ -524,9 +528,9 @@ class AdjointGenerator:
         e.line("ret i32 0")
         e.label("ad.rseed.add")
         self.memory_types.add(t)
-        shadow = e(f"load ptr, ptr {self.returned_shadow[32]}")
-        bytes_ = e(f"mul i64 {returned}, {runtime.SIZES[t]}")
-        e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.4, i64 {bytes_})")
+        shadow = e(f"load ptr, ptr {self.returned_shadow[data]}")
+        bytes_ = e(f"mul i64 {nitems}, {runtime.SIZES[t]}")
+        e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.{abi.DATA}, i64 {bytes_})")
 
     def release(self):
         """Run the deferred destructors and frees of the forward pass."""

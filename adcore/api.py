@@ -8,7 +8,7 @@ import numba
 import numpy as np
 from numba.core import types as nbtypes
 
-from . import custom_rules, native
+from . import custom_rules, native, numba_abi
 from .activity import UNKNOWN
 from .adjoint import AdjointGenerator, Spec, gradient_module
 from .annotations import Active, Annotation, Const, Duplicated, Mode
@@ -137,7 +137,7 @@ def _check_mode(mode):
 
 
 def _dispatcher(f):
-    if isinstance(f, numba.core.registry.CPUDispatcher) or hasattr(f, "_adcore_capture"):
+    if numba_abi.is_dispatcher(f) or hasattr(f, "_adcore_capture"):
         return f
     with _lock:
         if f not in _dispatchers:
@@ -194,9 +194,9 @@ class CompiledGradient:
         self.ret_active = is_float_ret and ret_activity is not Const
         self.has_primal = restype is not nbtypes.none
         fields = ([restype] if self.has_primal else [])
-        counts = [len(ctx.get_arg_packer([t]).argument_types) for t in argtypes]
+        counts = [len(numba_abi.flat_types(ctx, t)) for t in argtypes]
         starts = [2 + sum(counts[:k]) for k in range(len(argtypes))]
-        data_pos = ctx.data_model_manager[nbtypes.float64[:]]._fields.index("data")
+        data_pos = numba_abi.DATA
         active, active_fields, shadows, data_args = [], [], [], []
 
         def scratch_shadow(k):
@@ -317,9 +317,7 @@ def _written_arguments(act, data_pointers):
 
 def _seed_params(ctx, seed_type):
     """LLVM parameter types of the flattened seed array, and the float type it holds."""
-    types_ = ["ptr" if str(t).endswith("*") else str(t)
-              for t in ctx.get_arg_packer([seed_type]).argument_types]
-    return types_, str(ctx.get_value_type(seed_type.dtype))
+    return numba_abi.flat_types(ctx, seed_type), str(ctx.get_value_type(seed_type.dtype))
 
 
 def _like_strides(x, d):
@@ -357,11 +355,10 @@ def _compiled(f, anns, ret_activity, dret=None):
 def _located(err, dispatcher, args):
     """``err``, or the same error with its source line found by compiling the kernel
     again with debug info (done only on failure, to keep compiles fast)."""
-    if err.location is not None or not isinstance(dispatcher, numba.core.registry.CPUDispatcher) \
-            or dispatcher.targetoptions.get("debug"):
+    if err.location is not None or not numba_abi.is_dispatcher(dispatcher) \
+            or numba_abi.is_debug(dispatcher):
         return err
-    options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
-    twin = numba.njit(**{**options, "debug": True})(dispatcher.py_func)
+    twin = numba_abi.recompiled(dispatcher, debug=True)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -12,16 +12,16 @@ import ctypes
 
 import numba
 import numpy as np
-from numba import _helperlib
 
 from .custom_rules import carray, register_rule
+from .numba_abi import blas_helper
 
 DOUBLE = 100                       # 'd'
 N, T = 110, 116                    # 'n', 't'
 
 _i8, _i64 = ctypes.c_int8, ctypes.c_int64
 _gemm = ctypes.CFUNCTYPE(ctypes.c_int, _i8, _i8, _i8, _i64, _i64, _i64, _i64, _i64, _i64, _i64,
-                         _i64, _i64, _i64, _i64)(_helperlib.c_helpers["xxgemm"])
+                         _i64, _i64, _i64, _i64)(blas_helper("xxgemm"))
 
 
 @numba.njit

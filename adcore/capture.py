@@ -1,40 +1,21 @@
 """Capture the LLVM IR of a Numba kernel before Numba's module-level optimisation.
 
 Numba optimises a library's whole module (inlining, unrolling, vectorisation) when the
-library is finalised.  adcore wraps ``CPUCodeLibrary.finalize`` so that every library
-finalised after ``import adcore`` keeps a clone of its own module as it was *before*
-that step (already through Numba's per-function passes: SSA, no allocas) and the list
-of libraries it links.  Linking those clones gives the kernel and all its callees as
-scalar code, the input the differentiator wants.
+library is finalised.  Once adcore's differentiator is loaded, every library finalised
+keeps a clone of its own module as it was *before* that step (already through Numba's
+per-function passes: SSA, no allocas) and the list of libraries it links
+(:func:`adcore.numba_abi.keep_unoptimised_modules`).  Linking those clones gives the kernel
+and all its callees as scalar code, the input the differentiator wants.
 """
 import threading
 
 import numba
-from numba.core import codegen as _codegen
-from numba.core.registry import CPUDispatcher
-from numba.core.runtime import rtsys
 
+from . import numba_abi
 from .errors import ADError
 
 _lock = threading.Lock()
-
-
-def _install_hook():
-    cls = _codegen.CPUCodeLibrary
-    if getattr(cls.finalize, "_adcore_hook", False):
-        return
-    original = cls.finalize
-
-    def finalize(self):
-        self._adcore_own = self._final_module.clone()
-        self._adcore_links = list(self._linking_libraries)
-        return original(self)
-
-    finalize._adcore_hook = True
-    cls.finalize = finalize
-
-
-_install_hook()
+numba_abi.keep_unoptimised_modules()
 
 
 class Kernel:
@@ -53,34 +34,28 @@ class Kernel:
 def as_dispatcher(f):
     """``f`` itself when it is an njit dispatcher or provides its own kernels
     (``_adcore_capture``), else ``numba.njit(f)``."""
-    if isinstance(f, CPUDispatcher) or hasattr(f, "_adcore_capture"):
+    if numba_abi.is_dispatcher(f) or hasattr(f, "_adcore_capture"):
         return f
     if callable(f):
         return numba.njit(f)
     raise ADError(f"expected a numba.njit function or a Python function, got {f!r}")
 
 
-def _overload(dispatcher, argtypes):
-    dispatcher.compile(tuple(argtypes))
-    return dispatcher.overloads[tuple(argtypes)]
-
-
 def _unoptimised_module(library):
     """Link the pre-optimisation clones of ``library``, everything it links, and Numba's
     runtime library (whose IR-defined helpers, such as ``NRT_MemInfo_data_fast``, have
     no native symbol of their own)."""
-    seen, order, stack = set(), [], [rtsys.library, library]     # the kernel first
+    seen, order, stack = set(), [], [numba_abi.runtime_library(), library]   # the kernel first
     while stack:
         lib = stack.pop()
         if id(lib) in seen:
             continue
         seen.add(id(lib))
         order.append(lib)
-        stack.extend(getattr(lib, "_adcore_links", []))
+        stack.extend(numba_abi.linked_libraries(lib))
     module = None
     for lib in order:
-        own = getattr(lib, "_adcore_own", None)
-        part = own.clone() if own is not None else lib._get_module_for_linking().clone()
+        part = numba_abi.unoptimised_module(lib)
         for fn in part.functions:
             if not fn.is_declaration:
                 fn.linkage = "weak_odr"          # always linked, duplicates merge
@@ -97,12 +72,11 @@ def capture(f, argtypes):
     if hasattr(dispatcher, "_adcore_capture"):
         return dispatcher._adcore_capture(argtypes)
     with _lock:
-        cres = _overload(dispatcher, argtypes)
-        if getattr(cres.library, "_adcore_own", None) is None:
-            # compiled before adcore was imported: compile a fresh copy so the hook sees it
-            options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
-            dispatcher = numba.njit(**options)(dispatcher.py_func)
-            cres = _overload(dispatcher, argtypes)
+        cres = numba_abi.overload(dispatcher, argtypes)
+        if not numba_abi.has_unoptimised_module(cres.library):
+            # compiled before adcore was loaded: compile a fresh copy so the hook sees it
+            dispatcher = numba_abi.recompiled(dispatcher)
+            cres = numba_abi.overload(dispatcher, argtypes)
         module = _unoptimised_module(cres.library)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,

@@ -7,12 +7,8 @@ loop-simplify and LCSSA form (the differentiator relies on both).  Unnamed value
 are given names so that the IR text can be copied and rewritten.
 """
 import llvmlite.binding as llvm
-from numba.core.registry import cpu_target
 
-
-def target_machine():
-    """Numba's own target machine (host CPU and features)."""
-    return cpu_target.target_context.codegen()._tm
+from .numba_abi import target_machine
 
 
 def _pass_manager(*passes):

@@ -22,11 +22,12 @@ reverse pass; adcore refuses a kernel that overwrites them after the call.
 import itertools
 
 import llvmlite.binding as llvm
-from numba.core import cgutils, types
+from numba.core import types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic
 
 from .errors import ADError
+from .numba_abi import array_view
 
 _RULES = []                    # (target, reverse)
 _bound = {}                    # (reverse, argtypes) -> symbol
@@ -119,12 +120,6 @@ def carray(typingctx, address, length, dtype):
 
     def codegen(context, builder, sig, args):
         addr, n, _ = args
-        ptr = builder.inttoptr(addr, context.get_value_type(elem).as_pointer())
-        ary = context.make_array(arrty)(context, builder)
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_value_type(elem)))
-        context.populate_array(ary, data=ptr, shape=cgutils.pack_array(builder, [n]),
-                               strides=cgutils.pack_array(builder, [itemsize]),
-                               itemsize=itemsize, meminfo=None)
-        return ary._getvalue()
+        return array_view(context, builder, arrty, addr, n)
 
     return arrty(address, length, dtype), codegen

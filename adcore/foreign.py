@@ -15,12 +15,13 @@ import threading
 import llvmlite.binding as llvm
 import numba
 from numba.core import types as nbtypes
-from numba.core.registry import cpu_target
 from numba.np.numpy_support import as_dtype
 
 from . import native
 from .capture import Kernel
-from .cleanup import clean, target_machine
+from . import numba_abi
+from .cleanup import clean
+from .numba_abi import flat_types, target_machine
 from .errors import ADError
 
 _counter = itertools.count()
@@ -191,11 +192,6 @@ def _lookup(module, name):
 
 
 # -- argument types -> wrapper ---------------------------------------------------------------
-def _flat_types(context, t):
-    return ["ptr" if str(x).endswith("*") else str(x)
-            for x in context.get_arg_packer([t]).argument_types]
-
-
 def _convert(value, src, param, signed):
     """Instructions turning ``value`` of LLVM type ``src`` into ``param``'s type."""
     dst = param.type
@@ -234,7 +230,7 @@ class ForeignFunction:
         for p, a in zip(self.params, cleaned.arguments):
             if p.kind == "ptr":
                 p.element = _element_type(cleaned, a)
-        self._context = cpu_target.target_context
+        self._context = numba_abi.target_context()
         self._stubs = {}
         self._lock = threading.Lock()
 
@@ -281,11 +277,11 @@ class ForeignFunction:
         """IR text of the Numba-ABI wrapper ``symbol`` calling the foreign function."""
         params, body, args = ["ptr %retptr", "ptr %excinfo"], [], []
         for p, t in zip(self.params, argtypes):
-            flat = _flat_types(self._context, t)
+            flat = flat_types(self._context, t)
             names = [f"%a{p.index}.{j}" for j in range(len(flat))]
             params += [f"{ty} {n}" for ty, n in zip(flat, names)]
             if p.kind == "ptr":
-                data = self._context.data_model_manager[t]._fields.index("data")
+                data = numba_abi.data_position(self._context, t)
                 args.append(f"ptr {names[data]}")
                 continue
             signed = isinstance(t, nbtypes.Integer) and t.signed

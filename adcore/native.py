@@ -10,11 +10,10 @@ import threading
 import llvmlite.binding as llvm
 import numba
 from numba.core import cgutils
-from numba.core.registry import cpu_target
-from numba.core.runtime import rtsys
 from numba.extending import intrinsic
 
-from .cleanup import target_machine
+from . import numba_abi
+from .numba_abi import target_machine
 from .errors import ActivityError, LinkError
 
 _lock = threading.Lock()
@@ -67,7 +66,7 @@ def _start_engine():
     and the compiler builtins missing from the process."""
     global _engine
     if _engine is None:
-        rtsys.initialize(cpu_target.target_context)
+        numba_abi.start_runtime()
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
         missing = {n: t for n, t in _BUILTINS.items() if not llvm.address_of_symbol(n)}
         if missing:

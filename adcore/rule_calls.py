@@ -3,7 +3,7 @@ function registered with :func:`adcore.register_rule`) with the call's arguments
 were, and the shadows of its pointer or array arguments."""
 from numba.core import types as nbtypes
 
-from . import custom_rules
+from . import custom_rules, numba_abi
 from .activity import UNKNOWN
 from .emit import float_const
 
@@ -93,19 +93,19 @@ def _njit(gen, instr, rule):
     ops = instr.operands
     pos, groups = 2, []
     for t in rule.argtypes:
-        n = len(ctx.get_arg_packer([t]).argument_types)
+        n = len(numba_abi.flat_types(ctx, t))
         groups.append((t, ops[pos:pos + n]))
         pos += n
     args = [f"{o.type} {gen.materialise(o)}" for _, g in groups for o in g]
     types_ = list(rule.argtypes)
     for t, g in groups:
         if isinstance(t, nbtypes.Array):
-            data = ctx.data_model_manager[t]._fields.index("data")
+            data = numba_abi.data_position(ctx, t)
             shadowed = act.is_shadowed(g[data])
             for j, o in enumerate(g):
                 if j == data:
                     args.append(f"ptr {gen.shadow(o) if shadowed else 'null'}")
-                elif not shadowed and j in (2, 5):        # nitems, shape[0]: empty shadow
+                elif not shadowed and j in (numba_abi.NITEMS, numba_abi.shape_field(0)):   # empty shadow
                     args.append(f"{o.type} 0")
                 else:
                     args.append(f"{o.type} {gen.materialise(o)}")

@@ -8,6 +8,8 @@ by a cold out-of-line helper; push and pop are always-inlined.
 """
 import re
 
+from .numba_abi import MEMINFO_DATA, MEMINFO_TYPE
+
 SIZES = {"double": 8, "float": 4, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1, "ptr": 8}
 
 
@@ -16,7 +18,6 @@ def size_of(type_):
     m = re.match(r"^<\s*([0-9]+)\s*x\s*(\w+)\s*>$", type_)
     return int(m.group(1)) * SIZES[m.group(2)] if m else SIZES[type_]
 STACK_TYPE = "{ ptr, ptr, ptr }"
-MEMINFO_TYPE = "{ i64, ptr, ptr, ptr, i64, ptr }"   # NRT's MemInfo: refct, dtor, dtor_info, data, ...
 
 
 def type_tag(type_):
@@ -103,7 +104,7 @@ entry:
   %null = icmp eq ptr %m, null
   br i1 %null, label %exit, label %zero
 zero:
-  %dp = getelementptr inbounds {MEMINFO_TYPE}, ptr %m, i32 0, i32 3
+  %dp = getelementptr inbounds {MEMINFO_TYPE}, ptr %m, i32 0, i32 {MEMINFO_DATA}
   %d = load ptr, ptr %dp
   call void @llvm.memset.p0.i64(ptr %d, i8 0, i64 %size, i1 false)
   br label %exit

@@ -15,3 +15,20 @@ def test_the_tape_engine_loads_neither_numba_nor_llvmlite():
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_numba_internals_are_touched_in_one_module():
+    """Private attributes (``x._name``) of Numba objects and literal offsets into Numba's
+    array struct appear in adcore/numba_abi.py only."""
+    private = re.compile(r"(\w+|[\])])\._(?!adcore_)[a-z]\w*")
+    private_import = re.compile(r"from numba[\w.]* import .*\b_[a-z]|import numba\.\w*\._")
+    offenders = []
+    for path in list((ROOT / "adcore").glob("*.py")) + list((ROOT / "layers").rglob("*.py")):
+        if path.name == "numba_abi.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            owners = [m.group(1) for m in private.finditer(code)]
+            if any(o not in ("self", "cls", "v") for o in owners) or private_import.search(code):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
