@@ -15,25 +15,18 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
    back to the reverse of the predecessor, through an edge block that moves phi
    adjoints to the incoming values.
 
-Values the reverse pass needs are recomputed from registers where the instruction is
-pure (arithmetic, casts, compares, GEPs, math calls, loads of memory nothing writes);
-only the rest is kept in registers.
+What the reverse pass recomputes and what it keeps is :mod:`adcore.values`' policy; the
+reverse of each instruction is :mod:`adcore.reverse`'s; this module assembles the function.
 """
-from .activity import Activity, is_memory_intrinsic
-from .cfg import ControlFlow, InductionVariable, step_of
-from .emit import Emitter, Expr, float_const
+from . import numba_abi as abi, runtime
+from .cfg import InductionVariable, step_of
+from .emit import Emitter, float_const
 from .errors import UnsupportedError
-from .ir import Arg, Instr, Operand, is_float_type, label, local, rename, strip_metadata
-from .rules import is_differentiable_call, is_pure_call, math_name, rule_for
-from . import custom_rules, numba_abi as abi, runtime
-from .rule_calls import reverse_rule_call
+from .ir import Operand, Synthetic, label, local
+from .reverse import reverse_instruction
 from .shadows import shadow_pointers
+from .values import Values
 
-PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
-            "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
-            "getelementptr", "extractvalue", "insertvalue", "zext", "sext", "trunc", "fpext",
-            "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "ptrtoint", "inttoptr",
-            "addrspacecast", "freeze"}
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
 
 
@@ -55,28 +48,15 @@ class Spec:
         self.seed = seed                      # returned float array: (flattened types, float type)
 
 
-class Lazy:
-    """An operand whose reverse-pass value is materialised on first ``str``."""
-
-    def __init__(self, gen, op):
-        self.gen, self.op, self.type = gen, op, op.type
-        self._ref = None
-
-    def __str__(self):
-        if self._ref is None:
-            self._ref = self.gen.materialise(self.op)
-        return self._ref
-
-
 class AdjointGenerator:
     """Builds the gradient function of one primal function for one :class:`Spec`:
     ``build()`` returns its IR text (the reverse bodies are written first, since they
     decide which values the forward pass must keep)."""
 
-    def __init__(self, func, spec, context=None):
+    def __init__(self, func, spec, analyses, context=None):
         self.func, self.spec, self.context = func, spec, context
-        self._rules = {}
-        self.cfg = ControlFlow(func)
+        self.cfg, self.memory, self.clobbers = analyses.cfg, analyses.memory, analyses.clobbers
+        self.act, self.rule_of = analyses.activity, analyses.rule_of
         args = func.args
         self.retptr = args[0]
         self.shadow_ref = {}
@@ -85,37 +65,30 @@ class AdjointGenerator:
             names = [f"%ad.sh{k}.{j}" for j in range(len(types))]
             self.shadow_params += [f"{t} {n}" for t, n in zip(types, names)]
             self.shadow_ref[args[data_index]] = names[data_pos]
-        self.act = Activity(func, spec.pyname, [args[i] for i in spec.active],
-                            list(self.shadow_ref), self.retptr, spec.ret_active,
-                            is_differentiable_call, is_pure_call,
-                            data_args=[args[i] for i in spec.data_args],
-                            distinct_arrays=spec.distinct_arrays, rule_of=self.rule_of)
         taken = {a.name for a in args} | {b.name for b in func.blocks}
         taken |= {i.name for i in func.instructions() if i.name}
         self.e = Emitter(taken)
         self.allocas = []            # lines of the entry block
-        self.registers = {}          # value -> alloca ref
         self.slots = {}              # active value -> adjoint alloca ref
         self.stack_types = set()     # types pushed on the value stack
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
-        self.memo = {}               # values materialised in the current reverse block
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
-        self.shadow_def = {} if self.act.needs_scratch else shadow_pointers(self)
+        self.values = Values(self.cfg, self.clobbers, self.e, self.alloca)
+        self.shadow_def = shadow_pointers(self)
 
     def before_call(self, call, lines, copies):
         """Run ``lines`` in the forward pass just before ``call``; ``copies`` names values they
         define (``{key: ref}``); returns ``{key: Operand}`` usable in the reverse pass."""
-        syn = Instr(call.block, copies[next(iter(copies))][1:], "call", "ptr", "\n  ".join(lines))
-        syn.synthetic, syn.operands, syn.callee = True, [], None
+        syn = Synthetic(call.block, copies[next(iter(copies))][1:], "call", "ptr", "\n  ".join(lines))
         self.before.setdefault(call, []).append(syn)
         out = {}
         for key, ref in copies.items():
-            value = Instr(call.block, ref[1:], "call", "ptr", "")
-            value.synthetic, value.operands, value.callee, value.defined_by = True, [], None, syn
-            syn.defines = getattr(syn, "defines", []) + [value]
+            value = Synthetic(call.block, ref[1:], "call", "ptr")
+            value.defined_by = syn
+            syn.defines.append(value)
             out[key] = Operand(ref, "ptr", value)
         return out
 
@@ -133,14 +106,6 @@ class AdjointGenerator:
                 out.append(self.shadow_def[instr])
         return out
 
-    def rule_of(self, instr):
-        """The custom rule bound to a call's callee, or None."""
-        if instr.opcode != "call":
-            return None
-        if instr.callee not in self._rules:
-            self._rules[instr.callee] = custom_rules.find(instr.callee)
-        return self._rules[instr.callee]
-
     # -- small helpers ---------------------------------------------------------------
     def unsupported(self, instr, detail):
         return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
@@ -149,11 +114,6 @@ class AdjointGenerator:
         ref = self.e.fresh(hint)
         self.allocas.append(f"  {ref} = alloca {type_}")
         return ref
-
-    def register(self, value):
-        if value not in self.registers:
-            self.registers[value] = self.alloca(value.type, "reg")
-        return self.registers[value]
 
     def slot(self, value):
         if value not in self.slots:
@@ -184,66 +144,6 @@ class AdjointGenerator:
         self.stack_types.add(type_)
         return self.e(f"call {type_} @ad.pop.{runtime.type_tag(type_)}(ptr %ad.stack)", "pop")
 
-    # -- reverse-pass values ---------------------------------------------------------
-    def recomputable(self, instr):
-        if getattr(instr, "synthetic", False):
-            return instr.opcode in PURE_OPS or getattr(instr, "reloadable", False)
-        if instr.opcode in PURE_OPS:
-            return True
-        if instr.opcode == "call":
-            return math_name(instr.callee) is not None
-        if instr.opcode == "load":
-            return " atomic " not in instr.text and " volatile " not in instr.text \
-                and self.act.can_reload(instr)
-        return False
-
-    def materialise(self, op):
-        """The value of ``op`` at the current point of the reverse pass."""
-        d = op.defn
-        if d is None or isinstance(d, Arg):
-            return op.ref
-        if d in self.memo:
-            return self.memo[d]
-        if self.recomputable(d) and not self.cheaper_to_keep(d):
-            mapping = {o.ref: self.materialise(o) for o in d.operands
-                       if o.defn is not None and not isinstance(o.defn, Arg)}
-            ref = self.e.fresh("re")
-            mapping[d.ref] = ref
-            self.e.line(strip_metadata(rename(d.text, mapping)))
-        else:
-            ref = self.e(f"load {d.type}, ptr {self.register(d)}", "ld")
-        self.memo[d] = ref
-        return ref
-
-    def saved_bytes(self, value, seen=None):
-        """Bytes per loop iteration the value stack would take to make ``value`` available
-        in the reverse pass by recomputation (0 when nothing new must be saved)."""
-        seen = set() if seen is None else seen
-        if value is None or isinstance(value, Arg) or value in seen or value in self.registers:
-            return 0
-        seen.add(value)
-        if value.block not in self.cfg.cyclic or self.runs_backwards(value):
-            return 0
-        if self.recomputable(value):
-            return sum(self.saved_bytes(o.defn, seen) for o in value.operands)
-        return runtime.size_of(value.type) if value.type in runtime.SIZES or \
-            value.type.startswith("<") else 8
-
-    def runs_backwards(self, phi):
-        """True for a header phi the reverse pass can run backwards (a loop counter)."""
-        iv = self.cfg.ivs.get(phi.block)
-        if phi.opcode != "phi" or iv is None:
-            return False
-        step = phi.operands[phi.incoming.index(iv.latch)].defn
-        return step is not None and step_of(step, phi) is not None
-
-    def cheaper_to_keep(self, value):
-        """A recomputable value inside a loop is saved itself when recomputing it would save
-        more bytes per iteration (a 1-byte comparison instead of an 8-byte running maximum)."""
-        if value.block not in self.cfg.cyclic or value.type not in runtime.SIZES:
-            return False
-        return runtime.size_of(value.type) < self.saved_bytes(value)
-
     def shadow(self, op):
         """The shadow address of pointer ``op`` (which points into shadowed memory)."""
         d = op.defn
@@ -252,69 +152,7 @@ class AdjointGenerator:
         if d not in self.shadow_def:
             raise UnsupportedError(f"pointer {op.ref}", self.spec.pyname,
                                    "its shadow cannot be computed")
-        return self.materialise(Operand(self.shadow_def[d].ref, "ptr", self.shadow_def[d]))
-
-    # -- reverse of one instruction ------------------------------------------------------
-    def reverse_instruction(self, instr):
-        act = self.act
-        if instr.opcode == "store":
-            value, ptr = instr.operands
-            if ptr.defn is self.retptr:
-                if self.spec.ret_active and value.defn in act.active:
-                    self.accumulate(value.defn, float_const(value.type, 1.0))
-                return
-            if not act.is_shadowed(ptr):
-                return
-            t = act.value_type(value.defn) if value.defn in act.pun_type else value.type
-            sp = self.shadow(ptr)
-            if is_float_type(t):
-                if value.defn in act.active:
-                    self.accumulate(value.defn, self.e(f"load {t}, ptr {sp}"))
-                self.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}")
-            elif value.is_const and t.startswith("i"):
-                self.e.line(f"store {t} 0, ptr {sp}")
-            else:
-                raise self.unsupported(instr, "a non-float value is stored into a differentiable array")
-            return
-        if is_memory_intrinsic(instr):
-            self.reverse_memory_intrinsic(instr)
-            return
-        if self.rule_of(instr) is not None:
-            reverse_rule_call(self, instr, self.rule_of(instr))
-            return
-        if instr not in act.active or instr.opcode == "phi":
-            return
-        dy = self.take_adjoint(instr)
-        if instr.opcode == "load":
-            t = act.value_type(instr)
-            sp = self.shadow(instr.operands[0])
-            old = self.e(f"load {t}, ptr {sp}")
-            self.e.line(f"store {t} {self.e(f'fadd {t} {old}, {dy}')}, ptr {sp}")
-            return
-        X = Expr(self.e, instr.type)
-        ops = [Lazy(self, o) for o in instr.operands]
-        result = Lazy(self, Operand(instr.ref, instr.type, instr))
-        for o, thunk in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):
-            if thunk is not None and o.defn in act.active:
-                self.accumulate(o.defn, thunk())
-
-    def reverse_memory_intrinsic(self, instr):
-        """memset(p, c, n): the old contents of p are gone, so their shadow is zeroed.
-        memcpy(d, s, n): shadow(s) += shadow(d), then shadow(d) = 0."""
-        act, e = self.act, self.e
-        dst, size = instr.operands[0], instr.operands[2]
-        if not act.is_shadowed(dst):
-            return
-        sd = self.shadow(dst)
-        n = self.materialise(size)
-        src = None if instr.callee.startswith("llvm.memset") else instr.operands[1]
-        if src is not None and act.is_shadowed(src):
-            t = act.element_type_of(dst, src)
-            self.memory_types.add(t)
-            e.line(f"call void @ad.copy.adjoint.{t}(ptr {sd}, ptr {self.shadow(src)}, {size.type} {n})")
-        else:
-            e.declare("llvm.memset.p0.i64", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
-            e.line(f"call void @llvm.memset.p0.i64(ptr {sd}, i8 0, i64 {n}, i1 false)")
+        return self.values.materialise(Operand(self.shadow_def[d].ref, "ptr", self.shadow_def[d]))
 
     # -- the saving plan -------------------------------------------------------------
     def saves(self, block):
@@ -324,7 +162,7 @@ class AdjointGenerator:
         if len(block.preds) > 1 and block not in self.cfg.ivs and block not in self.cfg.branch_merges:
             events.append(("pred", None))
         for instr in self.defs(block):
-            if instr in self.registers and cyclic and instr not in self.inverted:
+            if instr in self.values.registers and cyclic and instr not in self.inverted:
                 events.append(("reg", instr))
         for phi, iv in self.inverted.items():
             if iv.outside is block and cyclic:
@@ -337,7 +175,7 @@ class AdjointGenerator:
         out = {}
         for header, iv in self.cfg.ivs.items():
             for phi in self.defs(header):
-                if phi.opcode != "phi" or phi not in self.registers:
+                if phi.opcode != "phi" or phi not in self.values.registers:
                     continue
                 k = phi.incoming.index(iv.latch)
                 step = phi.operands[k].defn
@@ -350,17 +188,17 @@ class AdjointGenerator:
         """The gradient function and its helpers, as IR text."""
         blocks = self.cfg.rpo
         for iv in self.cfg.ivs.values():
-            self.register(iv.phi)
+            self.values.register(iv.phi)
         reverse_bodies, tail_values = {}, {}
         for block in blocks:
-            self.e.lines, self.memo = [], {}
+            self.e.lines, self.values.memo = [], {}
             for instr in reversed(block.instrs):
-                self.reverse_instruction(instr)
+                reverse_instruction(self, instr)
             if block in self.cfg.ivs:
-                tail_values[block] = self.materialise(self.cfg.ivs[block].init)
+                tail_values[block] = self.values.materialise(self.cfg.ivs[block].init)
             if block in self.cfg.branch_merges:
-                tail_values[block] = self.materialise(self.cfg.branch_merges[block][0])
-            reverse_bodies[block] = (self.e.lines, self.memo)
+                tail_values[block] = self.values.materialise(self.cfg.branch_merges[block][0])
+            reverse_bodies[block] = (self.e.lines, self.values.memo)
         self.inverted = self._inverted_phis()
         plans = {b: self.saves(b) for b in blocks}
         forward = []
@@ -370,7 +208,7 @@ class AdjointGenerator:
             forward += self.e.lines
         reverse = []
         for block in blocks:
-            self.e.lines, self.memo = reverse_bodies[block]
+            self.e.lines, self.values.memo = reverse_bodies[block]
             self.reverse_tail(block, plans[block], tail_values.get(block))
             reverse += [label("ad.r." + block.name)] + self.e.lines
         self.e.lines = []
@@ -408,13 +246,13 @@ class AdjointGenerator:
             if instr is block.term:
                 for kind, phi in plan:
                     if kind == "iv":
-                        self.push(phi.type, e(f"load {phi.type}, ptr {self.registers[phi]}"))
+                        self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
                 if instr.opcode == "ret":
                     self.ret_blocks.append((block, instr.operands[0]))
                     e.line("br label %ad.fwdexit")
                     continue
             e.line(self.forward_text(instr))
-            if getattr(instr, "synthetic", False) and "@ad.shadow." in instr.text:
+            if instr.synthetic and "@ad.shadow." in instr.text:
                 raw = "@ad.shadow.raw" in instr.text
                 self.push("ptr", instr.ref, "%ad.rawfrees" if raw else "%ad.dtors")
             self.save_register(instr, saved)
@@ -435,9 +273,9 @@ class AdjointGenerator:
         return instr.text
 
     def save_register(self, instr, saved):
-        if instr not in self.registers:
+        if instr not in self.values.registers:
             return
-        reg = self.registers[instr]
+        reg = self.values.registers[instr]
         if instr in saved:
             self.push(instr.type, self.e(f"load {instr.type}, ptr {reg}"))
         self.e.line(f"store {instr.type} {instr.ref}, ptr {reg}")
@@ -449,19 +287,19 @@ class AdjointGenerator:
             if kind == "pred":
                 pid = self.pop(pred_type(block))
             else:
-                e.line(f"store {value.type} {self.pop(value.type)}, ptr {self.registers[value]}")
+                e.line(f"store {value.type} {self.pop(value.type)}, ptr {self.values.registers[value]}")
         if block is self.func.entry:
             e.line("br label %ad.done")
         elif block in self.cfg.ivs:
             iv = self.cfg.ivs[block]
-            cur = e(f"load {iv.phi.type}, ptr {self.registers[iv.phi]}")
+            cur = e(f"load {iv.phi.type}, ptr {self.values.registers[iv.phi]}")
             first = e(f"icmp eq {iv.phi.type} {cur}, {tail_value}")
             back = e.fresh("back")
             e.line(f"br i1 {first}, label {self.edge(block, iv.outside)}, label {back}")
             e.label(back)
             for phi, inv in self.inverted.items():
                 if phi.block is block:
-                    reg = self.registers[phi]
+                    reg = self.values.registers[phi]
                     now = e(f"load {phi.type}, ptr {reg}")
                     e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
             e.line(f"br label {self.edge(block, iv.latch)}")

@@ -103,6 +103,19 @@ def find(callee):
     return None
 
 
+def lookup():
+    """A cached ``rule_of(instr)``: the rule bound to a call's callee, or None."""
+    found = {}
+
+    def rule_of(instr):
+        if instr.opcode != "call":
+            return None
+        if instr.callee not in found:
+            found[instr.callee] = find(instr.callee)
+        return found[instr.callee]
+    return rule_of
+
+
 @intrinsic
 def carray(typingctx, address, length, dtype):
     """``carray(address, n, np.float64)``: a 1-D array view of ``n`` elements at an int64

@@ -72,6 +72,8 @@ class Operand:
 class Instr:
     """One instruction."""
 
+    synthetic = False               # True for the instructions adcore adds (Synthetic)
+
     def __init__(self, block, name, opcode, type_, text, location=None):
         self.block, self.name, self.opcode, self.type = block, name, opcode, type_
         self.text = _METADATA.sub("", text.strip())
@@ -88,6 +90,23 @@ class Instr:
 
     def __repr__(self):
         return self.text
+
+
+class Synthetic(Instr):
+    """An instruction adcore adds to the forward pass: a shadow pointer, a store keeping
+    one in a shadow slot, or lines run before a call (custom-rule operand copies).
+    ``reloadable``: the reverse pass may repeat it (a meminfo's data pointer);
+    ``defines``: the values its lines define, each a Synthetic whose ``defined_by`` is
+    this one."""
+
+    synthetic = True
+
+    def __init__(self, block, name, opcode, type_, text="", operands=()):
+        super().__init__(block, name, opcode, type_, text)
+        self.operands = list(operands)
+        self.reloadable = False
+        self.defines = []
+        self.defined_by = None
 
 
 class Block:

@@ -4,17 +4,16 @@ were, and the shadows of its pointer or array arguments."""
 from numba.core import types as nbtypes
 
 from . import custom_rules, numba_abi
-from .activity import UNKNOWN
+from .pointers import UNKNOWN
 from .emit import float_const
 
 
 def reverse_rule_call(gen, instr, rule):
     """Call the rule's reverse with the call's arguments and their shadows."""
-    act = gen.act
     copied = {}
     for k, o in enumerate(instr.operands):
-        if o.type == "ptr" and k not in rule.outputs and reads_array(act, o) \
-                and act.clobbered_after(instr, o):
+        if o.type == "ptr" and k not in rule.outputs and reads_array(gen.memory.pointers, o) \
+                and gen.clobbers.clobbered_after(instr, o):
             if not (rule.is_external and rule.extents is not None):
                 raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
                                               f"the call, but its custom rule reads it in the reverse pass")
@@ -59,10 +58,10 @@ def _copy_operands(gen, instr, rule, positions):
 
 
 
-def reads_array(act, op):
+def reads_array(pointers, op):
     """True when pointer ``op`` points into an array (an argument's or an allocation's), not
     into a stack temporary such as BLAS's ``alpha``, which Numba refills with a constant."""
-    bs = act.bases(op)
+    bs = pointers.bases(op)
     return bs == UNKNOWN or any(getattr(b, "opcode", None) != "alloca" for b in bs)
 
 
@@ -70,14 +69,14 @@ def _external(gen, instr, rule, copied):
     e = gen.e
     args, types_ = [], []
     for k, o in enumerate(instr.operands):
-        v = gen.materialise(copied[k] if k in copied else o)
+        v = gen.values.materialise(copied[k] if k in copied else o)
         if o.type == "ptr":
             v = e(f"ptrtoint ptr {v} to i64")
         args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")
         types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
     for o in instr.operands:
         if o.type == "ptr":
-            sh = e(f"ptrtoint ptr {gen.shadow(o)} to i64") if gen.act.is_shadowed(o) else "0"
+            sh = e(f"ptrtoint ptr {gen.shadow(o)} to i64") if gen.memory.is_shadowed(o) else "0"
             args.append(f"i64 {sh}")
             types_.append(custom_rules.LLVM_TO_NUMBA["i64"])
     symbol, _ = rule.reverse_symbol(types_)
@@ -96,25 +95,25 @@ def _njit(gen, instr, rule):
         n = len(numba_abi.flat_types(ctx, t))
         groups.append((t, ops[pos:pos + n]))
         pos += n
-    args = [f"{o.type} {gen.materialise(o)}" for _, g in groups for o in g]
+    args = [f"{o.type} {gen.values.materialise(o)}" for _, g in groups for o in g]
     types_ = list(rule.argtypes)
     for t, g in groups:
         if isinstance(t, nbtypes.Array):
             data = numba_abi.data_position(ctx, t)
-            shadowed = act.is_shadowed(g[data])
+            shadowed = gen.memory.is_shadowed(g[data])
             for j, o in enumerate(g):
                 if j == data:
                     args.append(f"ptr {gen.shadow(o) if shadowed else 'null'}")
                 elif not shadowed and j in (numba_abi.NITEMS, numba_abi.shape_field(0)):   # empty shadow
                     args.append(f"{o.type} 0")
                 else:
-                    args.append(f"{o.type} {gen.materialise(o)}")
+                    args.append(f"{o.type} {gen.values.materialise(o)}")
             types_.append(t)
     float_ret = isinstance(rule.restype, nbtypes.Float)
     if float_ret:
         rt = str(ctx.get_value_type(rule.restype))
         retp = ops[0]
-        if act.is_shadowed(retp):
+        if gen.memory.is_shadowed(retp):
             sp = gen.shadow(retp)
             dret = e(f"load {rt}, ptr {sp}")
             e.line(f"store {rt} {float_const(rt, 0)}, ptr {sp}")

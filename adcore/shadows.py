@@ -8,37 +8,49 @@ pointer stored in a stack slot (or in the return slot) has its shadow stored in 
 slot, and loads from the slot read that.  The reverse pass materialises these shadow
 pointers like any other value: recomputed when pure, else saved.
 """
-from .activity import ALLOCATORS, NOWHERE, RAW_ALLOCATORS, UNKNOWN, MemInfo, return_slot, stack_slot
-from .ir import Instr, Operand, rename, strip_metadata
+from .pointers import ALLOCATORS, RAW_ALLOCATORS, MemInfo, return_slot, stack_slot
+from .ir import Operand, Synthetic, rename, strip_metadata
 
 
 def shadow_pointers(gen):
     """``{primal instruction: synthetic instruction}`` computing each shadow pointer
     (and the synthetic stores that keep shadows in shadow slots), for generator ``gen``."""
-    act = gen.act
+    return _ShadowPointers(gen).out
 
-    def mirrored(op):
-        bs = act.bases(op)
-        return bs != UNKNOWN and bool(bs) and all(
-            act.has_shadow(b) or isinstance(b, MemInfo) and b.alloc in act.shadow_allocs for b in bs)
 
-    pointers = [i for b in gen.cfg.rpo for i in b.instrs
-                if i.type == "ptr" and mirrored(Operand(i.ref, "ptr", i))
-                or i.type.startswith("{") and act.aggregate_has_shadow(i)]
-    out = {i: Instr(i.block, gen.e.fresh("sh")[1:], i.opcode, "ptr", "") for i in pointers}
-    slots = {}
+class _ShadowPointers:
+    def __init__(self, gen):
+        self.gen, self.memory = gen, gen.memory
+        self.bases = gen.memory.pointers.bases
+        pointers = [i for b in gen.cfg.rpo for i in b.instrs
+                    if i.type == "ptr" and self.memory.mirrored(Operand(i.ref, "ptr", i))
+                    or i.type.startswith("{") and self.memory.aggregate_has_shadow(i)]
+        self.out = {i: Synthetic(i.block, gen.e.fresh("sh")[1:], i.opcode, "ptr") for i in pointers}
+        self.slots = {}
+        for instr, syn in list(self.out.items()):
+            self.mirror(instr, syn)
+        for instr in pointers:
+            self.check_stack_slot(instr)
+        self.keep_in_slots()
 
-    def shadow_slot(op):
+    def shadow_slot(self, op):
+        """The shadow slot of stack slot ``op`` (one per alloca and offset)."""
         key = stack_slot(op)
-        if key not in slots:
-            slots[key] = gen.alloca("ptr", "slot")
-        return slots[key]
+        if key not in self.slots:
+            self.slots[key] = self.gen.alloca("ptr", "slot")
+        return self.slots[key]
 
-    for instr, syn in out.items():
-        syn.synthetic, syn.incoming, syn.callee = True, instr.incoming, None
+    def shadow_ref(self, op):
+        if op.defn in self.out:
+            return self.out[op.defn].ref
+        return self.gen.shadow_ref.get(op.defn)
+
+    def mirror(self, instr, syn):
+        """Write ``syn``: a zeroed shadow allocation for an allocation, a load from the shadow
+        slot for a load from a stack slot, else ``instr`` on its operands' shadows."""
+        syn.incoming = instr.incoming
         syn.reloadable = instr.opcode == "load" and all(
-            isinstance(b, MemInfo) for b in act.bases(instr.operands[0]))
-        syn.operands = []
+            isinstance(b, MemInfo) for b in self.bases(instr.operands[0]))
         if instr.opcode == "call" and instr.callee in ALLOCATORS + RAW_ALLOCATORS:
             size = instr.operands[0]
             if instr.callee in RAW_ALLOCATORS:
@@ -46,60 +58,55 @@ def shadow_pointers(gen):
             else:
                 align = instr.operands[1].ref if instr.callee.endswith("_aligned") else "32"
                 syn.text = f"{syn.ref} = call ptr @ad.shadow.alloc(i64 {size.ref}, i32 {align})"
-            continue
-        if instr.opcode == "alloca":
-            syn.text = _shadow_alloca(gen, instr, syn)
-            continue
-        if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
-            syn.text = f"{syn.ref} = load ptr, ptr {shadow_slot(instr.operands[0])}"
-            continue
-        mapping = {instr.ref: syn.ref}
-        for o in instr.operands:
-            if o.defn in out:
-                mapping[o.ref] = out[o.defn].ref
-                syn.operands.append(Operand(out[o.defn].ref, "ptr", out[o.defn]))
-            elif o.defn in gen.shadow_ref:
-                mapping[o.ref] = gen.shadow_ref[o.defn]
-                syn.operands.append(Operand(gen.shadow_ref[o.defn], "ptr"))
-            elif o.type == "ptr" and o.defn is not None and instr.type == "ptr" \
-                    and gen.act.bases(o) != UNKNOWN and any(gen.act.has_shadow(b) for b in gen.act.bases(o)) \
-                    or o.type.startswith("{") and gen.act.aggregate_has_shadow(o.defn):
-                # a shadowed operand with no shadow: mirroring would aim at primal memory
-                raise gen.unsupported(instr, "the shadow of this pointer cannot be followed")
-            else:
-                syn.operands.append(o)
-        syn.text = strip_metadata(rename(instr.text, mapping))
-    def shadow_ref(op):
-        if op.defn in out:
-            return out[op.defn].ref
-        return gen.shadow_ref.get(op.defn)
+        elif instr.opcode == "alloca":
+            syn.text = _shadow_alloca(self.gen, instr, syn)
+        elif instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
+            syn.text = f"{syn.ref} = load ptr, ptr {self.shadow_slot(instr.operands[0])}"
+        else:
+            mapping = {instr.ref: syn.ref}
+            for o in instr.operands:
+                shadow = self.shadow_ref(o)
+                if shadow is not None:
+                    mapping[o.ref] = shadow
+                    syn.operands.append(Operand(shadow, "ptr", self.out[o.defn] if o.defn in self.out else None))
+                elif o.type == "ptr" and o.defn is not None and instr.type == "ptr" \
+                        and self.memory.reaches_shadow(self.bases(o)) \
+                        or o.type.startswith("{") and self.memory.aggregate_has_shadow(o.defn):
+                    # a shadowed operand with no shadow: mirroring would aim at primal memory
+                    raise self.gen.unsupported(instr, "the shadow of this pointer cannot be followed")
+                else:
+                    syn.operands.append(o)
+            syn.text = strip_metadata(rename(instr.text, mapping))
 
-    for instr in pointers:       # every pointer a shadowed slot holds must have a shadow
-        if instr.opcode == "load" and stack_slot(instr.operands[0]) is not None:
-            key = stack_slot(instr.operands[0])
-            for block in gen.cfg.rpo:
-                for store in block.instrs:
-                    if store.opcode == "store" and stack_slot(store.operands[1]) == key \
-                            and store.operands[0].type == "ptr" and store.operands[0].defn is not None \
-                            and shadow_ref(store.operands[0]) is None:
-                        raise gen.unsupported(store, "a pointer kept on the stack has no shadow")
+    def check_stack_slot(self, instr):
+        """Every pointer stored in the stack slot that ``instr`` loads must have a shadow."""
+        if instr.opcode != "load" or stack_slot(instr.operands[0]) is None:
+            return
+        key = stack_slot(instr.operands[0])
+        for block in self.gen.cfg.rpo:
+            for store in block.instrs:
+                if store.opcode == "store" and stack_slot(store.operands[1]) == key \
+                        and store.operands[0].type == "ptr" and store.operands[0].defn is not None \
+                        and self.shadow_ref(store.operands[0]) is None:
+                    raise self.gen.unsupported(store, "a pointer kept on the stack has no shadow")
 
-    for block in gen.cfg.rpo:
-        for store in block.instrs:
-            if store.opcode != "store" or store.operands[0].type != "ptr" \
-                    or shadow_ref(store.operands[0]) is None:
-                continue
-            offset = return_slot(store.operands[1], gen.retptr)
-            if stack_slot(store.operands[1]) is not None:
-                slot = shadow_slot(store.operands[1])
-            elif offset is not None:        # a returned array's shadow
-                slot = gen.returned_shadow.setdefault(offset, gen.alloca("ptr", "retsh"))
-            else:
-                continue
-            syn = Instr(block, "", "store", "void", f"store ptr {shadow_ref(store.operands[0])}, ptr {slot}")
-            syn.synthetic = True
-            out[store] = syn
-    return out
+    def keep_in_slots(self):
+        """A store of a shadowed pointer into a stack slot (or the return slot) gets a
+        synthetic store of its shadow into the matching shadow slot."""
+        for block in self.gen.cfg.rpo:
+            for store in block.instrs:
+                if store.opcode != "store" or store.operands[0].type != "ptr" \
+                        or self.shadow_ref(store.operands[0]) is None:
+                    continue
+                offset = return_slot(store.operands[1], self.gen.retptr)
+                if stack_slot(store.operands[1]) is not None:
+                    slot = self.shadow_slot(store.operands[1])
+                elif offset is not None:        # a returned array's shadow
+                    slot = self.gen.returned_shadow.setdefault(offset, self.gen.alloca("ptr", "retsh"))
+                else:
+                    continue
+                self.out[store] = Synthetic(block, "", "store", "void",
+                                            f"store ptr {self.shadow_ref(store.operands[0])}, ptr {slot}")
 
 
 def _allocated_type(alloca_text):

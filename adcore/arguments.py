@@ -1,0 +1,113 @@
+"""Checking a call's arguments before anything runs: annotations, and the memory shadows
+may (not) share.  Misuse is an :class:`ActivityError` naming the argument."""
+import numpy as np
+
+from .annotations import Active, Annotation, Const, Duplicated
+from .errors import ActivityError
+
+
+def is_float_scalar(v):
+    return isinstance(v, (float, np.floating)) and not isinstance(v, bool)
+
+
+def annotate(args):
+    """The annotations of ``args`` (plain values become ``Const``), checked."""
+    out = []
+    for k, a in enumerate(args):
+        ann = a if isinstance(a, Annotation) else Const(a)
+        v = ann.val
+        if isinstance(ann, Active):
+            if isinstance(v, np.ndarray):
+                raise ActivityError(f"argument {k}: Active on an array ({v.dtype}{list(v.shape)}); "
+                                    f"use Duplicated(x, dx) for arrays")
+            if not is_float_scalar(v):
+                raise ActivityError(f"argument {k}: Active needs a float scalar, got {type(v).__name__}")
+        elif isinstance(ann, Duplicated):
+            if is_float_scalar(v):
+                raise ActivityError(f"argument {k}: Duplicated on a float scalar; use Active(x)")
+            if not isinstance(v, np.ndarray):
+                raise ActivityError(f"argument {k}: Duplicated needs a numpy array, got {type(v).__name__}")
+            if v.dtype.kind != "f" or v.dtype.itemsize not in (4, 8):
+                raise ActivityError(f"argument {k}: Duplicated on a {v.dtype} array; only float32 and "
+                                    f"float64 arrays carry derivatives (pass it plainly or as Const)")
+            d = ann.dval
+            if not isinstance(d, np.ndarray) or d.shape != v.shape or d.dtype != v.dtype:
+                got = f"{d.dtype}{list(d.shape)}" if isinstance(d, np.ndarray) else type(d).__name__
+                raise ActivityError(f"argument {k}: shadow is {got} but its primal is "
+                                    f"{v.dtype}{list(v.shape)}; they must match in shape and dtype")
+            if not d.flags.writeable:
+                raise ActivityError(f"argument {k}: the shadow array is read-only")
+        out.append(ann)
+    _check_memory(out)
+    return out
+
+
+def _overlaps_itself(x):
+    """True when two elements of array ``x`` may share memory (a zero stride from
+    ``np.broadcast_to``, or an ``as_strided`` view whose rows overlap)."""
+    if x.flags.c_contiguous or x.flags.f_contiguous or x.size == 0:
+        return False
+    span = x.itemsize
+    for stride, n in sorted((abs(s), n) for s, n in zip(x.strides, x.shape) if n > 1):
+        if stride < span:
+            return True
+        span += stride * (n - 1)
+    return False
+
+
+def share_memory(a, b):
+    """True when arrays ``a`` and ``b`` may have an element in common."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def _address(x):
+    return x.__array_interface__["data"][0]
+
+
+def mirrored(a, b):
+    """True when Duplicated ``a`` and ``b`` alias as their shadows do: each shadow laid out
+    like its array, and the shadows as far apart as the arrays (``f(x[1:], x[:-1])`` with
+    ``dx[1:], dx[:-1]``)."""
+    return a.val.strides == a.dval.strides and b.val.strides == b.dval.strides \
+        and _address(a.dval) - _address(b.dval) == _address(a.val) - _address(b.val)
+
+
+def _check_memory(anns):
+    """Shadows must be memory of their own: not overlapping themselves, any primal
+    array, or another shadow (unless the shadows alias as their arrays do: ``f(x, x)``)."""
+    arrays = [(k, a.val) for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
+    dups = [(k, a) for k, a in enumerate(anns) if isinstance(a, Duplicated)]
+    for k, a in dups:
+        for what, x in (("array", a.val), ("shadow", a.dval)):
+            if _overlaps_itself(x):
+                raise ActivityError(f"argument {k}: the {what}'s elements overlap in memory (strides "
+                                    f"{x.strides}, as from np.broadcast_to or as_strided), so its "
+                                    f"derivative is not defined per element; pass the base array or "
+                                    f"a copy")
+        for j, x in arrays:
+            if share_memory(a.dval, x):
+                whose = "its own array" if j == k else f"the array of argument {j}"
+                raise ActivityError(f"argument {k}: the shadow shares memory with {whose}; a "
+                                    f"shadow must be separate memory (e.g. np.zeros_like(x))")
+    for i, (k, a) in enumerate(dups):
+        for j, b in dups[i + 1:]:
+            if share_memory(a.dval, b.dval) and not mirrored(a, b):
+                raise ActivityError(f"arguments {k} and {j}: their shadows share memory but not "
+                                    f"as their arrays do")
+
+
+def distinct(arrays):
+    """True when no two of ``arrays`` may share memory."""
+    for i in range(len(arrays)):
+        for j in range(i + 1, len(arrays)):
+            if np.may_share_memory(arrays[i], arrays[j]):
+                return False
+    return True
+
+
+# -- compilation -----------------------------------------------------------------------

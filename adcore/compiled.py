@@ -1,0 +1,105 @@
+"""A compiled gradient, and calling it on annotated arguments."""
+import itertools
+
+import numpy as np
+
+from .annotations import Active, Duplicated
+from .arguments import mirrored, share_memory
+from .errors import ActivityError, UnsupportedError
+
+_last = {"cached_bytes": 0}
+
+
+def last_cached_bytes():
+    """Bytes the reverse pass kept on its value stack in the most recent gradient call."""
+    return _last["cached_bytes"]
+
+
+class CompiledGradient:
+    """One native gradient of a kernel for fixed argument types and activities.
+
+    ``native`` is an njit function that other Numba code may call:
+    ``native(*arguments, *shadows[, dret])`` with the primal arguments in order, then the
+    shadow array of each position in ``shadowed`` (Duplicated arguments, then Const arrays
+    that need an internal zeroed shadow), then the seed of a returned array; it returns a
+    tuple ``(primal return if any, adjoint of each Active argument..., bytes cached)``.
+    ``written`` are the array arguments the kernel may write; ``distinct`` tells whether
+    it was compiled for arrays that share no memory.  ``primal_ir``, ``adjoint_ir`` and
+    ``optimised_ir`` are the IR of the pipeline's stages."""
+
+    def __init__(self, layout, native, shadowed, written, distinct, primal_ir, adjoint_ir,
+                 optimised_ir):
+        self.pyname, self.has_primal = layout.pyname, layout.has_primal
+        self.native, self.shadowed, self.written, self.distinct = native, shadowed, written, distinct
+        self.primal_ir, self.adjoint_ir, self.optimised_ir = primal_ir, adjoint_ir, optimised_ir
+
+    def check_aliasing(self, anns):
+        """Arrays that share memory the kernel writes must alias in their shadows too: a
+        Duplicated array may not share such memory with a Const one, and two Duplicated
+        arrays that do need shadows that alias the same way (else ActivityError)."""
+        arrays = [k for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
+        for i, j in itertools.combinations(arrays, 2):
+            a, b = anns[i], anns[j]
+            if not (isinstance(a, Duplicated) or isinstance(b, Duplicated)) or \
+                    (i not in self.written and j not in self.written) or not share_memory(a.val, b.val):
+                continue
+            if not (isinstance(a, Duplicated) and isinstance(b, Duplicated)):
+                const, dup = (j, i) if isinstance(a, Duplicated) else (i, j)
+                raise ActivityError(f"argument {const} shares memory with Duplicated argument {dup} "
+                                    f"and {self.pyname} writes it: pass both as Duplicated with views "
+                                    f"of one shadow, or pass a copy")
+            if not (share_memory(a.dval, b.dval) and mirrored(a, b)):
+                raise ActivityError(f"arguments {i} and {j} share memory that {self.pyname} writes: "
+                                    f"their shadows must be views of one shadow laid out as the arrays are")
+
+    def __call__(self, anns, dret=None):
+        if not self.distinct:
+            self.check_aliasing(anns)
+        primals = [a.val for a in anns]
+        shadows, copies = [], []
+        for k in self.shadowed:
+            a = anns[k]
+            if not isinstance(a, Duplicated):
+                shadows.append(_like_strides(a.val, None))
+                continue
+            d = a.dval
+            if d.strides != a.val.strides:
+                d = _like_strides(a.val, d)
+                copies.append((a.dval, d))
+            shadows.append(d)
+        seed, before = [], []
+        if dret is not None:     # a wrong seed is found after the forward pass: keep what it writes
+            seed = [np.ascontiguousarray(dret)]
+            before = [(primals[k], primals[k].copy()) for k in self.written]
+        out = self.native(*primals, *shadows, *seed)
+        if out[-1] < 0:
+            for array, old in before:
+                array[...] = old
+            if dret.shape != out[0].shape:
+                raise ActivityError(f"dret has shape {dret.shape} but {self.pyname} returned an "
+                                    f"array of shape {out[0].shape}")
+            raise UnsupportedError("the returned array", self.pyname,
+                                   "it is not C-contiguous (return np.ascontiguousarray of it)")
+        for user, tmp in copies:
+            user[...] = tmp
+        _last["cached_bytes"] = int(out[-1])
+        offset = 1 if self.has_primal else 0
+        derivs, j = [], offset
+        for a in anns:
+            if isinstance(a, Active):
+                derivs.append(out[j])
+                j += 1
+            else:
+                derivs.append(None)
+        return tuple(derivs), (out[0] if self.has_primal else None)
+
+
+def _like_strides(x, d):
+    """A copy of ``d`` (zeros if None) laid out with exactly the strides of ``x``."""
+    reach = [s * (n - 1) for s, n in zip(x.strides, x.shape)] if x.size else []
+    lo, hi = sum(r for r in reach if r < 0), sum(r for r in reach if r > 0)
+    buf = np.zeros(hi - lo + x.itemsize, np.uint8)
+    tmp = np.ndarray(x.shape, x.dtype, buffer=buf, offset=-lo, strides=x.strides)
+    if d is not None:
+        tmp[...] = d
+    return tmp

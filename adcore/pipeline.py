@@ -1,0 +1,178 @@
+"""The differentiation pipeline, stage by stage, in the order data flows.
+
+    capture   capture.py     the kernel's unoptimised LLVM module (Numba's, or foreign IR)
+    clean     cleanup.py     one self-contained scalar function: callees inlined, SSA, loops simplified
+    read      ir.py          adcore's model of that function
+    layout    here           which LLVM parameters are Active, shadowed, seeded; the result struct
+    analyse   cfg.py         control flow: RPO, dominators, loops, induction variables
+              pointers.py    which objects every pointer may point into
+              memory.py      which memory has a shadow; which writes may clobber a load
+              activity.py    varied / useful / active values, and what is refused
+    generate  adjoint.py     the gradient function's IR (values.py: what the reverse pass
+                             recomputes or keeps; reverse.py, rule_calls.py, shadows.py)
+    compile   native.py      O3 with vectorisation, MCJIT, external symbols checked
+    stub      native.py      an njit function calling it with Numba's calling convention
+
+:func:`differentiate` runs them all; :func:`primal` stops after ``read`` (what
+``adcore.primal_ir`` shows).  Const arrays that receive derivatives get scratch shadows:
+the analyses run again with them until nothing more is needed (a fixed point).
+"""
+import itertools
+
+from numba.core import types as nbtypes
+
+from . import custom_rules, native, numba_abi
+from .activity import Activity
+from .adjoint import AdjointGenerator, Spec, gradient_module
+from .annotations import Active, Const, Duplicated
+from .capture import capture
+from .cfg import ControlFlow
+from .cleanup import clean
+from .compiled import CompiledGradient
+from .errors import ActivityError, UnsupportedError
+from .ir import read_function, source_locations
+from .memory import Clobbers, ShadowedMemory
+from .pointers import UNKNOWN, PointerBases
+from .rules import is_differentiable_call, is_pure_call
+
+_counter = itertools.count()
+
+
+class Primal:
+    """The cleaned primal: its kernel (types, symbol, context), module and IR model."""
+
+    def __init__(self, dispatcher, argtypes):
+        self.kernel = capture(dispatcher, argtypes)
+        keep = {fn.name for fn in self.kernel.module.functions
+                if not fn.is_declaration and custom_rules.find(fn.name) is not None}
+        self.module = clean(self.kernel.module, self.kernel.symbol, keep)
+        self.ir = str(self.module)
+        self.func = read_function(self.module.get_function(self.kernel.symbol), source_locations(self.ir))
+
+
+def primal(dispatcher, argtypes):
+    """Stages capture, clean and read."""
+    return Primal(dispatcher, argtypes)
+
+
+class Layout:
+    """Where each annotated argument sits among the gradient function's LLVM parameters
+    (Numba flattens an array into several), and the result struct
+    ``(primal return?, Active adjoints..., bytes cached)``.  Checks the return against its
+    annotation and ``dret`` (``seed_type``)."""
+
+    def __init__(self, primal_, anns, argtypes, ret_activity, seed_type):
+        kernel, func = primal_.kernel, primal_.func
+        self.pyname, ctx, restype = kernel.pyname, kernel.context, kernel.restype
+        self.returns_array = _check_return(self.pyname, restype, ret_activity, seed_type)
+        self.ret_active = isinstance(restype, nbtypes.Float) and ret_activity is not Const
+        self.has_primal = restype is not nbtypes.none
+        counts = [len(numba_abi.flat_types(ctx, t)) for t in argtypes]
+        self.groups = [func.args[2 + sum(counts[:k]):2 + sum(counts[:k + 1])] for k in range(len(argtypes))]
+        self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+        self.duplicated = [k for k, a in enumerate(anns) if isinstance(a, Duplicated)]
+        fields = [restype] if self.has_primal else []
+        self.active, self.active_fields = [], []
+        for k, ann in enumerate(anns):
+            if isinstance(ann, Active):
+                self.active.append(func.args.index(self.groups[k][0]))
+                self.active_fields.append(len(fields))
+                fields.append(argtypes[k])
+        self.result = nbtypes.Tuple(tuple(fields + [nbtypes.int64]))
+        self.result_ir = str(ctx.get_value_type(self.result))
+        self.seed = (numba_abi.flat_types(ctx, seed_type), str(ctx.get_value_type(seed_type.dtype))) \
+            if self.returns_array else None
+        self.func = func
+
+    def data_pointer(self, k):
+        """The LLVM argument holding array argument ``k``'s data pointer."""
+        return self.groups[k][numba_abi.DATA]
+
+    def shadow(self, k):
+        """``(data parameter index, flattened types, data position)`` of ``k``'s shadow."""
+        return (self.func.args.index(self.data_pointer(k)), [a.type for a in self.groups[k]],
+                numba_abi.DATA)
+
+    def spec(self, symbol, scratch, distinct):
+        return Spec(symbol, self.pyname, self.active,
+                    [self.shadow(k) for k in self.duplicated + sorted(scratch)], self.ret_active,
+                    self.result_ir, self.active_fields, len(self.result.types) - 1,
+                    [self.func.args.index(self.data_pointer(k)) for k in self.arrays], distinct,
+                    seed=self.seed)
+
+
+def _check_return(pyname, restype, ret_activity, seed_type):
+    """True when the kernel returns a new float array (seeded by ``dret``); refuses a
+    return that does not match its annotation or the seed."""
+    if ret_activity is Active and not isinstance(restype, nbtypes.Float):
+        raise ActivityError(f"return annotated Active but {pyname} returns {restype}, which is not a float")
+    returns_array = isinstance(restype, nbtypes.Array) and isinstance(restype.dtype, nbtypes.Float)
+    if returns_array and seed_type is None:
+        raise ActivityError(f"{pyname} returns a {restype.dtype} array: pass the seed of the "
+                            f"returned array with dret=")
+    if seed_type is not None and not (returns_array and seed_type.dtype == restype.dtype
+                                      and seed_type.ndim == restype.ndim):
+        raise ActivityError(f"dret is a {seed_type.dtype} array of {seed_type.ndim} dimensions but "
+                            f"{pyname} returns {restype}")
+    if not (restype is nbtypes.none or returns_array
+            or isinstance(restype, (nbtypes.Number, nbtypes.Boolean))):
+        raise UnsupportedError(f"return type {restype}", pyname,
+                               "kernels may return a float, an integer, a bool, a float array or None")
+    return returns_array
+
+
+class Analyses:
+    """The analyses of one primal function for one :class:`Spec` (stage ``analyse``)."""
+
+    def __init__(self, cfg, pointers, memory, activity, clobbers, rule_of):
+        self.cfg, self.pointers, self.memory = cfg, pointers, memory
+        self.activity, self.clobbers, self.rule_of = activity, clobbers, rule_of
+
+
+def analyse(primal_, layout, symbol, distinct):
+    """Stage ``analyse``, with the scratch-shadow fixed point: returns ``(spec, analyses,
+    scratch)``, ``scratch`` the Const array arguments given internal shadows (those a
+    pointer may reach together with shadowed memory, and those that receive derivatives)."""
+    func, args = primal_.func, primal_.func.args
+    cfg, pointers, rule_of = ControlFlow(func), PointerBases(func), custom_rules.lookup()
+    by_pointer = {layout.data_pointer(k): k for k in layout.arrays}
+    data_args = list(by_pointer)
+    scratch = set()
+    while True:
+        spec = layout.spec(symbol, scratch, distinct)
+        memory = ShadowedMemory(func, pointers, [args[s[0]] for s in spec.shadows], rule_of, spec.pyname)
+        more = {by_pointer[p] for p in memory.mixed_constants(data_args)} - scratch
+        if not more:
+            activity = Activity(func, memory, [args[i] for i in spec.active], args[0], spec.ret_active,
+                                data_args, (rule_of, is_differentiable_call, is_pure_call))
+            more = {by_pointer[p] for p in activity.unshadowed_writes} - scratch
+        if not more:
+            clobbers = Clobbers(func, pointers, rule_of, is_pure_call, data_args, distinct)
+            return spec, Analyses(cfg, pointers, memory, activity, clobbers, rule_of), scratch
+        scratch |= more
+
+
+def written_arguments(layout, clobbers):
+    """Array arguments the kernel may write."""
+    written = clobbers.written_bases()
+    return [k for k in layout.arrays if written == UNKNOWN or layout.data_pointer(k) in written]
+
+
+def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None):
+    """Run every stage for one kernel, argument types and activities: a
+    :class:`CompiledGradient`."""
+    primal_ = primal(dispatcher, argtypes)
+    layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
+    symbol = f"adcore_grad_{next(_counter)}"
+    spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
+    generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
+    adjoint_ir = gradient_module(primal_.module, generator)
+    optimised_ir = native.compile_ir(adjoint_ir, symbol, layout.pyname)
+    shadowed = layout.duplicated + sorted(scratch)
+    seed = [seed_type] if layout.returns_array else []
+    n = len(argtypes)
+    stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in shadowed] + seed,
+                            layout.result,
+                            [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)])
+    return CompiledGradient(layout, stub, shadowed, written_arguments(layout, analyses.clobbers),
+                            distinct, primal_.ir, adjoint_ir, optimised_ir)

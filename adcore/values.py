@@ -1,0 +1,109 @@
+"""What the reverse pass recomputes and what the forward pass keeps (the save-or-recompute
+policy).
+
+A value the reverse pass needs is recomputed from values it already has when the
+instruction is pure (arithmetic, casts, compares, GEPs, math calls, loads of memory nothing
+later writes); the rest is kept in a *register*, a stack slot of the gradient function that
+the forward pass stores and, inside a loop, pushes on the value stack before overwriting.
+When recomputing a value inside a loop would make more bytes per iteration necessary than
+keeping it, the value itself is kept.
+"""
+from . import runtime
+from .cfg import step_of
+from .ir import Arg, rename, strip_metadata
+from .rules import math_name
+
+PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
+            "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
+            "getelementptr", "extractvalue", "insertvalue", "zext", "sext", "trunc", "fpext",
+            "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "ptrtoint", "inttoptr",
+            "addrspacecast", "freeze"}
+
+
+class Lazy:
+    """An operand whose reverse-pass value is materialised on first ``str``."""
+
+    def __init__(self, values, op):
+        self.values, self.op, self.type = values, op, op.type
+        self._ref = None
+
+    def __str__(self):
+        if self._ref is None:
+            self._ref = self.values.materialise(self.op)
+        return self._ref
+
+
+class Values:
+    """The reverse pass's access to primal values, for one gradient function: ``cfg`` and
+    ``clobbers`` are the analyses, ``emitter`` writes the current code, ``alloca(type,
+    hint)`` makes a stack slot in the entry block.  ``registers`` maps each kept value to
+    its slot; ``memo`` the values already materialised in the current reverse block."""
+
+    def __init__(self, cfg, clobbers, emitter, alloca):
+        self.cfg, self.clobbers, self.e, self.alloca = cfg, clobbers, emitter, alloca
+        self.registers = {}
+        self.memo = {}
+
+    def register(self, value):
+        if value not in self.registers:
+            self.registers[value] = self.alloca(value.type, "reg")
+        return self.registers[value]
+
+    def recomputable(self, instr):
+        if instr.synthetic:
+            return instr.opcode in PURE_OPS or instr.reloadable
+        if instr.opcode in PURE_OPS:
+            return True
+        if instr.opcode == "call":
+            return math_name(instr.callee) is not None
+        if instr.opcode == "load":
+            return " atomic " not in instr.text and " volatile " not in instr.text \
+                and self.clobbers.can_reload(instr)
+        return False
+
+    def materialise(self, op):
+        """The value of ``op`` at the current point of the reverse pass."""
+        d = op.defn
+        if d is None or isinstance(d, Arg):
+            return op.ref
+        if d in self.memo:
+            return self.memo[d]
+        if self.recomputable(d) and not self.cheaper_to_keep(d):
+            mapping = {o.ref: self.materialise(o) for o in d.operands
+                       if o.defn is not None and not isinstance(o.defn, Arg)}
+            ref = self.e.fresh("re")
+            mapping[d.ref] = ref
+            self.e.line(strip_metadata(rename(d.text, mapping)))
+        else:
+            ref = self.e(f"load {d.type}, ptr {self.register(d)}", "ld")
+        self.memo[d] = ref
+        return ref
+
+    def saved_bytes(self, value, seen=None):
+        """Bytes per loop iteration the value stack would take to make ``value`` available
+        in the reverse pass by recomputation (0 when nothing new must be saved)."""
+        seen = set() if seen is None else seen
+        if value is None or isinstance(value, Arg) or value in seen or value in self.registers:
+            return 0
+        seen.add(value)
+        if value.block not in self.cfg.cyclic or self.runs_backwards(value):
+            return 0
+        if self.recomputable(value):
+            return sum(self.saved_bytes(o.defn, seen) for o in value.operands)
+        return runtime.size_of(value.type) if value.type in runtime.SIZES or \
+            value.type.startswith("<") else 8
+
+    def runs_backwards(self, phi):
+        """True for a header phi the reverse pass can run backwards (a loop counter)."""
+        iv = self.cfg.ivs.get(phi.block)
+        if phi.opcode != "phi" or iv is None:
+            return False
+        step = phi.operands[phi.incoming.index(iv.latch)].defn
+        return step is not None and step_of(step, phi) is not None
+
+    def cheaper_to_keep(self, value):
+        """A recomputable value inside a loop is saved itself when recomputing it would save
+        more bytes per iteration (a 1-byte comparison instead of an 8-byte running maximum)."""
+        if value.block not in self.cfg.cyclic or value.type not in runtime.SIZES:
+            return False
+        return runtime.size_of(value.type) < self.saved_bytes(value)
