@@ -7,7 +7,7 @@ import numba
 import numpy as np
 
 from . import numba_abi, pipeline
-from .annotations import Active, Annotation, Duplicated, Mode
+from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .arguments import annotate, distinct as _distinct, is_float_scalar
 from .capture import as_dispatcher
 from .compiled import last_cached_bytes  # noqa: F401  (public)

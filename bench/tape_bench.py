@@ -114,23 +114,6 @@ def _torch_gradient(loss, *arrays, consts=()):
     return grad
 
 
-def mlp_loss(xp, params, x, y):
-    """784-32-10 tanh MLP, softmax cross-entropy written with plain numpy ops."""
-    w1, b1, w2, b2 = params
-    h = xp.tanh(x @ w1 + b1)
-    z = h @ w2 + b2
-    z = z - xp.max(z, axis=1, keepdims=True)
-    logp = z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))
-    return -xp.mean(xp.sum(logp * y, axis=1))
-
-
-def mlp_loss_fused(params, x, y):
-    """The same MLP with the tape's fused, stable ``tape.logsoftmax``."""
-    w1, b1, w2, b2 = params
-    z = np.tanh(x @ w1 + b1) @ w2 + b2
-    return -np.mean(np.sum(tape.logsoftmax(z, axis=1) * y, axis=1))
-
-
 def _count_ops(f, *args):
     return sum(r.op != "input" for r in tape.record(f, *args).tape.records)
 

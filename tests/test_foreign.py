@@ -196,19 +196,20 @@ def test_unresolved_external_call():
         adcore.gradient(Reverse, f, 0.5)
 
 
+def _calling(callee, reverse, params, ret):
+    """A foreign function ``g`` passing its parameters to the external ``callee``, whose
+    custom rule is ``reverse``."""
+    adcore.register_rule(callee, reverse)
+    args = ", ".join(f"{t} %a{k}" for k, t in enumerate(params))
+    call = f"call {ret} @{callee}({args})"
+    body = f"  {call}\n  ret void" if ret == "void" else f"  %r = {call}\n  ret {ret} %r"
+    return adcore.from_llvm(f"declare {ret} @{callee}({', '.join(params)})\n"
+                            f"define {ret} @g({args}) {{\n{body}\n}}\n", "g")
+
+
 @numba.njit
-def _mystery_reverse(x, n, dx):
+def _pointer_rule_reverse(x, n, dx):
     return None
-
-
-def test_unresolved_external_with_a_rule():
-    """A custom rule does not make an undefined symbol callable: refused before running."""
-    adcore.register_rule("mystery_with_rule", _mystery_reverse)
-    f = adcore.from_llvm("declare void @mystery_with_rule(ptr, i64)\n"
-                         "define void @g(ptr %x, i64 %n) {\n"
-                         "  call void @mystery_with_rule(ptr %x, i64 %n)\n  ret void\n}\n", "g")
-    with pytest.raises(adcore.LinkError, match="g calls mystery_with_rule, which this process does not"):
-        adcore.autodiff(Reverse, f, Duplicated(np.ones(3), np.ones(3)), 3)
 
 
 @numba.njit
@@ -216,12 +217,16 @@ def _float_rule_reverse(a):
     return None
 
 
+def test_unresolved_external_with_a_rule():
+    """A custom rule does not make an undefined symbol callable: refused before running."""
+    f = _calling("mystery_with_rule", _pointer_rule_reverse, ["ptr", "i64"], "void")
+    with pytest.raises(adcore.LinkError, match="g calls mystery_with_rule, which this process does not"):
+        adcore.autodiff(Reverse, f, Duplicated(np.ones(3), np.ones(3)), 3)
+
+
 def test_external_rule_with_float_result_is_refused():
     """Rules of external symbols cannot return derivatives of float results or arguments."""
-    adcore.register_rule("float_with_rule", _float_rule_reverse)
-    f = adcore.from_llvm("declare double @float_with_rule(double)\n"
-                         "define double @g(double %a) {\n"
-                         "  %r = call double @float_with_rule(double %a)\n  ret double %r\n}\n", "g")
+    f = _calling("float_with_rule", _float_rule_reverse, ["double"], "double")
     with pytest.raises(adcore.UnsupportedError, match="float result"):
         adcore.gradient(Reverse, f, 0.5)
 
