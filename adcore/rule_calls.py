@@ -95,14 +95,20 @@ def _njit(gen, instr, rule):
         n = len(numba_abi.flat_types(ctx, t))
         groups.append((t, ops[pos:pos + n]))
         pos += n
-    args = [f"{o.type} {gen.values.materialise(o)}" for _, g in groups for o in g]
+    # arrays reach the reverse without their meminfo (null: Numba's reference counting
+    # skips it), as borrowed views: the forward pass has deferred their frees, and a
+    # reference taken and dropped in the reverse would free them a second time
+    args = [f"{o.type} {'null' if is_array and j == numba_abi.MEMINFO else gen.values.materialise(o)}"
+            for t, g in groups for is_array in [isinstance(t, nbtypes.Array)] for j, o in enumerate(g)]
     types_ = list(rule.argtypes)
     for t, g in groups:
         if isinstance(t, nbtypes.Array):
             data = numba_abi.data_position(ctx, t)
             shadowed = gen.memory.is_shadowed(g[data])
             for j, o in enumerate(g):
-                if j == data:
+                if j == numba_abi.MEMINFO:
+                    args.append("ptr null")
+                elif j == data:
                     args.append(f"ptr {gen.shadow(o) if shadowed else 'null'}")
                 elif not shadowed and j in (numba_abi.NITEMS, numba_abi.shape_field(0)):   # empty shadow
                     args.append(f"{o.type} 0")

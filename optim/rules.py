@@ -2,26 +2,32 @@
 
 A rule holds hyperparameters only.  ``rule.init(x)`` makes the per-array state and
 ``rule.apply(state, x, g)`` turns the gradient ``g`` (raveled, same dtype as ``x``)
-into the step ``x -= g`` in place, through the rule's Numba kernels in
-``optim.kernels``: ``rule.steps(state)`` lists them, so a compiled training loop
-(``layers`` with ``Duplicated``) calls exactly what ``apply`` calls.
-``rule.adjust(**kw)`` returns a copy with new hyperparameters.
+into the step ``x -= g`` in place, through the rule's formula: its ``kernel``, an njit
+function written in the class (Optimisers.jl keeps ``init`` and ``apply!`` together) with
+the signature ``kernel(x, g, *state, *hyper)`` that overwrites ``g`` with the step and
+updates the state arrays in place.  ``rule.steps(state)`` lists the kernel calls, so a
+compiled training loop (``layers`` with ``Duplicated``) calls exactly what ``apply``
+calls.  ``rule.adjust(**kw)`` returns a copy with new hyperparameters.
 """
 import copy
+import math
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
-from . import kernels
+
+def _njit(f):
+    return numba.njit(cache=False, nogil=True)(f)
 
 
 class Step(NamedTuple):
-    """One kernel call ``kernel(x, g, *state, *hyper)``; ``check`` marks kernels returning
-    a norm that must be finite."""
+    """One kernel call ``kernel(x, g, *state, *hyper)``; ``check``, when set, names the
+    value the kernel returns, which must be finite (``"ClipNorm: the gradient norm"``)."""
     kernel: object
     state: tuple
     hyper: tuple
-    check: bool = False
+    check: str = ""
 
 
 class Rule:
@@ -40,7 +46,7 @@ class Rule:
         for s in self.steps(state):
             n = s.kernel(x, g, *s.state, *s.hyper)
             if s.check and not np.isfinite(n):
-                raise FloatingPointError(f"ClipNorm: the gradient norm is {n}")
+                raise FloatingPointError(f"{s.check} is {n}")
 
     def adjust(self, **kw):
         """A copy with the given hyperparameters replaced; unknown names are ignored."""
@@ -73,17 +79,30 @@ class Descent(Rule):
 
     hyper = ("eta",)
 
+    @staticmethod
+    @_njit
+    def kernel(x, g, eta):
+        for i in range(g.size):
+            g[i] = eta * g[i]
+
     def __init__(self, eta=0.1):
         self.eta = eta
 
     def steps(self, state):
-        return [Step(kernels.descent, (), (float(self.eta),))]
+        return [Step(self.kernel, (), (float(self.eta),))]
 
 
 class Momentum(Rule):
     """``v = rho*v + eta*dx``; step ``v``."""
 
     hyper = ("eta", "rho")
+
+    @staticmethod
+    @_njit
+    def kernel(x, g, v, eta, rho):
+        for i in range(g.size):
+            v[i] = rho * v[i] + eta * g[i]
+            g[i] = v[i]
 
     def __init__(self, eta=0.01, rho=0.9):
         self.eta, self.rho = eta, rho
@@ -92,13 +111,21 @@ class Momentum(Rule):
         return _zeros(x)
 
     def steps(self, state):
-        return [Step(kernels.momentum, (state,), (float(self.eta), float(self.rho)))]
+        return [Step(self.kernel, (state,), (float(self.eta), float(self.rho)))]
 
 
 class Nesterov(Rule):
     """Nesterov momentum: step ``-rho^2*v + (1+rho)*eta*dx``, then ``v = rho*v - eta*dx``."""
 
     hyper = ("eta", "rho")
+
+    @staticmethod
+    @_njit
+    def kernel(x, g, v, eta, rho):
+        for i in range(g.size):
+            d = g[i]
+            g[i] = -rho * rho * v[i] + (1.0 + rho) * eta * d
+            v[i] = rho * v[i] - eta * d
 
     def __init__(self, eta=0.001, rho=0.9):
         self.eta, self.rho = eta, rho
@@ -107,13 +134,21 @@ class Nesterov(Rule):
         return _zeros(x)
 
     def steps(self, state):
-        return [Step(kernels.nesterov, (state,), (float(self.eta), float(self.rho)))]
+        return [Step(self.kernel, (state,), (float(self.eta), float(self.rho)))]
 
 
 class RMSProp(Rule):
     """``q = rho*q + (1-rho)*dx^2``; step ``eta*dx/(sqrt(q)+epsilon)``."""
 
     hyper = ("eta", "rho", "epsilon")
+
+    @staticmethod
+    @_njit
+    def kernel(x, g, quad, eta, rho, eps):
+        for i in range(g.size):
+            d = g[i]
+            quad[i] = rho * quad[i] + (1.0 - rho) * d * d
+            g[i] = d * eta / (math.sqrt(quad[i]) + eps)
 
     def __init__(self, eta=0.001, rho=0.9, epsilon=1e-8):
         self.eta, self.rho, self.epsilon = eta, rho, epsilon
@@ -122,7 +157,7 @@ class RMSProp(Rule):
         return _zeros(x)
 
     def steps(self, state):
-        return [Step(kernels.rmsprop, (state,),
+        return [Step(self.kernel, (state,),
                      (float(self.eta), float(self.rho), float(self.epsilon)))]
 
 
@@ -130,6 +165,20 @@ class Adam(Rule):
     """Adam with bias correction; state ``(mt, vt, beta_t)``, ``beta_t`` the powers of ``beta``."""
 
     hyper = ("eta", "beta", "epsilon")
+
+    @staticmethod
+    @_njit
+    def kernel(x, g, mt, vt, beta_t, eta, b1, b2, eps, lam):
+        """Adam; with ``lam != 0`` PyTorch's (coupled) AdamW: ``eta * (adam_step + lam * x)``."""
+        c1 = 1.0 - beta_t[0]
+        c2 = 1.0 - beta_t[1]
+        for i in range(g.size):
+            d = g[i]
+            mt[i] = b1 * mt[i] + (1.0 - b1) * d
+            vt[i] = b2 * vt[i] + (1.0 - b2) * d * d
+            g[i] = eta * (mt[i] / c1 / (math.sqrt(vt[i] / c2) + eps) + lam * x[i])
+        beta_t[0] *= b1
+        beta_t[1] *= b2
 
     def __init__(self, eta=0.001, beta=(0.9, 0.999), epsilon=1e-8):
         self.eta, self.beta, self.epsilon = eta, tuple(beta), epsilon
@@ -142,7 +191,7 @@ class Adam(Rule):
 
     def steps(self, state):
         b1, b2 = self.beta
-        return [Step(kernels.adam, tuple(state), (float(self.eta), float(b1), float(b2),
+        return [Step(self.kernel, tuple(state), (float(self.eta), float(b1), float(b2),
                                                   float(self.epsilon), float(self._lambda())))]
 
 
@@ -165,6 +214,14 @@ class AdaGrad(Rule):
 
     hyper = ("eta", "epsilon")
 
+    @staticmethod
+    @_njit
+    def kernel(x, g, acc, eta, eps):
+        for i in range(g.size):
+            d = g[i]
+            acc[i] += d * d
+            g[i] = d * eta / (math.sqrt(acc[i]) + eps)
+
     def __init__(self, eta=0.1, epsilon=1e-8):
         self.eta, self.epsilon = eta, epsilon
 
@@ -172,7 +229,7 @@ class AdaGrad(Rule):
         return np.full(x.size, self.epsilon, dtype=x.dtype)
 
     def steps(self, state):
-        return [Step(kernels.adagrad, (state,), (float(self.eta), float(self.epsilon)))]
+        return [Step(self.kernel, (state,), (float(self.eta), float(self.epsilon)))]
 
 
 class ClipGrad(Rule):
@@ -180,11 +237,17 @@ class ClipGrad(Rule):
 
     hyper = ("delta",)
 
+    @staticmethod
+    @_njit
+    def kernel(x, g, delta):
+        for i in range(g.size):
+            g[i] = min(max(g[i], -delta), delta)
+
     def __init__(self, delta=10.0):
         self.delta = delta
 
     def steps(self, state):
-        return [Step(kernels.clipgrad, (), (float(self.delta),))]
+        return [Step(self.kernel, (), (float(self.delta),))]
 
 
 class ClipNorm(Rule):
@@ -193,11 +256,30 @@ class ClipNorm(Rule):
 
     hyper = ("omega", "p", "throw")
 
+    @staticmethod
+    @_njit
+    def kernel(x, g, omega, p):
+        """Scale ``g`` so its ``p``-norm is at most ``omega``; returns the norm before."""
+        n = 0.0
+        if math.isinf(p):
+            for i in range(g.size):
+                n = max(n, abs(g[i]))
+        else:
+            for i in range(g.size):
+                n += abs(g[i]) ** p
+            n = n ** (1.0 / p)
+        if n > omega:
+            s = omega / n
+            for i in range(g.size):
+                g[i] = s * g[i]
+        return n
+
     def __init__(self, omega=10.0, p=2.0, throw=True):
         self.omega, self.p, self.throw = omega, p, throw
 
     def steps(self, state):
-        return [Step(kernels.clipnorm, (), (float(self.omega), float(self.p)), bool(self.throw))]
+        return [Step(self.kernel, (), (float(self.omega), float(self.p)),
+                     "ClipNorm: the gradient norm" if self.throw else "")]
 
 
 class WeightDecay(Rule):
@@ -205,11 +287,18 @@ class WeightDecay(Rule):
 
     hyper = ("lambda_",)
 
+    @staticmethod
+    @_njit
+    def kernel(x, g, lam):
+        for i in range(g.size):
+            g[i] = g[i] + lam * x[i]
+
+
     def __init__(self, lambda_=5e-4):
         self.lambda_ = lambda_
 
     def steps(self, state):
-        return [Step(kernels.weightdecay, (), (float(self.lambda_),))]
+        return [Step(self.kernel, (), (float(self.lambda_),))]
 
 
 class OptimiserChain(Rule):

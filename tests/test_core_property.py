@@ -251,7 +251,7 @@ def c_expressions(draw, depth=2):
 def vla_kernels(draw):
     first, second = draw(c_expressions()).replace("t[i]", "x[i]"), draw(c_expressions())
     inner = draw(st.booleans())          # the VLA inside a loop: stacksave/stackrestore per round
-    body = [f"double t[n];", "for (int i = 0; i < n; i++) t[i] = " + first + ";",
+    body = ["double t[n];", "for (int i = 0; i < n; i++) t[i] = " + first + ";",
             "for (int i = 0; i < n; i++) s += " + second + " * t[i];"]
     if inner:
         body = ["for (int r = 0; r < 2; r++) {"] + body + ["}"]

@@ -241,3 +241,39 @@ def test_rule_operand_overwritten_afterwards_is_refused_without_extents():
         return r
     with pytest.raises(UnsupportedError, match="overwritten after the call"):
         adcore.gradient(Reverse, overwrites_after_rule, np.ones(2), 0.5)
+
+
+# -- a rule's reverse that allocates, on memory the kernel allocated ---------------------------------
+@numba.njit
+def product_into(out, a, b):
+    out[:, :] = a @ b
+
+
+@adcore.rule(product_into)
+@numba.njit
+def product_into_reverse(out, a, b, dout, da, db):
+    da += dout @ b.T                 # temporaries: allocations inside the reverse
+    db += a.T @ dout
+    dout[:, :] = 0.0
+
+
+@numba.njit
+def squared_product(out, a, b):
+    y = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    product_into(y, a, b)
+    for i in range(y.shape[0]):
+        for j in range(y.shape[1]):
+            out[i, j] = y[i, j] ** 2
+
+
+def test_rule_reverse_allocating_on_a_kernel_temporary():
+    """The reverse receives the temporary's arrays as borrowed views: its own references
+    must not free what the forward pass keeps (this crashed the process)."""
+    r = np.random.default_rng(5)
+    a, b = r.random((3, 4)), r.random((4, 3))
+    da, db, dout = np.zeros((3, 4)), np.zeros((4, 3)), np.ones((3, 3))
+    adcore.autodiff(Reverse, squared_product, Duplicated(np.zeros((3, 3)), dout),
+                    Duplicated(a, da), Duplicated(b, db))
+    y = a @ b
+    np.testing.assert_allclose(da, (2 * y) @ b.T, rtol=1e-12)       # closed form
+    np.testing.assert_allclose(db, a.T @ (2 * y), rtol=1e-12)
