@@ -6,6 +6,7 @@ A model is a tree (``adcore.tree``): layers name their trainable arrays in
 from .activations import (identity, relu, leakyrelu, elu, gelu, swish, softplus, sigmoid, σ,
                           logsigmoid, tanh, softmax, logsoftmax, logsumexp)
 from .core import Layer, Dense, Embedding, Chain
+from .conv import Conv, MaxPool, MeanPool, GlobalMeanPool, flatten
 from .grad import gradient, withgradient
 from .init import glorot_uniform
 from .io import state, loadmodel, save, load
@@ -18,7 +19,8 @@ from .utils import only, onehot, onehotbatch, onecold, f32, f64, destructure, ba
 __all__ = [
     "identity", "relu", "leakyrelu", "elu", "gelu", "swish", "softplus", "sigmoid", "σ",
     "logsigmoid", "tanh", "softmax", "logsoftmax", "logsumexp",
-    "Layer", "Dense", "Embedding", "Chain", "gradient", "withgradient", "glorot_uniform",
+    "Layer", "Dense", "Embedding", "Chain", "Conv", "MaxPool", "MeanPool", "GlobalMeanPool",
+    "flatten", "gradient", "withgradient", "glorot_uniform",
     "state", "loadmodel", "save", "load",
     "mse", "mae", "crossentropy", "logitcrossentropy", "binarycrossentropy",
     "logitbinarycrossentropy", "huber_loss", "kldivergence",
