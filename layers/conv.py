@@ -51,9 +51,10 @@ def _out_size(n, pad, window, stride, dilation):
     return (n + pad[0] + pad[1] - dilation * (window - 1) - 1) // stride + 1
 
 
-def _as_2d(nd, *tuples):
-    """Per-axis parameters of a 1-d layer lifted to the 2-d kernels (a height of one)."""
-    return tuple((t[0],) + t if nd == 1 else t for t in tuples)
+def _lift(nd, t, neutral):
+    """A per-axis parameter of a 1-d layer lifted to the 2-d kernels: ``neutral`` (the value
+    for a height of one) prepended."""
+    return (neutral,) + tuple(t) if nd == 1 else tuple(t)
 
 
 class _Window:
@@ -72,8 +73,7 @@ class _Window:
     def _kernel_args(self):
         """``(stride, pad_lo)`` per axis of the 2-d kernel."""
         nd = len(self.window)
-        lo = tuple(p[0] for p in self.pad)
-        return _as_2d(nd, self.stride, lo)
+        return _lift(nd, self.stride, 1), _lift(nd, tuple(p[0] for p in self.pad), 0)
 
     def _out_shape(self, x):
         spatial = x.shape[2:]
@@ -120,10 +120,10 @@ class Conv(_Window, Layer):
         out = self._out_shape(x)
         nd = len(self.window)
         (sh, sw), (ph, pw) = self._kernel_args()
-        (dh, dw), = _as_2d(nd, self.dilation)
+        dh, dw = _lift(nd, self.dilation, 1)
         x4 = x.reshape(x.shape[:2] + (1,) + x.shape[2:]) if nd == 1 else x
         w4 = self.weight.reshape((cout, cin, 1) + self.window) if nd == 1 else self.weight
-        shape4 = (x.shape[0], cout) + _as_2d(nd, out)[0]
+        shape4 = (x.shape[0], cout) + _lift(nd, out, 1)
         y = kernel_call(conv_kernels.conv2d, shape4, x4, w4, sh, sw, ph, pw, dh, dw)
         if nd == 1:
             y = y.reshape((x.shape[0], cout) + out)
@@ -163,10 +163,10 @@ class _Pool(_Window, Layer):
         expect_shape(self, x, self._pattern("channels"))
         nd = len(self.window)
         out = self._out_shape(x)
-        (kh, kw), = _as_2d(nd, self.window)
+        kh, kw = _lift(nd, self.window, 1)
         (sh, sw), (ph, pw) = self._kernel_args()
         x4 = x.reshape(x.shape[:2] + (1,) + x.shape[2:]) if nd == 1 else x
-        y = kernel_call(type(self).kernel, x.shape[:2] + _as_2d(nd, out)[0], x4,
+        y = kernel_call(type(self).kernel, x.shape[:2] + _lift(nd, out, 1), x4,
                         kh, kw, sh, sw, ph, pw)
         return y.reshape(x.shape[:2] + out) if nd == 1 else y
 

@@ -15,6 +15,7 @@ from .core import Layer, as_input
 from .init import _rng
 from .modes import is_active
 from .njit_layer import kernel_call
+from .staging.trace import active as staging
 
 __all__ = ["LayerNorm", "BatchNorm", "Dropout"]
 
@@ -72,6 +73,11 @@ class BatchNorm(Layer):
                              f"...), got shape {np.shape(x)}")
         x3 = x.reshape(x.shape[0], n, math.prod(x.shape[2:]))
         if is_active(self, x, self.scale, self.bias):
+            if staging():
+                raise NotImplementedError(
+                    f"{self.show_string()} in training mode is not supported with Duplicated "
+                    "models yet (its running statistics are float arrays the compiled program "
+                    "would write); use the plain model (tape engine), or testmode(model)")
             if x3.shape[0] * x3.shape[2] < 2:
                 raise ValueError(f"{self.show_string()} in training mode needs more than one "
                                  f"value per channel, got an input of shape {x.shape}")
