@@ -105,7 +105,8 @@ def _what_to_run(args, parser):
     default = default_sampler(args.quick)
     sampler = Sampler(repeat=args.repeat or default.repeat,
                       min_time=default.min_time if args.min_time is None else args.min_time)
-    return names, registry.Config(quick=args.quick, size=args.size, sampler=sampler)
+    return names, registry.Config(quick=args.quick, size=args.size, sampler=sampler,
+                                 output=args.output)
 
 
 def main(argv=None):

@@ -19,10 +19,12 @@ ENTRY_POINT_GROUP = "adcore.bench"
 @dataclass(frozen=True)
 class Config:
     """What a workload is asked for: ``quick`` (smaller, fewer repeats), ``size`` (scales the
-    problem sizes) and the ``sampler`` to time with (``config.sampler.time(fn)``)."""
+    problem sizes), the ``sampler`` to time with (``config.sampler.time(fn)``) and the
+    ``--output`` folder for any files of its own (``None`` when not given)."""
     quick: bool = False
     size: float = 1.0
     sampler: Sampler = Sampler()
+    output: str = None
 
 
 @dataclass(frozen=True)

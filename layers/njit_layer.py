@@ -20,6 +20,11 @@ compiled program that adcore differentiates; on the tape engine the call is one 
 whose vector-Jacobian product is adcore's reverse mode of the kernel.  On plain arrays
 it just runs the kernel.  Operands are float arrays or floats (differentiated) and
 anything Numba accepts as constants (ints, integer arrays).
+
+A kernel may also update a constant array operand in place (running statistics, a
+random state): the update happens once per call, as in a plain call.  The tape's
+vector-Jacobian product replays the kernel on copies of the constants as they were
+before the call, and staging's trace runs it on copies, so neither repeats the update.
 """
 import numpy as np
 
@@ -28,10 +33,14 @@ from adcore.annotations import Active, Const, Duplicated, Reverse
 from adcore.tape.rules import RULES, rule
 from adcore.tape.tracked import Tracked, apply
 
+from .staging.trace import active as tracing
+
 __all__ = ["kernel_call"]
 
 
-def _forward(*operands, kernel, shape, dtype):
+def _forward(*operands, kernel, shape, dtype, before):
+    if tracing():
+        operands = [b if b is not None else v for v, b in zip(operands, before)]
     out = np.zeros(shape, dtype)
     kernel(out, *operands)
     return out
@@ -41,9 +50,9 @@ def _kernel_vjp(g, rec):
     """adcore's reverse mode of the kernel, seeded with ``g`` in the output's shadow."""
     a = rec.attrs
     anns = [Duplicated(np.zeros(a["shape"], a["dtype"]), np.array(g, a["dtype"], order="C"))]
-    for i, v in zip(rec.inputs, rec.args):
+    for i, v, b in zip(rec.inputs, rec.args, a["before"]):
         if i is None:
-            anns.append(Const(v))
+            anns.append(Const(v if b is None else b.copy()))
         elif isinstance(v, np.ndarray) and v.ndim:
             v = np.ascontiguousarray(v)
             anns.append(Duplicated(v, np.zeros_like(v)))
@@ -70,5 +79,6 @@ def kernel_call(kernel, shape, *operands, dtype=None):
     shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
     if "njit_kernel" not in RULES:
         rule("njit_kernel", _forward)(_kernel_vjp)   # the tape op, registered on first use
+    before = tuple(o.copy() if isinstance(o, np.ndarray) and o.ndim else None for o in operands)
     return apply("njit_kernel", operands, {"kernel": kernel, "shape": shape,
-                                           "dtype": np.dtype(dtype)})
+                                           "dtype": np.dtype(dtype), "before": before})

@@ -1,0 +1,154 @@
+"""``python -m bench digits``: a small CNN and an MLP trained on scikit-learn's bundled 8x8
+handwritten digits (``sklearn.datasets.load_digits``, no download), with ``Duplicated`` (the
+LLVM engine) and with the tape engine, from the same initial weights on the same batches.
+
+Per model and engine: the test accuracy and training loss after each epoch, and the time of
+each epoch (the first one, which compiles, is reported apart). A held-out fifth of the data
+is the test split. Checked: the CNN's final test accuracy against 97 %, and each engine's
+final accuracy against the other's. With ``--output DIR`` the curves go to
+``DIR/digits_curves.png``.
+"""
+import time
+
+import numpy as np
+
+from layers import (Chain, Conv, Dense, MaxPool, flatten, logitcrossentropy, onecold, relu,
+                    train)
+from optim import Adam, setup
+
+from .rows import row, skipped
+from .timing import Timing
+
+W = "digits"
+TARGET = 0.97
+MISSING = ('scikit-learn is not installed: pip install -e ".[digits]" (it ships the digits '
+           'data set)')
+
+
+def data(seed=0):
+    """``(xtrain, ytrain, xtest, ytest)``: images ``(n, 1, 8, 8)`` in [0, 1] (float32), one-hot
+    training labels, integer test labels; a fifth held out, split with a fixed seed."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
+    y = digits.target
+    order = np.random.default_rng(seed).permutation(len(y))
+    ntest = len(y) // 5
+    test, tr = order[:ntest], order[ntest:]
+    return x[tr], np.eye(10, dtype=np.float32)[y[tr]], x[test], y[test]
+
+
+def models():
+    """The two architectures, built with fixed seeds."""
+    cnn = Chain(Conv((3, 3), 1, 8, relu, pad=1, rng=1), MaxPool((2, 2)),
+                Conv((3, 3), 8, 16, relu, pad=1, rng=2), MaxPool((2, 2)),
+                flatten, Dense(16 * 2 * 2, 10, rng=3))
+    mlp = Chain(flatten, Dense(64, 64, relu, rng=4), Dense(64, 10, rng=5))
+    return {"CNN": cnn, "MLP": mlp}
+
+
+def loss(m, x, y):
+    return logitcrossentropy(m(x), y)
+
+
+def epoch_batches(xtr, ytr, batch, rng):
+    """One epoch of shuffled full batches (the remainder is dropped, so every step has the
+    same shapes and ``train`` runs one native loop with ``Duplicated``)."""
+    order = rng.permutation(len(xtr))
+    n = len(xtr) // batch
+    return [(xtr[order[k * batch:(k + 1) * batch]], ytr[order[k * batch:(k + 1) * batch]])
+            for k in range(n)]
+
+
+def accuracy(model, x, labels):
+    return float(np.mean(onecold(model(x)) == labels))
+
+
+def fit(model, engine, split, epochs, batch=32, eta=3e-3, seed=0, progress=None):
+    """Trains ``model`` in place; returns per-epoch ``seconds``, ``loss`` (mean over the
+    epoch's steps) and ``accuracy`` (test split)."""
+    from adcore import Duplicated
+    xtr, ytr, xte, yte = split
+    target = Duplicated(model) if engine == "Duplicated" else model
+    state = setup(Adam(eta), model)
+    rng = np.random.default_rng(seed)
+    hist = {"seconds": [], "loss": [], "accuracy": []}
+    for _ in range(epochs):
+        items = epoch_batches(xtr, ytr, batch, rng)
+        t0 = time.perf_counter()
+        losses = train(loss, target, items, state)
+        hist["seconds"].append(time.perf_counter() - t0)
+        hist["loss"].append(float(np.mean(losses)))
+        hist["accuracy"].append(accuracy(model, xte, yte))
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(acc=f"{hist['accuracy'][-1]:.3f}", refresh=False)
+    return hist
+
+
+def plot(histories, path):
+    """Loss and test accuracy per epoch of every run into ``path``; ``None``, or a note
+    when matplotlib is missing."""
+    from .charts import MISSING as NO_PLOT, _pyplot
+    plt = _pyplot()
+    if plt is None:
+        return NO_PLOT
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, h in histories.items():
+        epochs = range(1, len(h["loss"]) + 1)
+        a.plot(epochs, h["loss"], marker=".", label=name)
+        b.plot(epochs, h["accuracy"], marker=".", label=name)
+    a.set(xlabel="epoch", ylabel="training loss (mean over the epoch)", yscale="log")
+    b.set(xlabel="epoch", ylabel="test accuracy")
+    b.axhline(TARGET, color="gray", linestyle=":", linewidth=1)
+    for ax in (a, b):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle("digits (sklearn load_digits): layers' engines")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def run(config):
+    """Each model trained by each engine for the same epochs from the same weights."""
+    try:
+        split = data()
+    except ImportError:
+        return [skipped(W, "", "digits", MISSING)]
+    from tqdm.auto import tqdm
+    from layers import f32
+    epochs = max(2, int((4 if config.quick else 15) * config.size))
+    engines = ("Duplicated", "tape")
+    rows, histories = [], {}
+    with tqdm(total=2 * len(engines) * epochs, desc="digits", leave=False) as bar:
+        for name, model in models().items():
+            case = f"{name}, {len(split[0])} train / {len(split[2])} test images, batch 32, " \
+                   f"time per epoch"
+            final = {}
+            for engine in engines:
+                h = fit(f32(model), engine, split, epochs, progress=bar)
+                histories[f"{name}, {engine}"] = h
+                final[engine] = acc = h["accuracy"][-1]
+                curve = " ".join(f"{a:.3f}" for a in h["accuracy"])
+                target = TARGET if name == "CNN" else None
+                rows.append(row(W, case, f"layers, {engine}", Timing(tuple(h["seconds"][1:])),
+                                first_call_s=h["seconds"][0],
+                                err=None if target is None else max(0.0, target - acc),
+                                tol=None if target is None else 0.0,
+                                check=f"test accuracy {acc:.1%}" +
+                                ("" if target is None else f" (target {target:.0%})"),
+                                note=f"accuracy per epoch: {curve}"))
+            gap = abs(final["Duplicated"] - final["tape"])
+            rows.append(row(W, f"{name}: engines agree", "Duplicated vs tape", err=gap, tol=0.01,
+                            note="final test accuracies differ by at most 1 point"))
+    rows.append(skipped(W, "", "PyTorch", "not part of this workload yet"))
+    if config.output:
+        from pathlib import Path
+        folder = Path(config.output)
+        folder.mkdir(parents=True, exist_ok=True)
+        note = plot(histories, folder / "digits_curves.png")
+        if note:
+            rows.append(skipped(W, "", "curves", note))
+    return rows
