@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 
 from .errors import ADError
 from .numba_abi import array_view
+from .timings import stage
 
 _RULES = []                    # (target, reverse)
 _bound = {}                    # (reverse, argtypes) -> symbol
@@ -80,7 +81,8 @@ def native_symbol(function, types_):
     with LLVM so that generated IR can call it with Numba's calling convention."""
     key = (function, tuple(types_))
     if key not in _bound:
-        function.compile(tuple(types_))
+        with stage("rule reverses (Numba)"):
+            function.compile(tuple(types_))
         cres = function.overloads[tuple(types_)]
         name = f"adcore_rule_{next(_counter)}"
         llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.mangled_name))

@@ -93,14 +93,27 @@ def unresolved_symbols(module):
                   (f.name in used or f'"{f.name}"' in used) and not llvm.address_of_symbol(f.name))
 
 
+def keep_only(module, symbol):
+    """Make every definition but ``symbol`` internal and drop what it does not use (the
+    primal kernel the gradient module carries along, say), before optimising."""
+    for fn in module.functions:
+        if not fn.is_declaration and fn.name != symbol:
+            fn.linkage = "internal"
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(module, llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options()))
+
+
 def compile_ir(text, symbol, owner=None):
     """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
 
-    Every external function the module calls must exist in the process (else
-    :class:`LinkError` naming it, ``owner`` being the function it was compiled for):
-    MCJIT would otherwise resolve it to address 0.  Returns the optimised IR text."""
+    Only ``symbol`` stays visible.  Every external function the module calls must exist
+    in the process (else :class:`LinkError` naming it, ``owner`` being the function it was
+    compiled for): MCJIT would otherwise resolve it to address 0.  Returns the optimised
+    IR text."""
     module = llvm.parse_assembly(text)
     module.verify()
+    keep_only(module, symbol)
     optimise(module)
     with _lock:
         engine = _start_engine()

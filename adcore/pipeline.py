@@ -34,6 +34,7 @@ from .ir import read_function, source_locations
 from .memory import Clobbers, ShadowedMemory
 from .pointers import UNKNOWN, PointerBases
 from .rules import is_differentiable_call, is_pure_call
+from .timings import compiling, stage
 
 _counter = itertools.count()
 
@@ -42,12 +43,16 @@ class Primal:
     """The cleaned primal: its kernel (types, symbol, context), module and IR model."""
 
     def __init__(self, dispatcher, argtypes):
-        self.kernel = capture(dispatcher, argtypes)
-        keep = {fn.name for fn in self.kernel.module.functions
-                if not fn.is_declaration and custom_rules.find(fn.name) is not None}
-        self.module = clean(self.kernel.module, self.kernel.symbol, keep)
-        self.ir = str(self.module)
-        self.func = read_function(self.module.get_function(self.kernel.symbol), source_locations(self.ir))
+        with stage("capture"):
+            self.kernel = capture(dispatcher, argtypes)
+        with stage("clean"):
+            keep = {fn.name for fn in self.kernel.module.functions
+                    if not fn.is_declaration and custom_rules.find(fn.name) is not None}
+            self.module = clean(self.kernel.module, self.kernel.symbol, keep)
+        with stage("read"):
+            self.ir = str(self.module)
+            self.func = read_function(self.module.get_function(self.kernel.symbol),
+                                      source_locations(self.ir))
 
 
 def primal(dispatcher, argtypes):
@@ -160,19 +165,25 @@ def written_arguments(layout, clobbers):
 
 def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None):
     """Run every stage for one kernel, argument types and activities: a
-    :class:`CompiledGradient`."""
-    primal_ = primal(dispatcher, argtypes)
-    layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
-    symbol = f"adcore_grad_{next(_counter)}"
-    spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
-    generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
-    adjoint_ir = gradient_module(primal_.module, generator)
-    optimised_ir = native.compile_ir(adjoint_ir, symbol, layout.pyname)
-    shadowed = layout.duplicated + sorted(scratch)
-    seed = [seed_type] if layout.returns_array else []
-    n = len(argtypes)
-    stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in shadowed] + seed,
-                            layout.result,
-                            [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)])
-    return CompiledGradient(layout, stub, shadowed, written_arguments(layout, analyses.clobbers),
-                            distinct, primal_.ir, adjoint_ir, optimised_ir)
+    :class:`CompiledGradient` (the seconds of each stage: ``adcore.last_compile_report()``)."""
+    with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
+        primal_ = primal(dispatcher, argtypes)
+        with stage("layout"):
+            layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
+        symbol = f"adcore_grad_{next(_counter)}"
+        with stage("analyse"):
+            spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
+        with stage("generate"):
+            generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
+            adjoint_ir = gradient_module(primal_.module, generator)
+        with stage("compile"):
+            optimised_ir = native.compile_ir(adjoint_ir, symbol, layout.pyname)
+        shadowed = layout.duplicated + sorted(scratch)
+        seed = [seed_type] if layout.returns_array else []
+        n = len(argtypes)
+        with stage("stub"):
+            stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in shadowed] + seed,
+                                    layout.result,
+                                    [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)])
+        return CompiledGradient(layout, stub, shadowed, written_arguments(layout, analyses.clobbers),
+                                distinct, primal_.ir, adjoint_ir, optimised_ir)
