@@ -193,12 +193,16 @@ class Staged:
                 shadows.append(w.const(dbuf))
                 dflat.append(False)
         self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
+        for k in self.grad.shadowed[len(shadows):]:   # Const arrays given scratch shadows
+            shadows.append(w.const(np.zeros_like(anns[k].val)))
+            dflat.append(False)
         self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = flat, dflat
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
+        is_param = [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")]
         self.driver = _driver(self.grad.native, flat, dflat,
-                              [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")])
+                              is_param + [False] * (len(dflat) - len(is_param)))
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.groups = None  # the optimiser leaves of the last state used by train
         self.varying = self._varying()
@@ -250,7 +254,9 @@ class Staged:
 
 def _driver(stub, flat, dflat, is_param):
     """An njit ``driver(zero, *args, *shadows)``: zero the scratch shadows (and the
-    parameters' shadows when ``zero``), call the gradient, return the loss."""
+    parameters' shadows when ``zero``), call the gradient, return the loss.  The shadows
+    come in the order of the gradient's ``shadowed``: the parameters' and buffers'
+    (``is_param`` marks the parameters'), then those adcore gave Const arrays."""
     n, m = len(flat), len(dflat)
     a = [f"a{k}" for k in range(n)]
     d = [f"d{k}" for k in range(m)]
