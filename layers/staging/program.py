@@ -200,11 +200,12 @@ class Staged:
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = flat, dflat
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
-        is_param = [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")]
-        self.driver = _driver(self.grad.native, flat, dflat,
-                              is_param + [False] * (len(dflat) - len(is_param)))
+        kinds = [a.kind for a in low.args if a.kind in ("param", "work", "kbuf")]
+        self.zeroing = [ZEROING.get(kind, "always") for kind in kinds] + \
+            ["always"] * (len(dflat) - len(kinds))
+        self.driver = _driver(self.grad.native, flat, dflat, self.zeroing)
         self.loops = {}     # the compiled train loops (layers.staging.loop)
-        self.groups = None  # the optimiser leaves of the last state used by train
+        self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
         ret = f"({', '.join(gather + shadows)},), ({''.join(g + ', ' for g in grads)})"
         self.gather = w.compile(ret)
@@ -252,18 +253,27 @@ class Staged:
         return v if view.shape else v[()]
 
 
-def _driver(stub, flat, dflat, is_param):
-    """An njit ``driver(zero, *args, *shadows)``: zero the scratch shadows (and the
-    parameters' shadows when ``zero``), call the gradient, return the loss.  The shadows
-    come in the order of the gradient's ``shadowed``: the parameters' and buffers'
-    (``is_param`` marks the parameters'), then those adcore gave Const arrays."""
+# When each shadow is zeroed before a call: a parameter's when the call asks (``zero``);
+# the workspace's never, because every workspace slot is written before it is read, so
+# the reverse pass leaves its shadow zero (the adjoint of a value that was overwritten),
+# and it starts zero; kernel buffers and the scratch shadows of Const arrays always.
+ZEROING = {"param": "param", "work": "never"}
+
+
+def _driver(stub, flat, dflat, zeroing):
+    """An njit ``driver(zero, *args, *shadows)``: zero the shadows as ``zeroing`` says (see
+    ``ZEROING``), call the gradient, return the loss.  The shadows come in the order of
+    the gradient's ``shadowed``: the parameters' and buffers', then those adcore gave
+    Const arrays."""
     n, m = len(flat), len(dflat)
     a = [f"a{k}" for k in range(n)]
     d = [f"d{k}" for k in range(m)]
     lines = [f"def driver(zero, {', '.join(a + d)}):"]
     for k in range(m):
-        lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))" if is_param[k] else
-                     f"    _zero({d[k]}.reshape(-1))")
+        if zeroing[k] == "param":
+            lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))")
+        elif zeroing[k] == "always":
+            lines.append(f"    _zero({d[k]}.reshape(-1))")
     call = [f"{x}.reshape(-1)" if fl else x for x, fl in zip(a, flat)]
     call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, dflat)]
     lines.append(f"    return stub({', '.join(call)})[0]")
