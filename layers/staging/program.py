@@ -290,6 +290,10 @@ def cache_key(f):
 def lookup(f, args):
     """``(staged, (dargs, grads))``: the compiled program matching ``args`` (compiling
     one when none does) and what its guard gathered from them."""
+    for e in _cache.get(cache_key(f), ()):   # without the lock: the lists only change under
+        got = e.gather(f, *args)             # it, and a miss is looked up again there
+        if got is not None:
+            return e, got
     with _cache_lock:
         entries = _cache.setdefault(cache_key(f), [])
         for e in entries:
