@@ -7,7 +7,7 @@ COLUMNS = ("implementation", "time", "IQR", "x ref", "grad/obj", "1st call", "ca
 LEGEND = """\
 time: median of the samples after warm-up, per gradient (per 1000 epochs for seed; per op
 for the tape's overhead); IQR: their interquartile range / the median; x ref: time / the
-hand-written Numba reference of the same case; grad/obj: gradient time / the same
+fastest hand-written reference of the same case; grad/obj: gradient time / the same
 implementation's objective time; 1st call: first call in this process (includes compiling);
 cached: bytes adcore's reverse pass cached (adcore.last_cached_bytes); alloc: peak bytes
 allocated through Python/numpy during one call (tracemalloc; PyTorch's and JAX's own

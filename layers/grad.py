@@ -24,9 +24,9 @@ def withgradient(f, *args, zero=True):
     stored shadow, which is zeroed first unless ``zero=False``, and the returned arrays
     are that shadow's arrays.  Non-``Duplicated`` arguments are then constants (``None``).
     """
-    if any(isinstance(a, Duplicated) for a in args):
-        val, grad = stage(f, args, zero)
-        return ValueAndGradient(val, grad)
+    for a in args:
+        if isinstance(a, Duplicated):
+            return ValueAndGradient(*stage(f, args, zero))
     from adcore import tape
     return tape.withgradient(f, *args)
 

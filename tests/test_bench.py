@@ -27,7 +27,8 @@ def test_quick_suite_rows(quick_rows):
     assert timed and all(len(r["samples"]) == r["stats"]["n"] == TINY.sampler.repeat for r in timed)
     assert all(r["stats"]["min"] <= r["stats"]["median"] <= r["stats"]["max"] for r in timed)
     impls = {(r["workload"], r["impl"]) for r in rows}
-    for name in ("hand-written Numba", "adcore (Numba kernel)", "layers, tape engine",
+    for name in ("hand-written numpy+BLAS", "hand-written Numba loops", "adcore (Numba kernel)",
+                 "layers, tape engine",
                  "layers, Duplicated (LLVM)", "PyTorch", "JAX (jit)", "autograd"):
         assert ("mlp", name) in impls
     for name in ("Numba objective", "hand-written Numba gradient", "adcore gradient",

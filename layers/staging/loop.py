@@ -1,7 +1,8 @@
 """``train`` with a ``Duplicated`` model as one native loop.
 
 When every data item has the same shapes, the inputs are stacked along a new first
-axis and a generated ``@njit`` loop runs, per item: zero the shadows, call adcore's
+axis and a generated ``@njit`` loop runs, per item: zero the shadows (as
+``program.ZEROING`` says), call adcore's
 gradient (the compiled program's stub), stop on a non-finite loss, and apply the
 optimiser's kernels (``rule.steps``) to each parameter.  Python runs once per call.
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
@@ -72,10 +73,8 @@ def _stack(staged, items, n_args):
 
 
 def _groups(staged, state):
-    """``[(leaf, [driver positions of its parameters])]`` for the unfrozen leaves."""
-    cached = staged.groups
-    if cached is not None and cached[0] is state:
-        return [(leaf, pos) for leaf, pos in cached[1] if not leaf.frozen]
+    """``[(leaf, [driver positions of its parameters])]`` for every leaf of ``state``
+    (frozen ones too) holding parameters of the model."""
     groups = {}
     for k, (kind, j, path, sample) in enumerate(staged.slots):
         if kind != "param" or j != 0:
@@ -87,8 +86,42 @@ def _groups(staged, state):
             raise TypeError(f"optimiser state at {'.'.join(map(str, path))} is {leaf!r}, "
                             "not a Leaf; was the state made by setup for this model?")
         groups.setdefault(id(leaf), (leaf, []))[1].append(k)
-    staged.groups = (state, list(groups.values()))
-    return _groups(staged, state)
+    return list(groups.values())
+
+
+class _Plan:
+    """What ``train`` calls the loop with for one optimiser state, kept between calls while
+    the state's leaves keep their rules (and the rules their hyperparameters), state
+    arrays and frozen flags: the loop, the optimiser's state arrays and hyperparameters,
+    and the gradient workspaces."""
+
+    def __init__(self, staged, state, stacked_positions, dargs):
+        self.state = state
+        self.groups = _groups(staged, state)
+        self.marks = [(leaf, leaf.rule, dict(leaf.rule.__dict__), leaf.state, leaf.frozen)
+                      for leaf, _ in self.groups]
+        plan, self.states, hyper = [], [], []
+        for leaf, positions in self.groups:
+            if leaf.frozen:
+                continue
+            steps = leaf.rule.steps(leaf.state)     # NotImplementedError: no native steps
+            plan.append((positions, steps))
+            for st in steps:
+                self.states.extend(st.state)
+                hyper.extend(st.hyper)
+        self.hyper = np.array(hyper, dtype=np.float64)
+        key = (stacked_positions, tuple(
+            (tuple(pos), tuple((st.kernel, len(st.state), len(st.hyper), st.check) for st in steps))
+            for pos, steps in plan))
+        self.loop = staged.loops.get(key)
+        if self.loop is None:
+            self.loop = staged.loops[key] = _compile_loop(staged, stacked_positions, plan)
+        self.grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
+
+    def current(self, state):
+        return state is self.state and all(
+            leaf.rule is rule and leaf.rule.__dict__ == hyper and leaf.state is st and
+            leaf.frozen == frozen for leaf, rule, hyper, st, frozen in self.marks)
 
 
 def _loop_source(staged, stacked, plan):
@@ -115,7 +148,7 @@ def _loop_source(staged, stacked, plan):
         lines.append(f"    f{d[k]} = {d[k]}.reshape(-1)")
     call += [f"f{x}" if fl else x for x, fl in zip(d, staged.dflat)]
     lines.append("    for it in range(n):")
-    lines += [f"        _zero(f{x})" for x in d]
+    lines += [f"        _zero(f{x})" for x, z in zip(d, staged.zeroing) if z != "never"]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
@@ -162,29 +195,18 @@ def compiled_train(loss, dup, data, state, error):
     stacked = _stack(staged, items, len(first) + 1)
     if stacked is None:
         return None
-    plan, states, hyper = [], [], []
-    for leaf, positions in _groups(staged, state):
+    plan = staged.plan
+    if plan is None or not plan.current(state):
         try:
-            steps = leaf.rule.steps(leaf.state)
+            plan = staged.plan = _Plan(staged, state, tuple(sorted(stacked)), dargs)
         except NotImplementedError:
             return None
-        plan.append((positions, steps))
-        for st in steps:
-            states.extend(st.state)
-            hyper.extend(st.hyper)
-    key = (tuple(sorted(stacked)), tuple(
-        (tuple(pos), tuple((st.kernel, len(st.state), len(st.hyper), st.check) for st in steps))
-        for pos, steps in plan))
-    loop = staged.loops.get(key)
-    if loop is None:
-        loop = staged.loops[key] = _compile_loop(staged, stacked, plan)
     nd = len(staged.dflat)
     args = [stacked.get(k, v) for k, v in enumerate(dargs[:len(dargs) - nd])]
-    grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
     losses = np.empty(len(items))
     with staged.lock:
-        stop, code = loop(len(items), *args, *dargs[len(dargs) - nd:], *grads, *states,
-                          np.array(hyper, dtype=np.float64), losses)
+        stop, code = plan.loop(len(items), *args, *dargs[len(dargs) - nd:], *plan.grads,
+                               *plan.states, plan.hyper, losses)
     if code == 1:
         raise error(float(losses[stop]), stop, items[stop])
     if code == 2:

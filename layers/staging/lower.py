@@ -19,6 +19,7 @@ import numpy as np
 from adcore.errors import UnsupportedError
 
 from .. import kernels
+from .products import lower_matmul
 from .trace import Derived, TapeRef, ValueDependentError
 from .views import ExprView, View, c_strides
 
@@ -99,7 +100,7 @@ class Lowering:
         self.lines, self.depth, self.counter = [], 1, 0
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
         self.indices, self.kernel_names = indices, {}
-        self.globals = {"K": kernels, "math": math}
+        self.globals = {"K": kernels, "math": math, "np": np}
         for rec_id, (kind, name, value) in leaves.items():
             self.views[rec_id] = self._leaf(kind, name, value)
         for rec in records:
@@ -319,22 +320,7 @@ class Lowering:
         a, b = self.operand(rec, 0), self.operand(rec, 1)
         if a.base is None or b.base is None:
             raise UnsupportedError("matmul with a 0-d operand")
-        if len(a.shape) == 1:
-            a = View(a.base, a.off, (1,) + a.shape, (0,) + a.strides, a.dtype)
-        if len(b.shape) == 1:
-            b = View(b.base, b.off, b.shape + (1,), b.strides + (0,), b.dtype)
-        n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        a, b = a.broadcast(batch + (n, k)), b.broadcast(batch + (k, m))
-        full = self.buffer(batch + (n, m), value.dtype)
-        idx = self.open_loops(batch)
-        z = ["0", "0"]
-        self.emit(f"K.gemm({full.base}, {full.offset(idx + z)}, {full.strides[-2]}, "
-                  f"{full.strides[-1]}, {a.base}, {a.offset(idx + z)}, {a.strides[-2]}, "
-                  f"{a.strides[-1]}, {b.base}, {b.offset(idx + z)}, {b.strides[-2]}, "
-                  f"{b.strides[-1]}, {n}, {k}, {m})")
-        self.close_loops(idx)
-        return full.reshape(value.shape)
+        return lower_matmul(self, a, b, value)
 
     def _lines(self, x, axis):
         """Loops over every axis but ``axis``; returns the index list with a hole at ``axis``."""

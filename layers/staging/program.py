@@ -193,14 +193,19 @@ class Staged:
                 shadows.append(w.const(dbuf))
                 dflat.append(False)
         self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
+        for k in self.grad.shadowed[len(shadows):]:   # Const arrays given scratch shadows
+            shadows.append(w.const(np.zeros_like(anns[k].val)))
+            dflat.append(False)
         self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = flat, dflat
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
-        self.driver = _driver(self.grad.native, flat, dflat,
-                              [a.kind == "param" for a in low.args if a.kind in ("param", "work", "kbuf")])
+        kinds = [a.kind for a in low.args if a.kind in ("param", "work", "kbuf")]
+        self.zeroing = [ZEROING.get(kind, "always") for kind in kinds] + \
+            ["always"] * (len(dflat) - len(kinds))
+        self.driver = _driver(self.grad.native, flat, dflat, self.zeroing)
         self.loops = {}     # the compiled train loops (layers.staging.loop)
-        self.groups = None  # the optimiser leaves of the last state used by train
+        self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
         ret = f"({', '.join(gather + shadows)},), ({''.join(g + ', ' for g in grads)})"
         self.gather = w.compile(ret)
@@ -248,16 +253,27 @@ class Staged:
         return v if view.shape else v[()]
 
 
-def _driver(stub, flat, dflat, is_param):
-    """An njit ``driver(zero, *args, *shadows)``: zero the scratch shadows (and the
-    parameters' shadows when ``zero``), call the gradient, return the loss."""
+# When each shadow is zeroed before a call: a parameter's when the call asks (``zero``);
+# the workspace's never, because every workspace slot is written before it is read, so
+# the reverse pass leaves its shadow zero (the adjoint of a value that was overwritten),
+# and it starts zero; kernel buffers and the scratch shadows of Const arrays always.
+ZEROING = {"param": "param", "work": "never"}
+
+
+def _driver(stub, flat, dflat, zeroing):
+    """An njit ``driver(zero, *args, *shadows)``: zero the shadows as ``zeroing`` says (see
+    ``ZEROING``), call the gradient, return the loss.  The shadows come in the order of
+    the gradient's ``shadowed``: the parameters' and buffers', then those adcore gave
+    Const arrays."""
     n, m = len(flat), len(dflat)
     a = [f"a{k}" for k in range(n)]
     d = [f"d{k}" for k in range(m)]
     lines = [f"def driver(zero, {', '.join(a + d)}):"]
     for k in range(m):
-        lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))" if is_param[k] else
-                     f"    _zero({d[k]}.reshape(-1))")
+        if zeroing[k] == "param":
+            lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))")
+        elif zeroing[k] == "always":
+            lines.append(f"    _zero({d[k]}.reshape(-1))")
     call = [f"{x}.reshape(-1)" if fl else x for x, fl in zip(a, flat)]
     call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, dflat)]
     lines.append(f"    return stub({', '.join(call)})[0]")
@@ -274,6 +290,10 @@ def cache_key(f):
 def lookup(f, args):
     """``(staged, (dargs, grads))``: the compiled program matching ``args`` (compiling
     one when none does) and what its guard gathered from them."""
+    for e in _cache.get(cache_key(f), ()):   # without the lock: the lists only change under
+        got = e.gather(f, *args)             # it, and a miss is looked up again there
+        if got is not None:
+            return e, got
     with _cache_lock:
         entries = _cache.setdefault(cache_key(f), [])
         for e in entries:
