@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from adcore.errors import UnsupportedError
+
 from . import activations, norm_kernels, show
 from .checks import expect_shape
 from .core import Layer, as_input
@@ -74,10 +76,10 @@ class BatchNorm(Layer):
         x3 = x.reshape(x.shape[0], n, math.prod(x.shape[2:]))
         if is_active(self, x, self.scale, self.bias):
             if staging():
-                raise NotImplementedError(
-                    f"{self.show_string()} in training mode is not supported with Duplicated "
-                    "models yet (its running statistics are float arrays the compiled program "
-                    "would write); use the plain model (tape engine), or testmode(model)")
+                raise UnsupportedError(
+                    f"{self.show_string()} in training mode", None,
+                    "a Duplicated model's compiled program does not update the running "
+                    "statistics yet; use the plain model (tape engine), or testmode(model)")
             if x3.shape[0] * x3.shape[2] < 2:
                 raise ValueError(f"{self.show_string()} in training mode needs more than one "
                                  f"value per channel, got an input of shape {x.shape}")
