@@ -388,3 +388,15 @@ def test_parallel_loop_is_refused_not_silently_wrong():
         return s
     with pytest.raises(UnsupportedError, match="through memory"):
         adcore.gradient(Reverse, parallel_sum, np.ones(8))
+
+
+def test_compile_report_names_every_stage():
+    @numba.njit
+    def cubes(x):
+        return np.sum(x ** 3)
+    adcore.gradient(Reverse, cubes, np.ones(3))
+    report = adcore.last_compile_report()
+    assert list(report.seconds)[:3] == ["capture", "clean", "read"]
+    assert {"layout", "analyse", "generate", "compile", "stub"} <= set(report.seconds)
+    assert all(s >= 0 for s in report.seconds.values())
+    assert "cubes" in str(report) and "total" in str(report)
