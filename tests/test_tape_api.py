@@ -1,4 +1,5 @@
 """adcore.tape's user-facing behaviour: trees, Const, withgradient, dtypes, errors, in-place ops."""
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -172,7 +173,7 @@ def test_comparisons_float_item_and_plain_helpers():
     def f(x):
         mask = x > 0
         seen["mask"] = mask
-        seen["float"] = float(np.sum(x))
+        seen["float"] = np.sum(x).item()
         seen["item"] = x[0].item()
         seen["argmax"] = np.argmax(x)
         seen["shape"] = np.shape(x)
@@ -187,6 +188,13 @@ def test_comparisons_float_item_and_plain_helpers():
     assert seen["argmax"] == 2 and seen["shape"] == (3,)
     assert type(seen["zeros"]) is np.ndarray and type(seen["sign"]) is np.ndarray
     np.testing.assert_array_equal(g, [1.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("convert", [float, complex, lambda v: math.sin(v), lambda v: math.exp(v)])
+def test_implicit_float_conversions_refuse(convert):
+    """float(), complex() and math.* would drop the gradient: refused, never silent."""
+    with pytest.raises(UnsupportedError, match="of a tracked value"):
+        tape.gradient(lambda x: convert(x[0]) + np.sum(x), np.array([0.5, 1.0]))
 
 
 def test_unsupported_numpy_functions_raise_naming_them():

@@ -175,10 +175,16 @@ class Tracked:
         return format(self.value, spec)
 
     def __float__(self):
-        return float(self.value)
+        raise UnsupportedError(
+            "float() of a tracked value (also math.* functions, which call it)",
+            detail="it would drop the gradient; use numpy functions (np.sin(x) for "
+                   "math.sin(x)), or x.item() / tape.primal(x) to leave the gradient on purpose")
 
     def __complex__(self):
-        return complex(self.value)
+        raise UnsupportedError(
+            "complex() of a tracked value (also cmath.* functions, which call it)",
+            detail="it would drop the gradient; use numpy functions, or x.item() to leave "
+                   "the gradient on purpose")
 
     def __int__(self):
         return int(self.value)
