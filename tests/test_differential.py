@@ -30,6 +30,7 @@ import os
 
 import numba
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings, strategies as st
 
 import adcore
@@ -106,7 +107,7 @@ def statements(draw):
 STATEMENTS = {
     "temp t": lambda sq1, **_: [f"t = {sq1}"],
     "temp u": lambda sq1, **_: [f"u = 0.5 * u + {sq1}"],
-    "temp v": lambda e1, **_: [f"v = np.tanh(B @ {e1})"],
+    "temp v": lambda e1, **_: [f"v = np.tanh(B @ ({e1}))"],
     "matrix": lambda mat, **_: [f"M = {mat}"],
     "matrix reduction": lambda mscalar, **_: [f"s += {mscalar}"],
     "sum": lambda e1, **_: [f"s += np.sum({e1})"],
@@ -125,6 +126,10 @@ STATEMENTS = {
     "element loop": lambda s1, **_: ["w = x * 0.0", "for i in range(n):",
                                      f"    w[i] = {s1}", "s += np.sum(np.tanh(A @ w))"],
     "scalar loop": lambda s1, **_: ["for i in range(n):", f"    s += {s1}"],
+    "triangular loop": lambda s1, **_: ["for i in range(n):", "    for j in range(i + 1):",
+                                        f"        s += A[i, j] * {s1}"],
+    "while loop": lambda s1, **_: ["i = 0", "while i < n and s < 3.0:",
+                                   f"    s = 0.9 * s + {s1}", "    i += 1"],
     # branches on data
     "branch": lambda e1, s1, s2, **_: [f"if np.sum({e1}) > 0.0:", f"    s += np.sum({e1} * x)",
                                        "else:", f"    s -= 0.5 * np.sum({e1} * y)"],
@@ -170,12 +175,28 @@ POINTS = st.lists(st.tuples(st.integers(0, 2 ** 16), st.integers(2, 5), st.integ
                   min_size=2, max_size=2)
 
 
-@budget(0.5)
+@budget(0.4)
 @given(source=kernels(), points=POINTS)
 def test_random_kernels_both_engines_agree(source, points):
     """Each program at two random sizes and inputs: x, y of length n, A (n, n), B (m, n)."""
     note(source)
     check_both_engines(source, [random_inputs(*p) for p in points])
+
+
+# Every statement kind in every run, whatever the budget: the kinds in groups, one kernel each.
+FIXED = dict(e1="np.tanh(A @ t) * (u + a * x)", e2="np.exp(np.sin(B.T @ v)) - (x[::-1] * y)",
+             s1="np.sin(x[i]) * t[(i + 1) % n] + a", s2="np.sqrt(1.0 + (u[i] - 0.5 * s) ** 2)",
+             mat="np.tanh(M @ M)", mscalar="np.mean(M @ M)",
+             sq1="np.tanh(np.tanh(A @ t) * (u + a * x))", sq2="np.sin(x * y + t)")
+KINDS = sorted(STATEMENTS)
+GROUPS = [KINDS[k::4] for k in range(4)]
+
+
+@pytest.mark.parametrize("kinds", GROUPS, ids=[",".join(g).replace(" ", "-") for g in GROUPS])
+def test_every_statement_kind_both_engines_agree(kinds):
+    body = ["    " + line for kind in kinds for line in STATEMENTS[kind](**FIXED)]
+    check_both_engines("\n".join(PROLOGUE + body + EPILOGUE),
+                       [random_inputs(3, 4, 3), random_inputs(4, 2, 1)])
 
 
 # -- (b) random models ----------------------------------------------------------------------

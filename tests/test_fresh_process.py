@@ -112,6 +112,16 @@ def check_grad(g, W=W0, b=b0):
     np.testing.assert_allclose(g["layers"][0]["bias"], db, rtol=1e-12)
 """
 
+# Two steps of Descent(0.1) on the same item, in closed form.
+TRAIN_CHECK = """
+l0, dW, db = closed_form()
+W1, b1 = W0 - 0.1 * dW, b0 - 0.1 * db
+np.testing.assert_allclose(losses, [l0, closed_form(W1, b1)[0]], rtol=1e-12)
+_, dW1, db1 = closed_form(W1, b1)
+np.testing.assert_allclose(model.layers[0].weight, W1 - 0.1 * dW1, rtol=1e-12)
+np.testing.assert_allclose(model.layers[0].bias, b1 - 0.1 * db1, rtol=1e-12)
+"""
+
 # name -> (script, name of the ADError subclass it must die with, or None)
 SCRIPTS = {
     "autodiff_reverse_njit": (NJIT + """
@@ -277,25 +287,13 @@ assert gm["layers"][0]["weight"] is dup.dval.layers[0].weight or \\
 model = fresh_model()
 state = optim.setup(optim.Descent(0.1), model)
 losses = layers.train(loss, model, [(x, y), (x, y)], state)
-l0, dW, db = closed_form()
-W1, b1 = W0 - 0.1 * dW, b0 - 0.1 * db
-np.testing.assert_allclose(losses, [l0, closed_form(W1, b1)[0]], rtol=1e-12)
-_, dW1, db1 = closed_form(W1, b1)
-np.testing.assert_allclose(model.layers[0].weight, W1 - 0.1 * dW1, rtol=1e-12)
-np.testing.assert_allclose(model.layers[0].bias, b1 - 0.1 * db1, rtol=1e-12)
-""", None),
+""" + TRAIN_CHECK, None),
     "layers_train_duplicated": (MODEL + """
 model = fresh_model()
 dup = Duplicated(model)
 state = optim.setup(optim.Descent(0.1), dup)
 losses = layers.train(loss, dup, [(x, y), (x, y)], state)
-l0, dW, db = closed_form()
-W1, b1 = W0 - 0.1 * dW, b0 - 0.1 * db
-np.testing.assert_allclose(losses, [l0, closed_form(W1, b1)[0]], rtol=1e-12)
-_, dW1, db1 = closed_form(W1, b1)
-np.testing.assert_allclose(model.layers[0].weight, W1 - 0.1 * dW1, rtol=1e-12)
-np.testing.assert_allclose(model.layers[0].bias, b1 - 0.1 * db1, rtol=1e-12)
-""", None),
+""" + TRAIN_CHECK, None),
     "optim_setup_update": (MODEL + """
 model = fresh_model()
 state = optim.setup(optim.Adam(0.01), model)
