@@ -175,7 +175,7 @@ POINTS = st.lists(st.tuples(st.integers(0, 2 ** 16), st.integers(2, 5), st.integ
                   min_size=2, max_size=2)
 
 
-@budget(0.4)
+@budget(0.24)
 @given(source=kernels(), points=POINTS)
 def test_random_kernels_both_engines_agree(source, points):
     """Each program at two random sizes and inputs: x, y of length n, A (n, n), B (m, n)."""
@@ -257,7 +257,7 @@ def model_fd_gradient(loss, model, data, eps=1e-6):
     return grads
 
 
-@budget(0.2)
+@budget(0.16)
 @given(model=models(), loss_name=st.sampled_from(sorted(LOSSES)),
        agg=st.sampled_from(sorted(AGGREGATES)), batch=st.sampled_from([(), (1,), (3,)]),
        seed=st.integers(0, 2 ** 16))
