@@ -17,8 +17,8 @@ A disagreement is a failure, never a skip.  What the generator leaves out, and w
   accumulation into an intermediate uses whole-array ``w += ...`` / ``w[:] = ...``.
 - In-place updates of the arguments: the tape refuses them; the LLVM engine's handling of
   overwritten arguments is covered against finite differences in test_core_property.py.
-- ``math.*`` on array elements: the tape drops their gradient silently (the xfail
-  regression test at the end), so the kernels use ``np.sin`` etc. on scalars as well.
+- ``math.*`` on array elements: the tape refuses them (it used to drop their gradient
+  silently: the regression test at the end), so the kernels use ``np.sin`` etc. on scalars.
 - float32: Numba and NumPy promote ``python_float * float32_array`` differently (float64
   against float32), and Numba's ``@`` refuses mixed dtypes, so the same source would not be
   the same program in both engines; the kernels are float64 (models cover float32).
@@ -287,10 +287,9 @@ def implicit_float(x):
     return math.sin(x[0]) + x[1] * math.exp(x[1])
 
 
-@pytest.mark.xfail(strict=True, reason="the tape silently drops the gradient through math.* "
-                   "on tracked elements (implicit __float__), giving d/dx0 = 0; it must "
-                   "differentiate it or refuse with an ADError, as np.asarray does")
 def test_math_functions_on_tracked_elements_agree_or_refuse():
+    """Found by this file: the tape used to drop the gradient through ``math.*`` of tracked
+    elements (implicit ``__float__``: d/dx0 = 0).  It must differentiate or refuse."""
     x = np.array([0.5, -0.75])
     expected = [np.cos(x[0]), (1 + x[1]) * np.exp(x[1])]                       # closed form
     (g_llvm,) = adcore.gradient(Reverse, numba.njit(implicit_float), x.copy())
