@@ -1,7 +1,9 @@
 """The user-facing entry points: ``autodiff``, ``gradient``, ``compile_gradient``,
 ``primal_ir``, ``adjoint_ir``; and the cache of compiled gradients."""
+import os
 import threading
 import warnings
+from collections import OrderedDict
 
 import numba
 import numpy as np
@@ -13,9 +15,27 @@ from .capture import as_dispatcher
 from .compiled import last_cached_bytes  # noqa: F401  (public)
 from .errors import ActivityError, UnsupportedError
 
-_cache = {}
-_fast = {}
-_dispatchers = {}
+class _Bounded(OrderedDict):
+    """A dict keeping the ``limit`` most recently used entries (``ADCORE_MEMORY_CACHE``,
+    256 by default): a loop over new lambdas does not keep every compiled gradient."""
+
+    limit = int(os.environ.get("ADCORE_MEMORY_CACHE", 256))
+
+    def get(self, key):
+        value = super().get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
+_cache = _Bounded()          # (dispatcher, types, activities) -> CompiledGradient
+_fast = _Bounded()           # the same, keyed by what a call can tell without Numba
+_dispatchers = _Bounded()    # plain Python function -> its njit dispatcher
 _lock = threading.RLock()
 
 

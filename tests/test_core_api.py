@@ -400,3 +400,19 @@ def test_compile_report_names_every_stage():
     assert {"layout", "analyse", "generate", "compile", "stub"} <= set(report.seconds)
     assert all(s >= 0 for s in report.seconds.values())
     assert "cubes" in str(report) and "total" in str(report)
+
+
+def test_memory_cache_keeps_the_most_recent_gradients(monkeypatch):
+    """New lambdas do not grow the caches without end; an evicted gradient recompiles."""
+    from adcore import api
+    monkeypatch.setattr(api._Bounded, "limit", 2)
+    x = np.arange(1.0, 4.0)
+    def scaled(k):
+        return numba.njit(lambda v: np.sum(v * v) * k)
+    kernels = [scaled(k) for k in (1.0, 2.0, 3.0)]
+    for k, f in enumerate(kernels, 1):
+        (g,) = adcore.gradient(Reverse, f, x)
+        np.testing.assert_allclose(g, 2 * k * x)
+        assert len(api._cache) <= 2 and len(api._fast) <= 2
+    (g,) = adcore.gradient(Reverse, kernels[0], x)                 # evicted: compiled again
+    np.testing.assert_allclose(g, 2 * x)
