@@ -43,29 +43,17 @@ def activate(code, v):
 
 
 @_njit
-def recur(wh, out, b, t, row):
-    """``Wh[row] . h_{t-1}`` of sequence ``b`` (``h_{-1} = 0``)."""
-    s = 0.0
-    if t > 0:
-        for k in range(out.shape[2]):
-            s += wh[row, k] * out[b, t - 1, k]
-    return s
-
-
-@_njit
-def hidden(proj, wh, out, b, t, row):
-    """``proj[b, t, row] + Wh[row] . h_{t-1}``."""
-    return proj[b, t, row] + recur(wh, out, b, t, row)
-
-
-@_njit
 def rnn(out, proj, wh, code):
     """``h_t = act(proj_t + Wh h_{t-1})``, ``act`` given by ``code``."""
     nb, nt, n = out.shape
     for t in range(nt):
         for b in range(nb):
             for j in range(n):
-                out[b, t, j] = activate(code, hidden(proj, wh, out, b, t, j))
+                s = proj[b, t, j]
+                if t > 0:
+                    for k in range(n):
+                        s += wh[j, k] * out[b, t - 1, k]
+                out[b, t, j] = activate(code, s)
 
 
 @_njit
@@ -77,15 +65,20 @@ def lstm(out, proj, wh):
     for t in range(nt):
         for b in range(nb):
             for j in range(n):
-                i = sigmoid(hidden(proj, wh, out, b, t, j))
-                f = sigmoid(hidden(proj, wh, out, b, t, n + j))
-                g = math.tanh(hidden(proj, wh, out, b, t, 2 * n + j))
-                o = sigmoid(hidden(proj, wh, out, b, t, 3 * n + j))
-                c = i * g
+                si, sf = proj[b, t, j], proj[b, t, n + j]
+                sg, so = proj[b, t, 2 * n + j], proj[b, t, 3 * n + j]
                 if t > 0:
-                    c += f * cell[b, t - 1, j]
+                    for k in range(n):
+                        h = out[b, t - 1, k]
+                        si += wh[j, k] * h
+                        sf += wh[n + j, k] * h
+                        sg += wh[2 * n + j, k] * h
+                        so += wh[3 * n + j, k] * h
+                c = sigmoid(si) * math.tanh(sg)
+                if t > 0:
+                    c += sigmoid(sf) * cell[b, t - 1, j]
                 cell[b, t, j] = c
-                out[b, t, j] = o * math.tanh(c)
+                out[b, t, j] = sigmoid(so) * math.tanh(c)
 
 
 @_njit
@@ -96,9 +89,15 @@ def gru(out, proj, wh):
     for t in range(nt):
         for b in range(nb):
             for j in range(n):
-                r = sigmoid(hidden(proj, wh, out, b, t, j))
-                z = sigmoid(hidden(proj, wh, out, b, t, n + j))
-                g = math.tanh(proj[b, t, 2 * n + j] + r * recur(wh, out, b, t, 2 * n + j))
+                sr, sz, sh = proj[b, t, j], proj[b, t, n + j], 0.0
+                if t > 0:
+                    for k in range(n):
+                        h = out[b, t - 1, k]
+                        sr += wh[j, k] * h
+                        sz += wh[n + j, k] * h
+                        sh += wh[2 * n + j, k] * h
+                z = sigmoid(sz)
+                g = math.tanh(proj[b, t, 2 * n + j] + sigmoid(sr) * sh)
                 h = (1.0 - z) * g
                 if t > 0:
                     h += z * out[b, t - 1, j]
