@@ -33,6 +33,7 @@ def sigmoid(v):
 
 @_njit
 def activate(code, v):
+    """The activation numbered ``code`` (``IDENTITY``, ``TANH``, ``RELU``, ``SIGMOID``) of ``v``."""
     if code == TANH:
         return math.tanh(v)
     if code == RELU:
