@@ -14,6 +14,7 @@ from .init import glorot_uniform
 from .io import state, loadmodel, save, load
 from .modes import trainmode, testmode
 from .normalise import LayerNorm, BatchNorm, Dropout
+from .recurrent import RNN, LSTM, GRU
 from .losses import (mse, mae, crossentropy, logitcrossentropy, binarycrossentropy,
                      logitbinarycrossentropy, huber_loss, kldivergence)
 from .njit_layer import kernel_call
@@ -24,8 +25,8 @@ __all__ = [
     "identity", "relu", "leakyrelu", "elu", "gelu", "swish", "softplus", "sigmoid", "σ",
     "logsigmoid", "tanh", "softmax", "logsoftmax", "logsumexp",
     "Layer", "Dense", "Embedding", "Chain", "Conv", "MaxPool", "MeanPool", "GlobalMeanPool",
-    "flatten", "LayerNorm", "BatchNorm", "Dropout", "SkipConnection", "Parallel", "trainmode",
-    "testmode", "gradient", "withgradient", "glorot_uniform",
+    "flatten", "LayerNorm", "BatchNorm", "Dropout", "RNN", "LSTM", "GRU", "SkipConnection",
+    "Parallel", "trainmode", "testmode", "gradient", "withgradient", "glorot_uniform",
     "state", "loadmodel", "save", "load",
     "mse", "mae", "crossentropy", "logitcrossentropy", "binarycrossentropy",
     "logitbinarycrossentropy", "huber_loss", "kldivergence",
