@@ -116,6 +116,20 @@ def _compiled_by_type(f, anns, ret_activity, distinct, seed_type):
     return entry
 
 
+def _with_defaults(f, anns):
+    """``anns`` and, for the trailing parameters not passed, ``Const`` of their default
+    values (Numba compiles a kernel for all its parameters)."""
+    py = getattr(f, "py_func", f)
+    code, defaults = getattr(py, "__code__", None), getattr(py, "__defaults__", None) or ()
+    missing = code.co_argcount - len(anns) if code is not None else 0
+    if missing <= 0:
+        return anns
+    if missing > len(defaults):
+        raise ActivityError(f"{getattr(py, '__qualname__', py)} takes {code.co_argcount} "
+                            f"arguments, got {len(anns)}")
+    return anns + [Const(d) for d in defaults[len(defaults) - missing:]]
+
+
 # -- public API --------------------------------------------------------------------------
 def autodiff(mode, f, *args, dret=None):
     """Reverse-mode derivative of ``f`` with Enzyme.jl's semantics.
@@ -134,8 +148,10 @@ def autodiff(mode, f, *args, dret=None):
     if dret is not None and not (isinstance(dret, np.ndarray) and dret.dtype.kind == "f"):
         raise ActivityError(f"dret must be a float array (the seed of the returned array), "
                             f"got {type(dret).__name__}")
-    compiled = _compiled(f, anns, ret_activity, dret)
-    derivs, value = compiled(anns, dret)
+    everything = _with_defaults(f, anns)
+    compiled = _compiled(f, everything, ret_activity, dret)
+    derivs, value = compiled(everything, dret)
+    derivs = derivs[:len(anns)]
     return (derivs, value) if mode.with_primal else derivs
 
 
@@ -155,8 +171,8 @@ def gradient(mode, f, *args):
         else:
             anns.append(Const(a))
     anns = annotate(anns)
-    compiled = _compiled(f, anns, Active)
-    derivs, value = compiled(anns)
+    everything = _with_defaults(f, anns)
+    derivs, value = _compiled(f, everything, Active)(everything)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
     return (grads, value) if mode.with_primal else grads
 

@@ -416,3 +416,21 @@ def test_memory_cache_keeps_the_most_recent_gradients(monkeypatch):
         assert len(api._cache) <= 2 and len(api._fast) <= 2
     (g,) = adcore.gradient(Reverse, kernels[0], x)                 # evicted: compiled again
     np.testing.assert_allclose(g, 2 * x)
+
+
+@numba.njit
+def with_defaults(x, scale=2.0, power=2):
+    return np.sum(x ** power) * scale
+
+
+def test_kernel_default_arguments_are_constants():
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(adcore.gradient(Reverse, with_defaults, x)[0], 4 * x)
+    (gx, gs), value = adcore.gradient(ReverseWithPrimal, with_defaults, x, 3.0)
+    np.testing.assert_allclose(gx, 6 * x)
+    assert gs == pytest.approx(np.sum(x ** 2)) and value == pytest.approx(15.0)
+    dx = np.zeros(2)
+    assert adcore.autodiff(Reverse, with_defaults, Duplicated(x, dx)) == (None,)
+    np.testing.assert_allclose(dx, 4 * x)
+    with pytest.raises(ActivityError, match="takes 3 arguments, got 0"):
+        adcore.gradient(Reverse, with_defaults)
