@@ -1,9 +1,11 @@
 """Finite-difference checks of each arithmetic instruction and math function."""
 import math
+import os
 
 import numba
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fdcheck import check
 
@@ -177,6 +179,20 @@ def test_zero_adjoint_at_a_singular_point_stays_zero(name):
     keep = np.array([True] * 3 + [False] * len(points))
     (gx, _), args = check(MASKED[name], x, keep, seeded=False)
     assert np.all(np.isfinite(args[0].dval)) and np.all(args[0].dval[3:] == 0)
+
+
+@settings(max_examples=int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25)), deadline=None)
+@given(name=st.sampled_from(sorted(SINGULAR)), data=st.data())
+def test_branches_skipping_singular_points(name, data):
+    """Singular points at random places among regular ones, skipped by a branch."""
+    fn, points = SINGULAR[name]
+    regular = data.draw(st.lists(st.floats(0.25, 0.9), min_size=1, max_size=4))
+    chosen = data.draw(st.lists(st.sampled_from(points), min_size=1, max_size=3))
+    order = data.draw(st.permutations(range(len(regular) + len(chosen))))
+    x = np.array(regular + chosen)[list(order)]
+    keep = np.array([True] * len(regular) + [False] * len(chosen))[list(order)]
+    _, args = check(MASKED[name], x, keep, seeded=False)
+    assert np.all(args[0].dval[~keep] == 0)
 
 
 @numba.njit
