@@ -7,6 +7,7 @@ This module installs ``Tracked.__array_ufunc__`` (served by ``ufunc_call``) and
 import numpy as np
 
 from ..errors import UnsupportedError
+from . import observe
 from .tracked import Tracked, apply, primal, _axis, _norm_axis
 
 # ufunc -> rule name (the ufunc's own name, except for aliases)
@@ -53,7 +54,7 @@ def ufunc_call(ufunc, method, inputs, kwargs):
             if ufunc is np.sign and any(np.iscomplexobj(p) for p in plain):
                 raise UnsupportedError(f"{name} of a complex tracked value",
                                        detail="sign(z) = z/|z| is not piecewise constant; write z / np.abs(z)")
-            return ufunc(*plain, **kwargs)
+            return observe.plain(ufunc(*plain, **kwargs), None if kwargs else ufunc.__name__, inputs)
         op = UFUNC_OPS.get(ufunc)
         if op is not None:
             if kwargs:
@@ -237,19 +238,24 @@ def _clip(a, a_min=None, a_max=None, **options):
     return apply("clip", (a, a_min, a_max))
 
 
-def _plain(func):
+def _plain(func, of_values):
+    """Serve ``func`` on the primal values; a result that depends on the values (not only
+    on shapes and dtypes) is reported to ``observe``."""
     def handler(*args, **kwargs):
-        return func(*[primal(a) for a in args], **{k: primal(v) for k, v in kwargs.items()})
+        out = func(*[primal(a) for a in args], **{k: primal(v) for k, v in kwargs.items()})
+        return observe.plain(out, None, args + tuple(kwargs.values())) if of_values else out
     FUNCTIONS[func] = handler
 
 
 # integer/boolean results, or a derivative that is zero almost everywhere
-for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.argpartition,
-           np.nonzero, np.flatnonzero, np.argwhere, np.count_nonzero, np.any, np.all, np.isclose,
-           np.allclose, np.array_equal, np.result_type, np.zeros_like, np.ones_like,
-           np.empty_like, np.round, np.around, np.iscomplexobj, np.isrealobj, np.iscomplex,
-           np.isreal, np.isneginf, np.isposinf, np.searchsorted, np.nanargmax, np.nanargmin):
-    _plain(_f)
+for _f in (np.argmax, np.argmin, np.argsort, np.argpartition, np.nonzero, np.flatnonzero,
+           np.argwhere, np.count_nonzero, np.any, np.all, np.isclose, np.allclose,
+           np.array_equal, np.round, np.around, np.iscomplex, np.isreal, np.isneginf,
+           np.isposinf, np.searchsorted, np.nanargmax, np.nanargmin):
+    _plain(_f, of_values=True)
+for _f in (np.shape, np.ndim, np.size, np.result_type, np.zeros_like, np.ones_like,
+           np.empty_like, np.iscomplexobj, np.isrealobj):
+    _plain(_f, of_values=False)
 
 
 @implements(np.full_like)

@@ -246,7 +246,7 @@ class Lowering:
             out = self._logsumexp(rec, value)
         elif op == "reshape":
             x = self.views[rec.inputs[0]]
-            out = x.reshape(value.shape) or self._copy(x).reshape(value.shape)
+            out = x.reshape(value.shape) or self.copy(x).reshape(value.shape)
         elif op == "transpose":
             out = self.views[rec.inputs[0]].transpose(rec.attrs["axes"])
         elif op == "broadcast_to":
@@ -282,7 +282,7 @@ class Lowering:
         lo, hi = rec.args[1] is not None, rec.args[2] is not None
         return CHOICES["clip" if lo and hi else "clip_lo" if lo else "clip_hi"] if lo or hi else "{0}"
 
-    def _copy(self, x, dtype=None):
+    def copy(self, x, dtype=None):
         out = self.buffer(x.shape, dtype or x.dtype)
         self.store(out, "{0}", [x])
         return out
@@ -332,7 +332,7 @@ class Lowering:
     def _softmax(self, rec, value):
         x = self.views[rec.inputs[0]]
         if x.base is None:
-            x = self._copy(x.broadcast((1,))).reshape(())
+            x = self.copy(x.broadcast((1,))).reshape(())
         axis = rec.attrs.get("axis", -1) % max(len(x.shape), 1)
         out = self.buffer(value.shape, value.dtype)
         idx, at = self._lines(x, axis)
@@ -347,7 +347,7 @@ class Lowering:
         axes = tuple(range(len(x.shape))) if axes is None else tuple(axes)
         if len(axes) > 1 and axes == tuple(range(len(x.shape))):
             flat = (int(np.prod(x.shape)),)
-            x, axes = x.reshape(flat) or self._copy(x).reshape(flat), (0,)
+            x, axes = x.reshape(flat) or self.copy(x).reshape(flat), (0,)
         if len(axes) != 1:
             raise UnsupportedError("logsumexp over several axes",
                                    detail="the compiled path reduces along one axis")
@@ -429,7 +429,7 @@ class Lowering:
         axis = rec.attrs.get("axis")
         if axis is None:
             flat = (int(np.prod(x.shape)),)
-            x = x.reshape(flat) or self._copy(x).reshape(flat)
+            x = x.reshape(flat) or self.copy(x).reshape(flat)
             return self._gather(x, [rec.args[1]], value)
         axis %= len(x.shape)
         return self._gather(x, [slice(None)] * axis + [rec.args[1]], value)
@@ -440,7 +440,7 @@ class Lowering:
         if any(isinstance(i, (list, np.ndarray)) for i in items):
             raise UnsupportedError("assignment with an integer-array index",
                                    detail="the compiled path assigns to basic slices only")
-        out = self._copy(self.views[rec.inputs[0]], value.dtype)
+        out = self.copy(self.views[rec.inputs[0]], value.dtype)
         target = out.basic_index(index)
         self.store(target, "{0}", [self.operand(rec, 1)])
         return out
@@ -451,7 +451,7 @@ class Lowering:
         if rec.op == "concatenate" and axis is None:
             parts = [self.operand(rec, k) for k in range(len(rec.args))]
             parts = [p.reshape((int(np.prod(p.shape)),)) or
-                     self._copy(p).reshape((int(np.prod(p.shape)),)) for p in parts]
+                     self.copy(p).reshape((int(np.prod(p.shape)),)) for p in parts]
             axis = 0
         else:
             parts = [self.operand(rec, k) for k in range(len(rec.args))]
