@@ -261,6 +261,16 @@ def test_value_dependent_python_raises(loss, tape_ok):
             gradient(loss, Dense(2, 3, rng=15), np.ones(2, np.float32))
 
 
+@pytest.mark.parametrize("loss", [
+    lambda m, x: np.sum(m(x) * (m(x) // 1)),
+    lambda m, x: np.sum(np.where(np.isposinf(m(x)), 0, m(x))),
+], ids=["floordiv", "isposinf"])
+def test_plain_values_the_lowering_cannot_recompute_are_refused_not_baked(loss):
+    """Every plain value computed from traced ones reaches the trace (adcore.tape.observe)."""
+    with pytest.raises(adcore.ADError, match="traced arrays"):
+        gradient(loss, Duplicated(Dense(2, 3, rng=15)), np.ones(2, np.float32))
+
+
 def test_where_on_comparisons_is_recomputed_not_baked():
     loss = lambda m, x: np.sum(np.where(m(x) > 0, m(x), 0.1 * m(x)) + (x < 0) * m(x))
     model = Dense(2, 2, rng=16)
