@@ -2,56 +2,32 @@
 
 The program generated from a recording (``layers.staging``) calls these on flat
 buffers, so adcore differentiates them at the LLVM level: none has a backward.
-Scalar functions compute one element of an elementwise op; the array kernels work
-on strided views of flat buffers (offset and strides in elements, static at the
-call site, so LLVM specialises each call after inlining).
+``S`` holds the scalar helpers of elementwise ops (``adcore.tape.scalars``, compiled);
+the array kernels work on strided views of flat buffers (offset and strides in
+elements, static at the call site, so LLVM specialises each call after inlining).
 """
 import math
+import types
 
 import numba
+
+from adcore.tape import scalars
 
 
 def _njit(f):
     return numba.njit(cache=False, error_model="numpy")(f)
 
 
-# -- elementwise ---------------------------------------------------------------------
-@_njit
-def sigmoid(x):
-    """``1 / (1 + exp(-x))`` without overflow."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+# -- elementwise: the helpers the op tables' scalar templates call (``S.<name>``) -----
+def _compiled(module):
+    """A module holding ``module``'s functions (its ``__all__``) compiled by Numba."""
+    out = types.ModuleType(f"{__name__}.{module.__name__.rsplit('.', 1)[-1]}")
+    for name in module.__all__:
+        setattr(out, name, _njit(getattr(module, name)))
+    return out
 
 
-@_njit
-def softplus(x):
-    """``log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))``."""
-    if x > 0:
-        return x + math.log1p(math.exp(-x))
-    return math.log1p(math.exp(x))
-
-
-@_njit
-def sign(x):
-    """numpy's ``sign``: -1, 0 or 1 (NaN stays NaN)."""
-    return 1.0 if x > 0 else -1.0 if x < 0 else 0.0 * x
-
-
-@_njit
-def rint(x):
-    """Round half to even, as numpy's ``rint``."""
-    r = math.floor(x + 0.5)
-    if r - x == 0.5 and r % 2 != 0:
-        r -= 1.0
-    return r
-
-
-@_njit
-def logaddexp(a, b):
-    m = max(a, b)
-    return m + math.log(math.exp(a - m) + math.exp(b - m))
+S = _compiled(scalars)
 
 
 # -- matrix product --------------------------------------------------------------------

@@ -41,3 +41,20 @@ def test_numba_internals_are_touched_in_one_module():
             if foreign or private_import.search(code):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_importing_layers_patches_nothing_in_the_tape():
+    """``layers`` traces through ``adcore.tape.observe``: importing it leaves the tape's
+    ``Tracked`` class and numpy dispatch exactly as they were."""
+    code = ("from adcore.tape import numpy_api, tracked\n"
+            "tables = {'Tracked': vars(tracked.Tracked), 'tracked': vars(tracked),\n"
+            "          'numpy_api': vars(numpy_api), 'FUNCTIONS': numpy_api.FUNCTIONS,\n"
+            "          'UFUNC_OPS': numpy_api.UFUNC_OPS}\n"
+            "before = {t: dict(d) for t, d in tables.items()}\n"
+            "import layers, layers.staging.program, layers.staging.loop\n"
+            "changed = [f'{t}.{k}' for t, d in tables.items() for k in set(d) | set(before[t])\n"
+            "           if d.get(k) is not before[t].get(k)]\n"
+            "assert not changed, changed\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr

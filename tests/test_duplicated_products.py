@@ -94,7 +94,8 @@ def test_driver_passes_scratch_shadows_in_shadowed_order():
     grad = compile_gradient(ReverseWithPrimal, _writes_const, Duplicated(p, np.zeros(5)),
                             Const(c), Duplicated(w, np.zeros(5)))
     assert grad.shadowed == [0, 2, 1]
-    driver = program._driver(grad.native, [False] * 3, [False] * 3, ["param", "never", "always"])
+    Z = program.Zeroing
+    driver = program._driver(grad.native, [False] * 3, [False] * 3, [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS])
     dp, dw, dc = np.zeros(5), np.zeros(5), np.full(5, 7.0)     # a stale scratch shadow
     for _ in range(2):
         assert driver(True, p, c, w, dp, dw, dc) == pytest.approx(np.sum(4 * p * p))

@@ -94,6 +94,42 @@ def test_nan_stops_the_compiled_loop_without_applying_that_update():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
+def test_a_checked_step_stops_the_compiled_loop_with_its_message():
+    """ClipNorm's check (``Step.check``) on a non-finite gradient norm stops the native loop
+    with the step's own message, as ``update`` does."""
+    def model():
+        m = Dense(1, 1, bias=False, rng=2)
+        m.weight[...] = 0                   # stays 0: the items before 2 have gradient 0
+        return m
+    data = [(np.array([1.0 if k == 2 else 0.0], np.float32), np.float32(k != 2)) for k in range(4)]
+    loss = lambda m, x, y: np.sum((m(x) + y) ** (1 / 3))     # item 2: d(0 ** (1/3)) = inf
+    rule = OptimiserChain(ClipNorm(1.0), Descent(0.1))
+    dup = Duplicated(model())
+    with pytest.raises(FloatingPointError,
+                       match=r"^ClipNorm: the gradient norm is not finite \(data item 2\)$"):
+        train(loss, dup, data, setup(rule, dup))
+    assert any(e.loops for e in program._cache[program.cache_key(loss)])   # the native loop ran
+    with pytest.raises(FloatingPointError, match="^ClipNorm: the gradient norm is inf$"):
+        m = model()
+        train(loss, m, data, setup(rule, m))
+
+
+def test_a_hyperparameter_changed_in_place_reaches_the_compiled_loop():
+    data = seed_data()[::4]
+    m1, m2 = seed_model(), seed_model()
+    d1, d2 = Duplicated(m1), Duplicated(m2)
+    r1, r2 = (OptimiserChain(WeightDecay(1e-3), Descent(0.01)) for _ in range(2))
+    s1, s2 = setup(r1, d1), setup(r2, d2)
+    for eta in (0.01, 0.05):
+        r1.rules[1].eta = r2.rules[1].eta = eta        # inside a chain, not through adjust
+        train(seed_loss, d1, data, s1)                 # the second call: the same plan's state
+        for x, y in data:
+            L.withgradient(seed_loss, d2, x, y)
+            update(s2, d2)
+    for a, b in zip(params(m1), params(m2)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def test_batched_items_and_non_tuple_items():
     rng = np.random.default_rng(3)
     model, ref = Chain(Dense(3, 4, L.relu, rng=4), Dense(4, 2, rng=5)), \

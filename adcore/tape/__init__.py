@@ -48,7 +48,9 @@ is a key of ``RULES`` (``"input"`` for leaves, listed in ``rec.tape.inputs``),
 operand values, ``out`` the output id (= index in ``records``) and ``attrs``
 the op's options (``axis`` as ``None`` or a sorted tuple of non-negative ints,
 ``keepdims``, ``shape``, ``axes``, ``index``, ``dtype``).
-``rec.tape.backward(out_id, seed)`` returns the adjoints indexed by id.
+``rec.tape.backward(out_id, seed)`` returns the adjoints indexed by id.  A tool that
+replays a recording sees what leaves it (Python numbers, comparisons, ``argmax``...)
+through the hook ``observe.observing(observer)``.
 """
 from .api import Recording, ValueAndGradient, gradient, record, withgradient
 from .functions import logsoftmax, logsumexp, relu, sigmoid, softmax, softplus

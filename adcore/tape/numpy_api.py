@@ -7,26 +7,25 @@ This module installs ``Tracked.__array_ufunc__`` (served by ``ufunc_call``) and
 import numpy as np
 
 from ..errors import UnsupportedError
+from . import observe
+from .rules import RULES
 from .tracked import Tracked, apply, primal, _axis, _norm_axis
 
-# ufunc -> rule name (the ufunc's own name, except for aliases)
-UFUNC_OPS = {u: u.__name__ for u in (
-    np.add, np.subtract, np.multiply, np.divide, np.power, np.float_power, np.negative,
-    np.positive, np.maximum, np.minimum, np.fmax, np.fmin, np.logaddexp, np.logaddexp2, np.matmul,
-    np.exp, np.expm1, np.exp2, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.cbrt, np.square,
-    np.reciprocal, np.absolute, np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan,
-    np.sinh, np.cosh, np.tanh, np.arcsinh, np.arccosh, np.arctanh, np.arctan2, np.hypot,
-    np.deg2rad, np.rad2deg, np.remainder, np.fmod,
-)}
-UFUNC_OPS.update({np.fabs: "absolute", np.radians: "deg2rad", np.degrees: "rad2deg",
-                  np.conjugate: "conj"})
+# ufunc -> rule name: the ufunc of every rule whose forward is one (see ``rules``), and aliases
+UFUNC_OPS = {r.forward: name for name, r in RULES.items() if isinstance(r.forward, np.ufunc)}
+UFUNC_OPS.update({np.fabs: "absolute", np.radians: "deg2rad", np.degrees: "rad2deg"})
 
-# ufuncs with boolean/integer results or zero derivative almost everywhere: plain results
+# ufuncs with boolean/integer results or zero derivative almost everywhere: plain results;
+# each with its ``scalar`` template (as in ``rules``; ``None``: not recomputed by generated code)
 PLAIN_UFUNCS = {
-    np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal,
-    np.isfinite, np.isnan, np.isinf, np.signbit, np.sign, np.floor, np.ceil, np.rint,
-    np.trunc, np.logical_and, np.logical_or, np.logical_not, np.logical_xor,
-    np.floor_divide, np.heaviside,
+    np.greater: "({0} > {1})", np.greater_equal: "({0} >= {1})", np.less: "({0} < {1})",
+    np.less_equal: "({0} <= {1})", np.equal: "({0} == {1})", np.not_equal: "({0} != {1})",
+    np.isfinite: "math.isfinite({0})", np.isnan: "math.isnan({0})", np.isinf: "math.isinf({0})",
+    np.signbit: None, np.sign: "S.sign({0})", np.floor: "math.floor({0})",
+    np.ceil: "math.ceil({0})", np.rint: "S.rint({0})", np.trunc: "math.trunc({0})",
+    np.logical_and: "(bool({0}) and bool({1}))", np.logical_or: "(bool({0}) or bool({1}))",
+    np.logical_not: "(not {0})", np.logical_xor: "(bool({0}) != bool({1}))",
+    np.floor_divide: None, np.heaviside: None,
 }
 
 REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min", np.multiply: "prod"}
@@ -53,7 +52,7 @@ def ufunc_call(ufunc, method, inputs, kwargs):
             if ufunc is np.sign and any(np.iscomplexobj(p) for p in plain):
                 raise UnsupportedError(f"{name} of a complex tracked value",
                                        detail="sign(z) = z/|z| is not piecewise constant; write z / np.abs(z)")
-            return ufunc(*plain, **kwargs)
+            return observe.plain(ufunc(*plain, **kwargs), None if kwargs else ufunc.__name__, inputs)
         op = UFUNC_OPS.get(ufunc)
         if op is not None:
             if kwargs:
@@ -237,19 +236,24 @@ def _clip(a, a_min=None, a_max=None, **options):
     return apply("clip", (a, a_min, a_max))
 
 
-def _plain(func):
+def _plain(func, of_values):
+    """Serve ``func`` on the primal values; a result that depends on the values (not only
+    on shapes and dtypes) is reported to ``observe``."""
     def handler(*args, **kwargs):
-        return func(*[primal(a) for a in args], **{k: primal(v) for k, v in kwargs.items()})
+        out = func(*[primal(a) for a in args], **{k: primal(v) for k, v in kwargs.items()})
+        return observe.plain(out, None, args + tuple(kwargs.values())) if of_values else out
     FUNCTIONS[func] = handler
 
 
 # integer/boolean results, or a derivative that is zero almost everywhere
-for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort, np.argpartition,
-           np.nonzero, np.flatnonzero, np.argwhere, np.count_nonzero, np.any, np.all, np.isclose,
-           np.allclose, np.array_equal, np.result_type, np.zeros_like, np.ones_like,
-           np.empty_like, np.round, np.around, np.iscomplexobj, np.isrealobj, np.iscomplex,
-           np.isreal, np.isneginf, np.isposinf, np.searchsorted, np.nanargmax, np.nanargmin):
-    _plain(_f)
+for _f in (np.argmax, np.argmin, np.argsort, np.argpartition, np.nonzero, np.flatnonzero,
+           np.argwhere, np.count_nonzero, np.any, np.all, np.isclose, np.allclose,
+           np.array_equal, np.round, np.around, np.iscomplex, np.isreal, np.isneginf,
+           np.isposinf, np.searchsorted, np.nanargmax, np.nanargmin):
+    _plain(_f, of_values=True)
+for _f in (np.shape, np.ndim, np.size, np.result_type, np.zeros_like, np.ones_like,
+           np.empty_like, np.iscomplexobj, np.isrealobj):
+    _plain(_f, of_values=False)
 
 
 @implements(np.full_like)

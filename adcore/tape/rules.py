@@ -1,12 +1,26 @@
 """The rule table: for every op, its forward computation and its vector-Jacobian product.
 
-``RULES[name]`` is a ``Rule(name, forward, vjp, view, complex_ok)``.  ``forward(*args, **attrs)``
+``RULES[name]`` is a ``Rule(name, forward, vjp, view, complex_ok, scalar)``.  ``forward(*args, **attrs)``
 computes the primal on plain numpy values; ``vjp(g, rec)`` receives the output
 cotangent ``g`` and the ``Record`` (operands ``rec.args``, output ``rec.value``,
 ``rec.attrs``) and returns one cotangent per operand (``None`` allowed for
 constants).  Cotangents may have the broadcast shape; the tape sums them back to
 the operand's shape and casts them to its dtype.  ``view`` marks ops whose numpy
 result may share memory with the operand (in-place updates are refused there).
+
+This table is also the one place that knows an elementwise op: a rule whose ``forward``
+is a numpy ufunc serves that ufunc on tracked values (``numpy_api``), and its ``scalar``
+is the op on one element, for programs generated from a recording (the compiled path
+of ``layers``): a Python expression with ``{0}``, ``{1}``... for the operands, or a
+tuple of statement lines assigning ``{out}`` (choices are if/else statements, not a
+select expression, so each branch is stored as computed), or a function of the
+``Record`` returning either.  Templates may call ``math`` and the helpers
+``S.<name>`` of ``scalars``.  So adding an elementwise op to both engines is one entry::
+
+    @rule("tanh", np.tanh, complex_ok=True, scalar="math.tanh({0})")
+    def _tanh(g, r):
+        "out = tanh x:  dx = g (1 - out**2)."
+        return (g * (1 - r.value * r.value),)
 
 Complex values follow autograd's and JAX's convention: the cotangent of a complex
 ``z = x + iy`` is ``dL/dx - i dL/dy`` (for a real loss ``L``), so a holomorphic op's
@@ -32,25 +46,31 @@ from .recording import unbroadcast
 
 
 class Rule:
-    __slots__ = ("name", "forward", "vjp", "view", "complex_ok")
+    __slots__ = ("name", "forward", "vjp", "view", "complex_ok", "scalar")
 
-    def __init__(self, name, forward, vjp, view, complex_ok=False):
+    def __init__(self, name, forward, vjp, view, complex_ok=False, scalar=None):
         self.name = name
         self.forward = forward
         self.vjp = vjp
         self.view = view
         self.complex_ok = complex_ok
+        self.scalar = scalar
 
 
 RULES = {}
 
 
-def rule(name, forward, view=False, complex_ok=False):
+def rule(name, forward, view=False, complex_ok=False, scalar=None):
     """Register the decorated function as the VJP of op ``name``."""
     def register(vjp):
-        RULES[name] = Rule(name, forward, vjp, view, complex_ok)
+        RULES[name] = Rule(name, forward, vjp, view, complex_ok, scalar)
         return vjp
     return register
+
+
+def choose(cond, then, other):
+    """The ``scalar`` statements ``{out} = then if cond else other``."""
+    return (f"if {cond}:", f"    {{out}} = {then}", "else:", f"    {{out}} = {other}")
 
 
 def _expand(g, axis, keepdims, ndim):
@@ -84,19 +104,19 @@ def _nonzero(x):
 
 # ---------------------------------------------------------------- arithmetic
 
-@rule("add", np.add, complex_ok=True)
+@rule("add", np.add, complex_ok=True, scalar="({0} + {1})")
 def _add(g, r):
     """out = a + b:  da = g,  db = g."""
     return g, g
 
 
-@rule("subtract", np.subtract, complex_ok=True)
+@rule("subtract", np.subtract, complex_ok=True, scalar="({0} - {1})")
 def _subtract(g, r):
     """out = a - b:  da = g,  db = -g."""
     return g, (-g if r.inputs[1] is not None else None)
 
 
-@rule("multiply", np.multiply, complex_ok=True)
+@rule("multiply", np.multiply, complex_ok=True, scalar="({0} * {1})")
 def _multiply(g, r):
     """out = a * b:  da = g * b,  db = g * a."""
     a, b = r.args
@@ -104,7 +124,7 @@ def _multiply(g, r):
             g * a if r.inputs[1] is not None else None)
 
 
-@rule("divide", np.divide, complex_ok=True)
+@rule("divide", np.divide, complex_ok=True, scalar="({0} / {1})")
 def _divide(g, r):
     """out = a / b:  da = g / b,  db = -g * a / b**2 = -g * out / b."""
     a, b = r.args
@@ -120,23 +140,34 @@ def _power(g, r):
     return ga, gb
 
 
-rule("power", np.power, complex_ok=True)(_power)
+def power_scalar(r):
+    """``a ** b``; a constant exponent 0..4 as products, 0.5 as ``sqrt``."""
+    b = r.args[1]
+    if r.inputs[1] is None and isinstance(b, (int, float, np.integer, np.floating)):
+        if float(b).is_integer() and 0 <= b <= 4:
+            return "1.0" if b == 0 else "(" + " * ".join(["{0}"] * int(b)) + ")"
+        if b == 0.5:
+            return "math.sqrt({0})"
+    return "({0} ** {1})"
+
+
+rule("power", np.power, complex_ok=True, scalar=power_scalar)(_power)
 rule("float_power", np.float_power, complex_ok=True)(_power)
 
 
-@rule("negative", np.negative, complex_ok=True)
+@rule("negative", np.negative, complex_ok=True, scalar="-{0}")
 def _negative(g, r):
     """out = -x:  dx = -g."""
     return (-g,)
 
 
-@rule("positive", np.positive, complex_ok=True)
+@rule("positive", np.positive, complex_ok=True, scalar="{0}")
 def _positive(g, r):
     """out = +x:  dx = g."""
     return (g,)
 
 
-@rule("maximum", np.maximum)
+@rule("maximum", np.maximum, scalar=choose("{0} >= {1}", "{0}", "{1}"))
 def _maximum(g, r):
     """out = max(a, b):  da = g [a >= b],  db = g [a < b]."""
     a, b = r.args
@@ -144,7 +175,7 @@ def _maximum(g, r):
     return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
 
 
-@rule("minimum", np.minimum)
+@rule("minimum", np.minimum, scalar=choose("{0} <= {1}", "{0}", "{1}"))
 def _minimum(g, r):
     """out = min(a, b):  da = g [a <= b],  db = g [a > b]."""
     a, b = r.args
@@ -152,7 +183,7 @@ def _minimum(g, r):
     return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
 
 
-@rule("logaddexp", np.logaddexp)
+@rule("logaddexp", np.logaddexp, scalar="S.logaddexp({0}, {1})")
 def _logaddexp(g, r):
     """out = log(e**a + e**b):  da = g e**(a - out),  db = g e**(b - out)."""
     a, b = r.args
@@ -161,67 +192,67 @@ def _logaddexp(g, r):
 
 # ---------------------------------------------------------------- elementwise functions
 
-@rule("exp", np.exp, complex_ok=True)
+@rule("exp", np.exp, complex_ok=True, scalar="math.exp({0})")
 def _exp(g, r):
     """out = e**x:  dx = g out."""
     return (g * r.value,)
 
 
-@rule("expm1", np.expm1, complex_ok=True)
+@rule("expm1", np.expm1, complex_ok=True, scalar="math.expm1({0})")
 def _expm1(g, r):
     """out = e**x - 1:  dx = g (out + 1)."""
     return (g * (r.value + 1),)
 
 
-@rule("exp2", np.exp2, complex_ok=True)
+@rule("exp2", np.exp2, complex_ok=True, scalar="math.exp({0} * 0.6931471805599453)")
 def _exp2(g, r):
     """out = 2**x:  dx = g out ln 2."""
     return (g * r.value * math.log(2.0),)
 
 
-@rule("log", np.log, complex_ok=True)
+@rule("log", np.log, complex_ok=True, scalar="math.log({0})")
 def _log(g, r):
     """out = log x:  dx = g / x."""
     return (g / r.args[0],)
 
 
-@rule("log1p", np.log1p, complex_ok=True)
+@rule("log1p", np.log1p, complex_ok=True, scalar="math.log1p({0})")
 def _log1p(g, r):
     """out = log(1 + x):  dx = g / (1 + x)."""
     return (g / (1 + r.args[0]),)
 
 
-@rule("log2", np.log2, complex_ok=True)
+@rule("log2", np.log2, complex_ok=True, scalar="(math.log({0}) / 0.6931471805599453)")
 def _log2(g, r):
     """out = log2 x:  dx = g / (x ln 2)."""
     return (g / (r.args[0] * math.log(2.0)),)
 
 
-@rule("log10", np.log10, complex_ok=True)
+@rule("log10", np.log10, complex_ok=True, scalar="(math.log({0}) / 2.302585092994046)")
 def _log10(g, r):
     """out = log10 x:  dx = g / (x ln 10)."""
     return (g / (r.args[0] * math.log(10.0)),)
 
 
-@rule("sqrt", np.sqrt, complex_ok=True)
+@rule("sqrt", np.sqrt, complex_ok=True, scalar="math.sqrt({0})")
 def _sqrt(g, r):
     """out = sqrt x:  dx = g / (2 out)."""
     return (g / (2 * r.value),)
 
 
-@rule("square", np.square, complex_ok=True)
+@rule("square", np.square, complex_ok=True, scalar="({0} * {0})")
 def _square(g, r):
     """out = x**2:  dx = 2 g x."""
     return (2 * g * r.args[0],)
 
 
-@rule("reciprocal", np.reciprocal, complex_ok=True)
+@rule("reciprocal", np.reciprocal, complex_ok=True, scalar="(1.0 / {0})")
 def _reciprocal(g, r):
     """out = 1 / x:  dx = -g out**2."""
     return (-g * r.value * r.value,)
 
 
-@rule("absolute", np.absolute, complex_ok=True)
+@rule("absolute", np.absolute, complex_ok=True, scalar="abs({0})")
 def _absolute(g, r):
     """out = |x|:  dx = g sign(x) for real x;  dz = g conj(z) / |z| for complex z (0 at z = 0)."""
     x = r.args[0]
@@ -230,44 +261,44 @@ def _absolute(g, r):
     return (g * np.sign(x),)
 
 
-@rule("sin", np.sin, complex_ok=True)
+@rule("sin", np.sin, complex_ok=True, scalar="math.sin({0})")
 def _sin(g, r):
     """out = sin x:  dx = g cos x."""
     return (g * np.cos(r.args[0]),)
 
 
-@rule("cos", np.cos, complex_ok=True)
+@rule("cos", np.cos, complex_ok=True, scalar="math.cos({0})")
 def _cos(g, r):
     """out = cos x:  dx = -g sin x."""
     return (-g * np.sin(r.args[0]),)
 
 
-@rule("tan", np.tan, complex_ok=True)
+@rule("tan", np.tan, complex_ok=True, scalar="math.tan({0})")
 def _tan(g, r):
     """out = tan x:  dx = g (1 + out**2)."""
     return (g * (1 + r.value * r.value),)
 
 
-@rule("arctan", np.arctan, complex_ok=True)
+@rule("arctan", np.arctan, complex_ok=True, scalar="math.atan({0})")
 def _arctan(g, r):
     """out = atan x:  dx = g / (1 + x**2)."""
     x = r.args[0]
     return (g / (1 + x * x),)
 
 
-@rule("sinh", np.sinh, complex_ok=True)
+@rule("sinh", np.sinh, complex_ok=True, scalar="math.sinh({0})")
 def _sinh(g, r):
     """out = sinh x:  dx = g cosh x."""
     return (g * np.cosh(r.args[0]),)
 
 
-@rule("cosh", np.cosh, complex_ok=True)
+@rule("cosh", np.cosh, complex_ok=True, scalar="math.cosh({0})")
 def _cosh(g, r):
     """out = cosh x:  dx = g sinh x."""
     return (g * np.sinh(r.args[0]),)
 
 
-@rule("tanh", np.tanh, complex_ok=True)
+@rule("tanh", np.tanh, complex_ok=True, scalar="math.tanh({0})")
 def _tanh(g, r):
     """out = tanh x:  dx = g (1 - out**2)."""
     return (g * (1 - r.value * r.value),)
@@ -435,20 +466,20 @@ def relu_forward(x):
     return np.maximum(x, 0)
 
 
-@rule("sigmoid", sigmoid_forward)
+@rule("sigmoid", sigmoid_forward, scalar="S.sigmoid({0})")
 def _sigmoid(g, r):
     """out = 1 / (1 + e**-x):  dx = g out (1 - out)."""
     s = r.value
     return (g * s * (1 - s),)
 
 
-@rule("softplus", softplus_forward)
+@rule("softplus", softplus_forward, scalar="S.softplus({0})")
 def _softplus(g, r):
     """out = log(1 + e**x):  dx = g sigmoid(x)."""
     return (g * sigmoid_forward(r.args[0]),)
 
 
-@rule("relu", relu_forward)
+@rule("relu", relu_forward, scalar=choose("{0} > 0", "{0}", "0.0"))
 def _relu(g, r):
     """out = max(x, 0):  dx = g [x > 0]."""
     return (np.where(r.args[0] > 0, g, 0),)
@@ -558,7 +589,7 @@ def _broadcast_to(g, r):
     return (g,)
 
 
-@rule("astype", lambda x, dtype: x.astype(dtype), complex_ok=True)
+@rule("astype", lambda x, dtype: x.astype(dtype), complex_ok=True, scalar="{0}")
 def _astype(g, r):
     """out = x cast to another float dtype:  dx = g cast back (done by the tape)."""
     return (g,)
@@ -659,7 +690,7 @@ def _stack(g, r):
     return tuple(g[i] for i in range(len(r.args)))
 
 
-@rule("where", np.where, complex_ok=True)
+@rule("where", np.where, complex_ok=True, scalar=choose("{0}", "{1}", "{2}"))
 def _where(g, r):
     """out = where(c, a, b):  da = g [c],  db = g [not c]."""
     c = r.args[0]
@@ -670,7 +701,18 @@ def clip_forward(x, lo, hi):
     return np.clip(x, lo, hi)
 
 
-@rule("clip", clip_forward)
+def clip_scalar(r):
+    """``min(max(x, lo), hi)`` over the bounds that are given (the operands that are not ``None``)."""
+    lo, hi = r.args[1] is not None, r.args[2] is not None
+    if lo and hi:
+        return ("if {0} < {1}:", "    {out} = {1}", "elif {0} > {2}:", "    {out} = {2}",
+                "else:", "    {out} = {0}")
+    if lo:
+        return choose("{0} < {1}", "{1}", "{0}")
+    return choose("{0} > {1}", "{1}", "{0}") if hi else "{0}"
+
+
+@rule("clip", clip_forward, scalar=clip_scalar)
 def _clip(g, r):
     """out = min(max(x, lo), hi):  dx = g [lo <= x <= hi],  dlo = g [x < lo <= hi],  dhi = g [max(x, lo) > hi]."""
     x, lo, hi = r.args

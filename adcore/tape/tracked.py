@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..errors import ADError, UnsupportedError
+from . import observe
 from .recording import Record
 from .rules import RULES
 
@@ -174,29 +175,36 @@ class Tracked:
     def __format__(self, spec):
         return format(self.value, spec)
 
+    # conversions to Python values and plain results are reported to ``observe``
     def __float__(self):
+        observe.to_python("float()")
         raise UnsupportedError(
             "float() of a tracked value (also math.* functions, which call it)",
             detail="it would drop the gradient; use numpy functions (np.sin(x) for "
                    "math.sin(x)), or x.item() / tape.primal(x) to leave the gradient on purpose")
 
     def __complex__(self):
+        observe.to_python("complex()")
         raise UnsupportedError(
             "complex() of a tracked value (also cmath.* functions, which call it)",
             detail="it would drop the gradient; use numpy functions, or x.item() to leave "
                    "the gradient on purpose")
 
     def __int__(self):
+        observe.to_python("int()")
         return int(self.value)
 
     def __bool__(self):
+        observe.to_python("bool()")
         return bool(self.value)
 
     def item(self, *args):
         """The value as a Python scalar (not tracked)."""
+        observe.to_python(".item()")
         return self.value.item(*args)
 
     def tolist(self):
+        observe.to_python(".tolist()")
         return np.asarray(self.value).tolist()
 
     def __array__(self, dtype=None, copy=None):
@@ -215,11 +223,11 @@ class Tracked:
     __matmul__, __rmatmul__, __imatmul__ = _binary("matmul")
     __mod__, __rmod__, __imod__ = _binary("remainder")
 
-    def __floordiv__(self, other):
-        return np.floor_divide(self.value, primal(other))  # piecewise constant: derivative 0
+    def __floordiv__(self, other):   # piecewise constant: derivative 0
+        return observe.plain(np.floor_divide(self.value, primal(other)), "floor_divide", (self, other))
 
     def __rfloordiv__(self, other):
-        return np.floor_divide(primal(other), self.value)
+        return observe.plain(np.floor_divide(primal(other), self.value), "floor_divide", (other, self))
 
     def __divmod__(self, other):
         return self // other, self % other
@@ -238,22 +246,22 @@ class Tracked:
 
     # comparisons are not differentiable: plain boolean arrays
     def __lt__(self, other):
-        return self.value < primal(other)
+        return observe.plain(self.value < primal(other), "less", (self, other))
 
     def __le__(self, other):
-        return self.value <= primal(other)
+        return observe.plain(self.value <= primal(other), "less_equal", (self, other))
 
     def __gt__(self, other):
-        return self.value > primal(other)
+        return observe.plain(self.value > primal(other), "greater", (self, other))
 
     def __ge__(self, other):
-        return self.value >= primal(other)
+        return observe.plain(self.value >= primal(other), "greater_equal", (self, other))
 
     def __eq__(self, other):
-        return self.value == primal(other)
+        return observe.plain(self.value == primal(other), "equal", (self, other))
 
     def __ne__(self, other):
-        return self.value != primal(other)
+        return observe.plain(self.value != primal(other), "not_equal", (self, other))
 
     # ------------------------------------------------------------ in place
     def _update(self, new):
@@ -379,12 +387,12 @@ class Tracked:
         return np.repeat(self, repeats, axis=axis)
 
     def round(self, decimals=0):
-        return np.round(self.value, decimals)  # piecewise constant: derivative 0
+        return observe.plain(np.round(self.value, decimals), None, (self,))  # derivative 0
 
     def argmax(self, axis=None):
-        return np.argmax(self.value, axis=axis)
+        return observe.plain(np.argmax(self.value, axis=axis), None, (self,))
 
     def argmin(self, axis=None):
-        return np.argmin(self.value, axis=axis)
+        return observe.plain(np.argmin(self.value, axis=axis), None, (self,))
 
     # numpy protocols: __array_ufunc__ and __array_function__ are installed by numpy_api

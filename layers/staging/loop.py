@@ -2,12 +2,14 @@
 
 When every data item has the same shapes, the inputs are stacked along a new first
 axis and a generated ``@njit`` loop runs, per item: zero the shadows (as
-``program.ZEROING`` says), call adcore's
-gradient (the compiled program's stub), stop on a non-finite loss, and apply the
-optimiser's kernels (``rule.steps``) to each parameter.  Python runs once per call.
+``program.ZEROING`` says), call adcore's gradient (the compiled program's stub), stop
+on a non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public
+API) to each parameter, stopping with a step's ``check`` message when the value it
+checks is not finite.  Python runs once per call.
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
+import copy
 import math
 
 import numba
@@ -16,7 +18,8 @@ import numpy as np
 import optim
 from adcore.tree import child
 
-from .program import _zero, lookup
+from .lower import Kind
+from .program import Zeroing, _zero, lookup
 
 
 def _items(data):
@@ -77,7 +80,7 @@ def _groups(staged, state):
     (frozen ones too) holding parameters of the model."""
     groups = {}
     for k, (kind, j, path, sample) in enumerate(staged.slots):
-        if kind != "param" or j != 0:
+        if kind != Kind.PARAM or j != 0:
             continue
         leaf = state
         for key in path:
@@ -93,12 +96,12 @@ class _Plan:
     """What ``train`` calls the loop with for one optimiser state, kept between calls while
     the state's leaves keep their rules (and the rules their hyperparameters), state
     arrays and frozen flags: the loop, the optimiser's state arrays and hyperparameters,
-    and the gradient workspaces."""
+    the messages of the steps' checks (``Step.check``) and the gradient workspaces."""
 
     def __init__(self, staged, state, stacked_positions, dargs):
         self.state = state
         self.groups = _groups(staged, state)
-        self.marks = [(leaf, leaf.rule, dict(leaf.rule.__dict__), leaf.state, leaf.frozen)
+        self.marks = [(leaf, leaf.rule, copy.deepcopy(leaf.rule), leaf.state, leaf.frozen)
                       for leaf, _ in self.groups]
         plan, self.states, hyper = [], [], []
         for leaf, positions in self.groups:
@@ -110,6 +113,7 @@ class _Plan:
                 self.states.extend(st.state)
                 hyper.extend(st.hyper)
         self.hyper = np.array(hyper, dtype=np.float64)
+        self.checks = [st.check for _, steps in plan for st in steps if st.check]
         key = (stacked_positions, tuple(
             (tuple(pos), tuple((st.kernel, len(st.state), len(st.hyper), st.check) for st in steps))
             for pos, steps in plan))
@@ -120,13 +124,15 @@ class _Plan:
 
     def current(self, state):
         return state is self.state and all(
-            leaf.rule is rule and leaf.rule.__dict__ == hyper and leaf.state is st and
-            leaf.frozen == frozen for leaf, rule, hyper, st, frozen in self.marks)
+            leaf.rule is rule and rule == was and leaf.state is st and leaf.frozen == frozen
+            for leaf, rule, was, st, frozen in self.marks)
 
 
 def _loop_source(staged, stacked, plan):
-    """Source of ``loop(n, *args, *shadows, *grads, *states, hyper, losses)``; flat views
-    are made once, before the loop over items (per-item inputs arrive as ``(n, size)``)."""
+    """Source of ``loop(n, *args, *shadows, *grads, *states, hyper, losses)`` returning
+    ``(items done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the ``k``-th checked
+    step's value not finite.  Flat views are made once, before the loop over items
+    (per-item inputs arrive as ``(n, size)``)."""
     na, nd = len(staged.flat), len(staged.dflat)
     a = [f"a{k}" for k in range(na)]
     d = [f"d{k}" for k in range(nd)]
@@ -148,12 +154,12 @@ def _loop_source(staged, stacked, plan):
         lines.append(f"    f{d[k]} = {d[k]}.reshape(-1)")
     call += [f"f{x}" if fl else x for x, fl in zip(d, staged.dflat)]
     lines.append("    for it in range(n):")
-    lines += [f"        _zero(f{x})" for x, z in zip(d, staged.zeroing) if z != "never"]
+    lines += [f"        _zero(f{x})" for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
               "            return it, 1"]
-    si, hi = 0, 0
+    si, hi, checks = 0, 0, 0
     for q, (positions, steps) in enumerate(plan):
         ds = [f"f{d[staged.shadow_of.index(pos)]}" for pos in positions]
         p = f"f{a[positions[0]]}"
@@ -164,9 +170,10 @@ def _loop_source(staged, stacked, plan):
             args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
             si, hi = si + len(st.state), hi + len(st.hyper)
             call = f"K{q}_{k}({p}, {g[q]}{''.join(', ' + x for x in args)})"
-            if st.check:
+            if st.check:   # code 2 + k: the k-th check failed
                 lines += [f"        if not math.isfinite({call}):",
-                          "            return it, 2"]
+                          f"            return it, {2 + checks}"]
+                checks += 1
             else:
                 lines.append(f"        {call}")
         lines += [f"        for i in range({g[q]}.size):",
@@ -209,6 +216,6 @@ def compiled_train(loss, dup, data, state, error):
                                *plan.states, plan.hyper, losses)
     if code == 1:
         raise error(float(losses[stop]), stop, items[stop])
-    if code == 2:
-        raise FloatingPointError(f"ClipNorm: the gradient norm is not finite (data item {stop})")
+    if code >= 2:
+        raise FloatingPointError(f"{plan.checks[code - 2]} is not finite (data item {stop})")
     return losses.tolist()

@@ -5,18 +5,18 @@ buffer, or a ``View`` of an earlier value when it only reinterprets memory (resh
 transpose, broadcasting, basic indexing, copy).  Shapes are static, so loops have
 constant trip counts and views constant strides.  The function returns the loss.
 
-The program's arguments are listed in ``Lowering.args`` as ``Arg(name, kind, payload)``;
-``kind`` is ``"param"`` (a differentiated leaf), ``"input"`` (a constant leaf),
-``"index"`` (an integer array argument used for indexing), ``"const"`` (an array baked
-from the recording), ``"work"`` (a workspace buffer) or ``"kbuf"`` (a buffer handed to
-a user kernel).  Params, workspaces and kernel buffers are ``Duplicated``.
+The program's arguments are listed in ``Lowering.args`` as ``Arg(name, kind, payload)``,
+``kind`` a ``Kind``.  Params, workspaces and kernel buffers are ``Duplicated``.
 """
+import enum
 import math
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from adcore.errors import UnsupportedError
+from adcore.tape import RULES
+from adcore.tape.numpy_api import PLAIN_UFUNCS
 
 from .. import kernels
 from .products import lower_matmul
@@ -24,61 +24,34 @@ from .trace import Derived, TapeRef, ValueDependentError
 from .views import ExprView, View, c_strides
 
 
+class Kind(enum.Enum):
+    """What a program argument is."""
+    PARAM = "a differentiated leaf"
+    INPUT = "a constant leaf"
+    INDEX = "an integer array argument used for indexing, flat"
+    INDEX_ND = "an integer array argument handed to a user kernel in its shape"
+    CONST = "an array baked from the recording"
+    WORK = "a workspace buffer"
+    KBUF = "a buffer handed to a user kernel"
+
+
+LEAVES = (Kind.PARAM, Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # taken from the call's arguments
+SHADOWED = (Kind.PARAM, Kind.WORK, Kind.KBUF)                 # ``Duplicated`` in the program
+
+
 class Arg(NamedTuple):
     name: str
-    kind: str
+    kind: Kind
     payload: Any
 
 
-UNARY = {
-    "negative": "-{0}", "positive": "{0}", "absolute": "abs({0})", "exp": "math.exp({0})",
-    "expm1": "math.expm1({0})", "exp2": "math.exp({0} * 0.6931471805599453)",
-    "log": "math.log({0})", "log1p": "math.log1p({0})",
-    "log2": "(math.log({0}) / 0.6931471805599453)", "log10": "(math.log({0}) / 2.302585092994046)",
-    "sqrt": "math.sqrt({0})", "square": "({0} * {0})", "reciprocal": "(1.0 / {0})",
-    "sin": "math.sin({0})", "cos": "math.cos({0})", "tan": "math.tan({0})",
-    "arctan": "math.atan({0})", "sinh": "math.sinh({0})", "cosh": "math.cosh({0})",
-    "tanh": "math.tanh({0})", "sigmoid": "K.sigmoid({0})", "softplus": "K.softplus({0})",
-    "astype": "{0}",
-}
-BINARY = {
-    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
-    "divide": "({0} / {1})", "logaddexp": "K.logaddexp({0}, {1})",
-}
-# Choices are written as if/else statements storing each branch (an early version of
-# adcore mis-named a ``select`` over reloaded workspace values).  Ties go to the first
-# operand, as in the tape's rules.
-CHOICES = {
-    "where": ["if {0}:", "    {out} = {1}", "else:", "    {out} = {2}"],
-    "maximum": ["if {0} >= {1}:", "    {out} = {0}", "else:", "    {out} = {1}"],
-    "minimum": ["if {0} <= {1}:", "    {out} = {0}", "else:", "    {out} = {1}"],
-    "clip": ["if {0} < {1}:", "    {out} = {1}", "elif {0} > {2}:", "    {out} = {2}",
-             "else:", "    {out} = {0}"],
-    "relu": ["if {0} > 0:", "    {out} = {0}", "else:", "    {out} = 0.0"],
-    "clip_lo": ["if {0} < {1}:", "    {out} = {1}", "else:", "    {out} = {0}"],
-    "clip_hi": ["if {0} > {1}:", "    {out} = {1}", "else:", "    {out} = {0}"],
-}
-DERIVED = {
-    "greater": "({0} > {1})", "greater_equal": "({0} >= {1})", "less": "({0} < {1})",
-    "less_equal": "({0} <= {1})", "equal": "({0} == {1})", "not_equal": "({0} != {1})",
-    "logical_and": "(bool({0}) and bool({1}))", "logical_or": "(bool({0}) or bool({1}))",
-    "logical_xor": "(bool({0}) != bool({1}))", "logical_not": "(not {0})",
-    "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
-    "isfinite": "math.isfinite({0})", "isnan": "math.isnan({0})", "isinf": "math.isinf({0})",
-    "sign": "K.sign({0})", "floor": "math.floor({0})", "ceil": "math.ceil({0})",
-    "trunc": "math.trunc({0})", "rint": "K.rint({0})", "astype": "{0}",
-}
+# The scalar templates of elementwise ops (``adcore.tape.rules``): of differentiable ops by
+# rule, of plain ufuncs recomputed from traced values by name, and of operations on the
+# masks those give (never met on traced values).
+PLAIN = {u.__name__: t for u, t in PLAIN_UFUNCS.items() if t}
+MASK_OPS = {"bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
+            "bitwise_xor": "({0} ^ {1})"}
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _power_template(b):
-    """``a ** b`` for a constant exponent: products for small integers, else ``pow``."""
-    if isinstance(b, (int, float, np.number)) and float(b) == int(b) and 0 <= int(b) <= 4:
-        n = int(b)
-        return "1.0" if n == 0 else "(" + " * ".join(["{0}"] * n) + ")"
-    if isinstance(b, (int, float, np.number)) and float(b) == 0.5:
-        return "math.sqrt({0})"
-    return None
 
 
 def _literal(v):
@@ -92,15 +65,15 @@ def _literal(v):
 
 class Lowering:
     """Generate the program for ``records``; ``leaves`` maps input ids to program args:
-    ``{id: ("param" | "input", name, value)}``; ``indices`` maps ``id(array)`` of integer
-    argument arrays to their program names (``"index"`` args, flat; ``"index_nd"`` args,
-    named with a suffix ``nd``, keep their shape for user kernels)."""
+    ``{id: (Kind.PARAM | Kind.INPUT, name, value)}``; ``indices`` maps ``id(array)`` of
+    integer argument arrays to their program names (``Kind.INDEX`` args; the
+    ``Kind.INDEX_ND`` arg of one is named with a suffix ``nd``)."""
 
     def __init__(self, records, leaves, indices):
         self.lines, self.depth, self.counter = [], 1, 0
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
         self.indices, self.kernel_names = indices, {}
-        self.globals = {"K": kernels, "math": math, "np": np}
+        self.globals = {"K": kernels, "S": kernels.S, "math": math, "np": np}
         for rec_id, (kind, name, value) in leaves.items():
             self.views[rec_id] = self._leaf(kind, name, value)
         for rec in records:
@@ -141,12 +114,12 @@ class Lowering:
         arr = np.ascontiguousarray(value)
         if ident is not None:
             if all(a.name != ident for a in self.args):
-                self.args.append(Arg(ident, "index", ident))
+                self.args.append(Arg(ident, Kind.INDEX, ident))
         else:
             ident = self.fresh("C")
             if arr.dtype.kind in "iu":
                 arr = arr.astype(np.int64)
-            self.args.append(Arg(ident, "const", arr.reshape(-1)))
+            self.args.append(Arg(ident, Kind.CONST, arr.reshape(-1)))
         return View(ident, 0, arr.shape, c_strides(arr.shape), arr.dtype)
 
     def operand(self, rec, k):
@@ -167,13 +140,13 @@ class Lowering:
         if v.expr is None:
             self.const(v)
         name, operands = v.expr
-        template = DERIVED.get(name) or BINARY.get(name) or UNARY.get(name)
+        template = PLAIN.get(name) or MASK_OPS.get(name)
+        if template is None and name in RULES and isinstance(RULES[name].scalar, str):
+            template = RULES[name].scalar
         if template is None:
             raise UnsupportedError(f"numpy.{name} of values computed from traced arrays",
                                    detail="the compiled path recomputes comparisons, logical "
                                           "operators and arithmetic on them")
-        if name == "invert":
-            template = "(not {0})" if v.dtype == bool else "(~{0})"
         views = []
         for o in operands:
             if isinstance(o, TapeRef):
@@ -204,11 +177,11 @@ class Lowering:
 
     def store(self, out, template, operands):
         """``out[...] = template(operands[...])`` elementwise, operands broadcast to ``out``;
-        a list ``template`` holds the lines of a statement assigning ``{out}``."""
+        a tuple ``template`` holds the lines of a statement assigning ``{out}``."""
         ops = [o.broadcast(out.shape) for o in operands]
         idx = self.open_loops(out.shape)
         values = [o.at(idx) for o in ops]
-        if isinstance(template, list):
+        if isinstance(template, tuple):
             for line in template:
                 self.emit(line.format(*values, out=out.at(idx)))
         else:
@@ -219,7 +192,7 @@ class Lowering:
         """The program's source, returning the loss (the record ``loss_id``, or a constant)."""
         for dtype, size in self.work.items():
             if size:
-                self.args.append(Arg(work_name(dtype), "work", (size, dtype)))
+                self.args.append(Arg(work_name(dtype), Kind.WORK, (size, dtype)))
         if loss_id is None:
             ret = _literal(np.asarray(loss_value).reshape(-1)[0])
         else:
@@ -230,59 +203,33 @@ class Lowering:
 
     # -- records -------------------------------------------------------------------------
     def _lower(self, rec):
-        op = rec.op
         value = np.asarray(rec.value)
-        if op in UNARY or op in BINARY or op in CHOICES or op == "power":
+        scalar = RULES[rec.op].scalar
+        if scalar is not None:
             out = self.buffer(value.shape, value.dtype)
-            self.store(out, self._template(rec), [self.operand(rec, k) for k in
-                                                  range(len(rec.args)) if rec.args[k] is not None])
-        elif op in ("sum", "mean", "max", "min"):
-            out = self._reduce(rec, value)
-        elif op == "matmul":
-            out = self._matmul(rec, value)
-        elif op in ("softmax", "logsoftmax"):
-            out = self._softmax(rec, value)
-        elif op == "logsumexp":
-            out = self._logsumexp(rec, value)
-        elif op == "reshape":
-            x = self.views[rec.inputs[0]]
-            out = x.reshape(value.shape) or self._copy(x).reshape(value.shape)
-        elif op == "transpose":
-            out = self.views[rec.inputs[0]].transpose(rec.attrs["axes"])
-        elif op == "broadcast_to":
-            out = self.views[rec.inputs[0]].broadcast(value.shape)
-        elif op == "copy":
-            out = self.views[rec.inputs[0]]
-        elif op == "getitem":
-            out = self._getitem(self.views[rec.inputs[0]], rec.attrs["index"], value)
-        elif op == "take":
-            out = self._take(rec, value)
-        elif op == "setitem":
-            out = self._setitem(rec, value)
-        elif op in ("concatenate", "stack"):
-            out = self._join(rec, value)
-        elif op == "njit_kernel":
-            out = self._kernel(rec, value)
+            self.store(out, scalar(rec) if callable(scalar) else scalar,
+                       [self.operand(rec, k) for k in range(len(rec.args)) if rec.args[k] is not None])
+        elif rec.op in self.STRUCTURAL:
+            out = self.STRUCTURAL[rec.op](self, rec, value)
         else:
-            raise UnsupportedError(f"the recorded operation {op!r}",
+            raise UnsupportedError(f"the recorded operation {rec.op!r}",
                                    detail="the compiled path (Duplicated) has no lowering for it")
         self.views[rec.out] = out
 
-    def _template(self, rec):
-        op = rec.op
-        if op in UNARY:
-            return UNARY[op]
-        if op in BINARY:
-            return BINARY[op]
-        if op == "power":
-            t = _power_template(rec.args[1]) if rec.inputs[1] is None else None
-            return t or "({0} ** {1})"
-        if op != "clip":
-            return CHOICES[op]
-        lo, hi = rec.args[1] is not None, rec.args[2] is not None
-        return CHOICES["clip" if lo and hi else "clip_lo" if lo else "clip_hi"] if lo or hi else "{0}"
+    def _reshape(self, rec, value):
+        x = self.views[rec.inputs[0]]
+        return x.reshape(value.shape) or self.copy(x).reshape(value.shape)
 
-    def _copy(self, x, dtype=None):
+    def _transpose(self, rec, value):
+        return self.views[rec.inputs[0]].transpose(rec.attrs["axes"])
+
+    def _broadcast_to(self, rec, value):
+        return self.views[rec.inputs[0]].broadcast(value.shape)
+
+    def _same(self, rec, value):
+        return self.views[rec.inputs[0]]
+
+    def copy(self, x, dtype=None):
         out = self.buffer(x.shape, dtype or x.dtype)
         self.store(out, "{0}", [x])
         return out
@@ -332,7 +279,7 @@ class Lowering:
     def _softmax(self, rec, value):
         x = self.views[rec.inputs[0]]
         if x.base is None:
-            x = self._copy(x.broadcast((1,))).reshape(())
+            x = self.copy(x.broadcast((1,))).reshape(())
         axis = rec.attrs.get("axis", -1) % max(len(x.shape), 1)
         out = self.buffer(value.shape, value.dtype)
         idx, at = self._lines(x, axis)
@@ -347,7 +294,7 @@ class Lowering:
         axes = tuple(range(len(x.shape))) if axes is None else tuple(axes)
         if len(axes) > 1 and axes == tuple(range(len(x.shape))):
             flat = (int(np.prod(x.shape)),)
-            x, axes = x.reshape(flat) or self._copy(x).reshape(flat), (0,)
+            x, axes = x.reshape(flat) or self.copy(x).reshape(flat), (0,)
         if len(axes) != 1:
             raise UnsupportedError("logsumexp over several axes",
                                    detail="the compiled path reduces along one axis")
@@ -362,7 +309,8 @@ class Lowering:
         self.close_loops(idx)
         return out
 
-    def _getitem(self, x, index, value):
+    def _getitem(self, rec, value):
+        x, index = self.views[rec.inputs[0]], rec.attrs["index"]
         items = list(index) if isinstance(index, tuple) else [index]
         if not any(isinstance(i, (list, np.ndarray)) for i in items):
             if x.base is None:
@@ -429,7 +377,7 @@ class Lowering:
         axis = rec.attrs.get("axis")
         if axis is None:
             flat = (int(np.prod(x.shape)),)
-            x = x.reshape(flat) or self._copy(x).reshape(flat)
+            x = x.reshape(flat) or self.copy(x).reshape(flat)
             return self._gather(x, [rec.args[1]], value)
         axis %= len(x.shape)
         return self._gather(x, [slice(None)] * axis + [rec.args[1]], value)
@@ -440,7 +388,7 @@ class Lowering:
         if any(isinstance(i, (list, np.ndarray)) for i in items):
             raise UnsupportedError("assignment with an integer-array index",
                                    detail="the compiled path assigns to basic slices only")
-        out = self._copy(self.views[rec.inputs[0]], value.dtype)
+        out = self.copy(self.views[rec.inputs[0]], value.dtype)
         target = out.basic_index(index)
         self.store(target, "{0}", [self.operand(rec, 1)])
         return out
@@ -451,7 +399,7 @@ class Lowering:
         if rec.op == "concatenate" and axis is None:
             parts = [self.operand(rec, k) for k in range(len(rec.args))]
             parts = [p.reshape((int(np.prod(p.shape)),)) or
-                     self._copy(p).reshape((int(np.prod(p.shape)),)) for p in parts]
+                     self.copy(p).reshape((int(np.prod(p.shape)),)) for p in parts]
             axis = 0
         else:
             parts = [self.operand(rec, k) for k in range(len(rec.args))]
@@ -504,10 +452,10 @@ class Lowering:
         if key is not None:
             name = f"{key}nd"
             if all(a.name != name for a in self.args):
-                self.args.append(Arg(name, "index_nd", key))
+                self.args.append(Arg(name, Kind.INDEX_ND, key))
             return name
         name = self.fresh("C")
-        self.args.append(Arg(name, "const", np.ascontiguousarray(v)))
+        self.args.append(Arg(name, Kind.CONST, np.ascontiguousarray(v)))
         return name
 
     def _kbuf(self, shape, dtype):
@@ -515,9 +463,19 @@ class Lowering:
             raise UnsupportedError("a 0-d array handed to an njit layer kernel",
                                    detail="give kernel outputs and operands at least one dimension")
         name = self.fresh("B")
-        self.args.append(Arg(name, "kbuf", (tuple(shape), np.dtype(dtype))))
+        self.args.append(Arg(name, Kind.KBUF, (tuple(shape), np.dtype(dtype))))
         return name
+
+    # How each op without a ``scalar`` template (see ``adcore.tape.rules``) is lowered.
+    STRUCTURAL = {
+        "sum": _reduce, "mean": _reduce, "max": _reduce, "min": _reduce, "matmul": _matmul,
+        "softmax": _softmax, "logsoftmax": _softmax, "logsumexp": _logsumexp,
+        "reshape": _reshape, "transpose": _transpose, "broadcast_to": _broadcast_to,
+        "copy": _same, "getitem": _getitem, "take": _take, "setitem": _setitem,
+        "concatenate": _join, "stack": _join, "njit_kernel": _kernel,
+    }
 
 
 def work_name(dtype):
     return f"W_{np.dtype(dtype).name}"
+

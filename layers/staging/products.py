@@ -68,7 +68,7 @@ def _matrix_ready(low, v, dtype):
     """``v`` itself when each of its matrices is dense and of ``dtype``, else a copy."""
     if v.base is not None and v.dtype == dtype and _order(v) is not None:
         return v
-    return low._copy(v, dtype)
+    return low.copy(v, dtype)
 
 
 def _matrix(v, start):

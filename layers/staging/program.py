@@ -8,6 +8,7 @@ activation, a rebound captured variable...), else the driver's arguments, which
 object, so a closure made anew over the same values reuses them) and picks the one that
 matches.
 """
+import enum
 import threading
 
 import numba
@@ -21,7 +22,7 @@ from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
 from .guard import GuardWriter, emit_tree
-from .lower import Lowering
+from .lower import LEAVES, SHADOWED, Kind, Lowering
 from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
 
@@ -79,7 +80,7 @@ class Staged:
         leaves, indices, exprs = {}, {}, {}
         for gather, sample, tr in reads.inputs:
             name = f"X{len(exprs)}"
-            leaves[tr.id] = ("input", name, tr.value)
+            leaves[tr.id] = (Kind.INPUT, name, tr.value)
             exprs[name] = (gather, None, sample, None, ())
         with reads.substituted():
             tracked = [tape.track(val, t) for val, _ in walked]
@@ -126,7 +127,7 @@ class Staged:
                 exprs[name] = (f"_contiguous({var})", None, value, j, path)
                 continue
             name = f"{'P' if dvar is not None else 'X'}{len(exprs)}"
-            leaves[next(floats).id] = ("param" if dvar is not None else "input", name,
+            leaves[next(floats).id] = (Kind.PARAM if dvar is not None else Kind.INPUT, name,
                                        self._leaf_value(value, dvar, path, j))
             exprs[name] = (var if dvar is not None or not isinstance(value, np.ndarray)
                            else f"_contiguous({var})", dvar, value, j, path)
@@ -157,31 +158,31 @@ class Staged:
         exec(self.source, scope)
         program = numba.njit(cache=False, error_model="numpy")(scope["program"])
         anns, gather, flat, shadows, dflat = [], [], [], [], []
-        self.slots = []   # per driver argument: (kind, argument index, path, sample value)
+        self.slots = []   # per driver argument: (Kind, argument index, path, sample value)
         for a in low.args:
-            if a.kind in ("param", "input", "index", "index_nd"):
-                expr, dvar, sample, j, path = exprs[a.name if a.kind != "index_nd" else a.payload]
+            if a.kind in LEAVES:
+                expr, dvar, sample, j, path = exprs[a.name if a.kind != Kind.INDEX_ND else a.payload]
                 self.slots.append((a.kind, j, path, sample))
                 gather.append(expr)
-                flat.append(a.kind != "index_nd" and (a.kind != "input" or
-                                                     isinstance(a.payload, np.ndarray)))
-            if a.kind == "param":
+                flat.append(a.kind != Kind.INDEX_ND and (a.kind != Kind.INPUT or
+                                                        isinstance(a.payload, np.ndarray)))
+            if a.kind == Kind.PARAM:
                 value = a.payload.reshape(-1)
                 anns.append(Duplicated(value, np.zeros_like(value)))
                 shadows.append(dvar)
                 dflat.append(True)
-            elif a.kind in ("input", "index", "const"):
+            elif a.kind in (Kind.INPUT, Kind.INDEX, Kind.CONST):
                 value = a.payload
-                if isinstance(value, np.ndarray) and a.kind == "input":
+                if isinstance(value, np.ndarray) and a.kind == Kind.INPUT:
                     value = np.ascontiguousarray(value).reshape(-1)
-                if a.kind == "index":
+                if a.kind == Kind.INDEX:
                     value = np.ascontiguousarray(sample).reshape(-1)
                 anns.append(Const(value))
-                if a.kind == "const":
+                if a.kind == Kind.CONST:
                     gather.append(w.const(value))
                     flat.append(False)
                     self.slots.append((a.kind, None, None, value))
-            elif a.kind == "index_nd":
+            elif a.kind == Kind.INDEX_ND:
                 anns.append(Const(np.ascontiguousarray(sample)))
             else:
                 shape, dtype = a.payload
@@ -199,10 +200,10 @@ class Staged:
         self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = flat, dflat
-        self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in ("param", "work", "kbuf")]
-        kinds = [a.kind for a in low.args if a.kind in ("param", "work", "kbuf")]
-        self.zeroing = [ZEROING.get(kind, "always") for kind in kinds] + \
-            ["always"] * (len(dflat) - len(kinds))
+        self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in SHADOWED]
+        kinds = [a.kind for a in low.args if a.kind in SHADOWED]
+        self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
+            [Zeroing.ALWAYS] * (len(dflat) - len(kinds))
         self.driver = _driver(self.grad.native, flat, dflat, self.zeroing)
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
@@ -217,7 +218,7 @@ class Staged:
         is nested inside an argument."""
         varying = {}
         for k, (kind, j, path, _) in enumerate(self.slots):
-            if j is not None and j > 0 and kind in ("input", "index", "index_nd"):
+            if j is not None and j > 0 and kind in (Kind.INPUT, Kind.INDEX, Kind.INDEX_ND):
                 if path != ():
                     return None
                 varying[k] = j - 1
@@ -253,11 +254,18 @@ class Staged:
         return v if view.shape else v[()]
 
 
-# When each shadow is zeroed before a call: a parameter's when the call asks (``zero``);
-# the workspace's never, because every workspace slot is written before it is read, so
-# the reverse pass leaves its shadow zero (the adjoint of a value that was overwritten),
-# and it starts zero; kernel buffers and the scratch shadows of Const arrays always.
-ZEROING = {"param": "param", "work": "never"}
+class Zeroing(enum.Enum):
+    """When the driver zeroes a shadow before a call."""
+    ON_REQUEST = "when the call asks (``zero``)"
+    NEVER = "never"
+    ALWAYS = "before every call"
+
+
+# A parameter's shadow is zeroed when the call asks; the workspace's never, because every
+# workspace slot is written before it is read, so the reverse pass leaves its shadow zero
+# (the adjoint of a value that was overwritten), and it starts zero; kernel buffers and
+# the scratch shadows of Const arrays always.
+ZEROING = {Kind.PARAM: Zeroing.ON_REQUEST, Kind.WORK: Zeroing.NEVER}
 
 
 def _driver(stub, flat, dflat, zeroing):
@@ -270,9 +278,9 @@ def _driver(stub, flat, dflat, zeroing):
     d = [f"d{k}" for k in range(m)]
     lines = [f"def driver(zero, {', '.join(a + d)}):"]
     for k in range(m):
-        if zeroing[k] == "param":
+        if zeroing[k] == Zeroing.ON_REQUEST:
             lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))")
-        elif zeroing[k] == "always":
+        elif zeroing[k] == Zeroing.ALWAYS:
             lines.append(f"    _zero({d[k]}.reshape(-1))")
     call = [f"{x}.reshape(-1)" if fl else x for x, fl in zip(a, flat)]
     call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, dflat)]

@@ -2,25 +2,20 @@
 
 The compiled program replays one recording, so a loss whose Python code looks at the
 values of traced arrays (``if``, ``float()``, ``.item()``, ``argmax``) would silently
-replay stale decisions.  While ``tracing()`` is active on this thread, converting a
-traced value to a Python number raises ``ValueDependentError``, and plain
-(non-differentiable) results computed from traced values come back as ``Derived``
-arrays.  Results of ufuncs (comparisons, ``isfinite``, logical operators, ``sign``,
-arithmetic on those...) remember how they were computed (``Derived.expr``), so the
-lowering recomputes them in the program (``np.where(x > 0, x, 0.1 * x)`` works); any
-other ``Derived`` (``argmax``, ``round``, reductions) raises the same error when
-converted or met by the lowering.
+replay stale decisions.  While ``tracing()`` is active on this thread, the tape reports
+such values to this module's observer (``adcore.tape.observe``): converting a traced
+value to a Python number raises ``ValueDependentError``, and plain (non-differentiable)
+results computed from traced values come back as ``Derived`` arrays.  Results of ufuncs
+(comparisons, ``isfinite``, logical operators, ``sign``, arithmetic on those...) remember
+how they were computed (``Derived.expr``), so the lowering recomputes them in the program
+(``np.where(x > 0, x, 0.1 * x)`` works); any other ``Derived`` (``argmax``, ``round``,
+reductions) raises the same error when converted or met by the lowering.
 """
-import contextlib
-import threading
-
 import numpy as np
 
 from adcore.errors import ADError
-from adcore.tape import numpy_api
+from adcore.tape import observe
 from adcore.tape.tracked import Tracked
-
-_local = threading.local()
 
 
 class ValueDependentError(ADError):
@@ -36,19 +31,28 @@ class ValueDependentError(ADError):
             "the tape engine")
 
 
+class _Tracer:
+    """The tape's observer while a loss is traced (see ``adcore.tape.observe``)."""
+
+    def to_python(self, how):
+        raise ValueDependentError(_CONVERSIONS.get(how) or f"converts a traced value with {how}")
+
+    def plain(self, out, ufunc, operands):
+        return derived(out, (ufunc, tuple(map(_operand, operands))) if ufunc else None)
+
+
+_CONVERSIONS = {"bool()": "branches on a traced value (`if`, `and`, `or`, bool())"}
+_TRACER = _Tracer()
+
+
 def active():
-    return getattr(_local, "active", False)
+    """Whether a loss is being traced on this thread."""
+    return observe.observer() is _TRACER
 
 
-@contextlib.contextmanager
 def tracing():
     """Make value-dependent Python code raise (on this thread) while the block runs."""
-    old = active()
-    _local.active = True
-    try:
-        yield
-    finally:
-        _local.active = old
+    return observe.observing(_TRACER)
 
 
 class TapeRef:
@@ -108,72 +112,4 @@ def derived(x, expr=None):
 
 
 def _operand(v):
-    return TapeRef(v._id) if type(v) is Tracked else v
-
-
-def _involves_traced(values):
-    for v in values:
-        if type(v) is Tracked or isinstance(v, Derived):
-            return True
-        if isinstance(v, (tuple, list)) and _involves_traced(v):
-            return True
-    return False
-
-
-def _refuse(what):
-    def method(self, *args, **kw):
-        if active():
-            raise ValueDependentError(what)
-        return original[method.__name__](self, *args, **kw)
-    return method
-
-
-def _plain_result(name, ufunc=None):
-    def method(self, *args, **kw):
-        out = original[name](self, *args, **kw)
-        if not active():
-            return out
-        return derived(out, (ufunc, (TapeRef(self._id),) + tuple(map(_operand, args)))
-                       if ufunc else None)
-    return method
-
-
-def _ufunc_call(ufunc, method, inputs, kwargs):
-    out = original["ufunc_call"](ufunc, method, inputs, kwargs)
-    if active() and type(out) is not Tracked and _involves_traced(inputs):
-        call = method == "__call__" and not kwargs
-        return derived(out, (ufunc.__name__, tuple(map(_operand, inputs))) if call else None)
-    return out
-
-
-_VALUE_FUNCTIONS = {np.argmax, np.argmin, np.argsort, np.nonzero, np.count_nonzero, np.any,
-                    np.all, np.isclose, np.allclose, np.array_equal, np.round, np.around}
-
-
-def _function_call(func, args, kwargs):
-    out = original["function_call"](func, args, kwargs)
-    if active() and func in _VALUE_FUNCTIONS and _involves_traced(args):
-        return derived(out)
-    return out
-
-
-original = {name: getattr(Tracked, name) for name in (
-    "__bool__", "__float__", "__int__", "item", "tolist",
-    "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "argmax", "argmin")}
-original["ufunc_call"] = numpy_api.ufunc_call
-original["function_call"] = numpy_api.function_call
-
-for _name, _what in (("__bool__", "branches on a traced value (`if`, `and`, `or`, bool())"),
-                     ("__float__", "converts a traced value with float()"),
-                     ("__int__", "converts a traced value with int()"),
-                     ("item", "converts a traced value with .item()"),
-                     ("tolist", "converts a traced value with .tolist()")):
-    _m = _refuse(_what)
-    _m.__name__ = _name
-    setattr(Tracked, _name, _m)
-for _name, _ufunc in (("__lt__", "less"), ("__le__", "less_equal"), ("__gt__", "greater"),
-                      ("__ge__", "greater_equal"), ("__eq__", "equal"), ("__ne__", "not_equal"),
-                      ("argmax", None), ("argmin", None)):
-    setattr(Tracked, _name, _plain_result(_name, _ufunc))
-numpy_api.ufunc_call = _ufunc_call
-numpy_api.function_call = _function_call
+    return TapeRef(v.id) if type(v) is Tracked else v
