@@ -10,6 +10,7 @@ import numpy as np
 from adcore.annotations import Duplicated
 from adcore.tree import child, children, is_float_array, mirror
 
+from . import fused
 from .rules import Rule
 
 
@@ -104,7 +105,8 @@ def update(state, model, grad=None):
     """Apply one optimiser step to ``model``'s arrays in place; returns ``(state, model)``.
 
     ``grad`` mirrors the model (as from ``layers.gradient``); for a ``Duplicated``
-    model it defaults to the gradient stored in its shadow.  ``None`` gradients and
+    model it defaults to the gradient stored in its shadow, and the update is then one
+    native call (``optim.fused``).  ``None`` gradients and
     frozen leaves are skipped.
     """
     check_state(state, "update")
@@ -112,6 +114,11 @@ def update(state, model, grad=None):
         if not isinstance(model, Duplicated):
             raise TypeError("update(state, model) without a gradient needs a Duplicated model")
         grad = model.dval
+        if isinstance(state, StateTree):
+            plan = fused.plan_for(state, model.val, grad)
+            if plan is not None:
+                plan.run()
+                return state, model
     pending = {}
     _collect(state, _model(model), grad, (), pending)
     for leaf, x, g in pending.values():

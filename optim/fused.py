@@ -1,0 +1,174 @@
+"""``update(state, dup)`` as one native call.
+
+For a ``Duplicated`` model ``update`` keeps a ``Plan`` on the state tree: a generated
+Python guard that walks the model, its shadow and the state as ``optim.state._collect``
+does and checks each piece is the object the plan was built for (the same arrays,
+``Leaf``, rule, rule attributes and rule state, not frozen), and one njit function that
+runs every leaf's ``rule.steps`` kernels on a scratch copy of the gradient (the shadow
+keeps the gradient) and subtracts the step.  Arrays reach it as one array of addresses
+(``optim.addresses``), hyperparameters as one float64 array, so after ``adjust`` only a
+new plan's guard and arrays are built; the njit function is compiled once per structure
+(kernels, sizes, dtypes).  Anything else (tied weights, frozen leaves, a gradient of
+another dtype or layout, a rule without ``steps``) keeps the Python path.
+"""
+import copy
+import weakref
+
+import numba
+import numpy as np
+
+from adcore.tree import child, children, is_float_array, is_node
+
+from . import state as trees
+from .addresses import view
+
+_natives = {}   # (source, kernels) -> the compiled njit update
+_plans = {}     # id(state) -> (weak reference to the state, its plan or None)
+
+
+class NoPlan(Exception):
+    """The state or model has something the plan does not cover."""
+
+
+def _plain(a):
+    return type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable
+
+
+class Plan:
+    """The guard ``ok(state, model, grad)`` and ``run()`` for one state; see the module doc."""
+
+    def __init__(self, state, model, grad):
+        self.env = {"ndarray": np.ndarray}
+        self.lines, self.body, self.arrays, self.hyper, self.checks = [], [], [], [], []
+        self.kernels, self.rules, self.leaves, self.n = {}, {}, set(), 0
+        self._walk("s", "x", "g", state, model, grad)
+        scope = dict(self.env)
+        exec("def ok(s, x, g):\n" + "\n".join(self.lines) + "\n    return True\n", scope)
+        self.ok = scope["ok"]
+        self.native = self._native()
+        self.addresses = np.array([a.__array_interface__["data"][0] for a in self.arrays],
+                                  np.int64)
+        self.hyperparameters = np.array(self.hyper + [0.0], np.float64)
+
+    def run(self):
+        """Update in place; raises ``FloatingPointError`` as ``Rule.apply`` does."""
+        k, c = self.native(self.addresses, self.hyperparameters)
+        if k >= 0:
+            raise FloatingPointError(f"{self.checks[k]} is {c}")
+
+    # -- the guard ------------------------------------------------------------------
+    def _const(self, prefix, obj):
+        self.n += 1
+        self.env[f"{prefix}{self.n}"] = obj
+        return f"{prefix}{self.n}"
+
+    def _check(self, cond):
+        self.lines.append(f"    if not ({cond}): return False")
+
+    def _let(self, expr):
+        self.n += 1
+        self.lines.append(f"    v{self.n} = {expr}")
+        return f"v{self.n}"
+
+    def _container(self, var, value):
+        """Check ``var`` is a container like ``value``; the accessor of its children."""
+        t = self._const("T", type(value))
+        if is_node(value):
+            self._check(f"type({var}) is {t}")
+            return lambda k: f"{var}.{k}"
+        if isinstance(value, dict):
+            self._check(f"type({var}) is {t} and tuple({var}) == {self._const('K', tuple(value))}")
+        else:
+            self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
+        return lambda k: f"{var}[{k!r}]"
+
+    def _walk(self, s, x, g, sv, xv, gv):
+        if is_float_array(xv):
+            if gv is None:
+                self._check(f"{g} is None")
+            else:
+                self._leaf(s, x, g, sv, xv, gv)
+            return
+        if not (is_node(xv) or isinstance(xv, (dict, tuple, list))):
+            self._check(f"{x} is None" if xv is None else
+                        f"type({x}) is {self._const('T', type(xv))} and not "
+                        f"(isinstance({x}, ndarray) and {x}.dtype.kind == 'f')")
+            return
+        getx = self._container(x, xv)
+        gets = self._container(s, sv) if sv is not None else None
+        getg = self._container(g, gv) if gv is not None else None
+        if sv is None:
+            self._check(f"{s} is None")
+        if gv is None:
+            self._check(f"{g} is None")
+        for k, c in children(xv):
+            self._walk(self._let(gets(k)) if gets else "None", self._let(getx(k)),
+                       self._let(getg(k)) if getg else "None", child(sv, k), c, child(gv, k))
+
+    # -- one array --------------------------------------------------------------------
+    def _leaf(self, s, x, g, leaf, xv, gv):
+        if not (type(leaf) is trees.Leaf and not leaf.frozen and id(leaf) not in self.leaves
+                and _plain(xv) and _plain(gv) and gv.dtype == xv.dtype
+                and gv.shape == xv.shape):
+            raise NoPlan
+        self.leaves.add(id(leaf))
+        try:
+            steps = leaf.rule.steps(leaf.state)
+        except NotImplementedError:
+            raise NoPlan from None
+        if id(leaf.rule) not in self.rules:   # a deep copy: rules inside a chain are compared
+            self.rules[id(leaf.rule)] = rule = self._const("R", leaf.rule)
+            self._check(f"{rule}.__dict__ == {self._const('D', copy.deepcopy(leaf.rule.__dict__))}")
+        rule = self.rules[id(leaf.rule)]
+        self._check(f"{s} is {self._const('L', leaf)} and {s}.frozen is False and "
+                    f"{s}.rule is {rule} and {s}.state is {self._const('S', leaf.state)} and "
+                    f"{x} is {self._const('X', xv)} and {g} is {self._const('G', gv)}")
+        xa, ga = self._array(xv), self._array(gv)
+        d = f"d{len(self.arrays)}"
+        self.body.append(f"    {d} = {ga}.copy()")
+        for st in steps:
+            if not all(_plain(a) for a in st.state):
+                raise NoPlan
+            args = [xa, d] + [self._array(a) for a in st.state]
+            args += [f"h[{len(self.hyper) + k}]" for k in range(len(st.hyper))]
+            self.hyper += [float(v) for v in st.hyper]
+            kernel = self.kernels.setdefault(st.kernel, f"K{len(self.kernels)}")
+            call = f"{kernel}({', '.join(args)})"
+            if st.check:
+                self.checks.append(st.check)
+                self.body.append(f"    c = {call}\n    if not np.isfinite(c):\n"
+                                 f"        return {len(self.checks) - 1}, float(c)")
+            else:
+                self.body.append(f"    {call}")
+        self.body.append(f"    for i in range({xv.size}):\n        {xa}[i] -= {d}[i]")
+
+    def _array(self, a):
+        """The njit expression of array ``a`` (flat), read from the addresses."""
+        self.arrays.append(a)
+        return f"view(p[{len(self.arrays) - 1}], {a.size}, np.{a.dtype.name})"
+
+    def _native(self):
+        source = "def update(p, h):\n" + "\n".join(self.body) + "\n    return -1, 0.0\n"
+        kernels = tuple(self.kernels)
+        key = (source, kernels)
+        if key not in _natives:
+            scope = {"np": np, "view": view}
+            scope.update((name, k) for k, name in self.kernels.items())
+            exec(source, scope)
+            _natives[key] = numba.njit(cache=False)(scope["update"])
+        return _natives[key]
+
+
+def plan_for(state, model, grad):
+    """The state's plan when its guard accepts the call, else a new one; ``None`` when
+    the call is not covered."""
+    key = id(state)
+    ref, plan = _plans.get(key, (None, None))
+    if ref is not None and ref() is state and plan is not None and plan.ok(state, model, grad):
+        return plan
+    try:
+        plan = Plan(state, model, grad)
+    except NoPlan:
+        plan = None
+    _plans[key] = (weakref.ref(state, lambda _: _plans.pop(key, None)), plan)
+    return plan
