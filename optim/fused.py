@@ -122,7 +122,9 @@ class Plan:
         rule = self.rules[id(leaf.rule)]
         self._check(f"{s} is {self._const('L', leaf)} and {s}.frozen is False and "
                     f"{s}.rule is {rule} and {s}.state is {self._const('S', leaf.state)} and "
-                    f"{x} is {self._const('X', xv)} and {g} is {self._const('G', gv)}")
+                    f"{x} is {self._const('X', xv)} and {g} is {self._const('G', gv)} and "
+                    f"{x}.dtype is {self._const('T', xv.dtype)} and "
+                    f"{g}.dtype is {self._const('T', gv.dtype)}")   # a dtype set in place
         xa, ga = self._array(xv), self._array(gv)
         d = f"d{len(self.arrays)}"
         self.body.append(f"    {d} = {ga}.copy()")
