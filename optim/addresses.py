@@ -7,7 +7,6 @@ the same objects: an array object keeps its data while referenced (``ndarray.res
 refuses to move referenced data).
 """
 import numba
-import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
