@@ -149,9 +149,9 @@ class Conv(_Window, Layer):
 class _Pool(_Window, Layer):
     """A window reduction on ``(batch, channels, *spatial)``; ``stride`` defaults to the
     window; ``pad`` (an int or one per axis, each smaller than the window) is ignored
-    by the max and counted as zeros by the mean."""
+    by the max and counted as zeros by the mean (``mean`` picks the reduction)."""
 
-    kernel = None
+    mean = False
 
     def __init__(self, window, stride=None, *, pad=0):
         self._setup(window, window if stride is None else stride, pad, 1)
@@ -166,8 +166,8 @@ class _Pool(_Window, Layer):
         kh, kw = _lift(nd, self.window, 1)
         (sh, sw), (ph, pw) = self._kernel_args()
         x4 = x.reshape(x.shape[:2] + (1,) + x.shape[2:]) if nd == 1 else x
-        y = kernel_call(type(self).kernel, x.shape[:2] + _lift(nd, out, 1), x4,
-                        kh, kw, sh, sw, ph, pw)
+        y = kernel_call(conv_kernels.pool2d, x.shape[:2] + _lift(nd, out, 1), x4,
+                        kh, kw, sh, sw, ph, pw, int(self.mean))
         return y.reshape(x.shape[:2] + out) if nd == 1 else y
 
     def show_string(self):
@@ -179,12 +179,12 @@ class _Pool(_Window, Layer):
 
 class MaxPool(_Pool):
     """The maximum over each window: ``MaxPool((2, 2))`` halves height and width."""
-    kernel = conv_kernels.maxpool2d
+    mean = False
 
 
 class MeanPool(_Pool):
     """The mean over each window (padding counts as zeros, as NNlib's ``meanpool``)."""
-    kernel = conv_kernels.meanpool2d
+    mean = True
 
 
 class GlobalMeanPool(Layer):

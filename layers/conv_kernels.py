@@ -52,8 +52,9 @@ def conv2d(out, x, w, sh, sw, ph, pw, dh, dw):
 
 
 @_njit
-def maxpool2d(out, x, kh, kw, sh, sw, ph, pw):
-    """The maximum of each window (padding never wins)."""
+def pool2d(out, x, kh, kw, sh, sw, ph, pw, mean):
+    """The maximum of each window (padding never wins), or with ``mean`` its mean with
+    padding counted as zeros (NNlib's ``meanpool``)."""
     nb, nc, nh, nw = x.shape
     for b in range(nb):
         for c in range(nc):
@@ -63,29 +64,12 @@ def maxpool2d(out, x, kh, kw, sh, sw, ph, pw):
                 for j in range(out.shape[3]):
                     w0 = j * sw - pw
                     llo, lhi = span(w0, 1, nw, kw)
-                    m = x[b, c, h0 + klo, w0 + llo]
+                    m = 0.0 if mean else x[b, c, h0 + klo, w0 + llo]
                     for k in range(klo, khi):
                         for l in range(llo, lhi):
                             v = x[b, c, h0 + k, w0 + l]
-                            if v > m:
+                            if mean:
+                                m += v
+                            elif v > m:
                                 m = v
-                    out[b, c, i, j] = m
-
-
-@_njit
-def meanpool2d(out, x, kh, kw, sh, sw, ph, pw):
-    """The mean of each window, padding counted as zeros (NNlib's ``meanpool``)."""
-    nb, nc, nh, nw = x.shape
-    for b in range(nb):
-        for c in range(nc):
-            for i in range(out.shape[2]):
-                h0 = i * sh - ph
-                klo, khi = span(h0, 1, nh, kh)
-                for j in range(out.shape[3]):
-                    w0 = j * sw - pw
-                    llo, lhi = span(w0, 1, nw, kw)
-                    s = 0.0
-                    for k in range(klo, khi):
-                        for l in range(llo, lhi):
-                            s += x[b, c, h0 + k, w0 + l]
-                    out[b, c, i, j] = s / (kh * kw)
+                    out[b, c, i, j] = m / (kh * kw) if mean else m

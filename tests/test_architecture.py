@@ -7,14 +7,19 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def run_fresh(code, timeout=300):
+    """Run ``code`` in a new Python process at the repository root; fail with its stderr."""
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=timeout)
+    assert run.returncode == 0, run.stderr
+
+
 def test_the_tape_engine_loads_neither_numba_nor_llvmlite():
     code = ("import adcore.tape, sys, numpy as np\n"
             "assert adcore.tape.gradient(lambda x: np.sum(x * x), np.ones(2))[0].tolist() == [2.0, 2.0]\n"
             "loaded = [m for m in sys.modules if m.split('.')[0] in ('numba', 'llvmlite')]\n"
             "assert not loaded, loaded\n")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0, run.stderr
+    run_fresh(code)
 
 
 def test_numba_internals_are_touched_in_one_module():
@@ -55,6 +60,4 @@ def test_importing_layers_patches_nothing_in_the_tape():
             "changed = [f'{t}.{k}' for t, d in tables.items() for k in set(d) | set(before[t])\n"
             "           if d.get(k) is not before[t].get(k)]\n"
             "assert not changed, changed\n")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr
+    run_fresh(code)

@@ -303,6 +303,23 @@ optim.update(state, model, g)
 np.testing.assert_allclose(model.layers[0].weight, W0 - 0.01, rtol=1e-6)
 np.testing.assert_allclose(model.layers[0].bias, b0 - 0.01 * np.array([-1, 1, 1]), rtol=1e-4)
 """, None),
+    "optim_update_duplicated_fused": (MODEL + """
+dup = Duplicated(fresh_model())
+state = optim.setup(optim.Adam(0.01), dup)
+dup.dval.layers[0].weight[...] = 0.5
+dup.dval.layers[0].bias[...] = [-2.0, 1e-3, 4.0]
+optim.update(state, dup)                      # one native call through optim.fused
+np.testing.assert_allclose(dup.val.layers[0].weight, W0 - 0.01, rtol=1e-6)
+np.testing.assert_allclose(dup.val.layers[0].bias, b0 - 0.01 * np.array([-1, 1, 1]), rtol=1e-4)
+""", None),
+    "last_compile_report": ("""
+import adcore, numpy as np
+assert adcore.last_compile_report() is None            # nothing compiled yet
+g, = adcore.gradient(adcore.Reverse, lambda x: np.sum(x * x), np.arange(3.0))
+np.testing.assert_allclose(g, [0.0, 2.0, 4.0])
+report = adcore.last_compile_report()
+assert {"capture", "clean", "read", "analyse", "generate", "compile", "stub"} <= set(report.seconds)
+""", None),
     "activity_error": ("""
 import numba
 import numpy as np
