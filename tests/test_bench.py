@@ -3,7 +3,7 @@ implementation's answer agrees with the reference."""
 import numpy as np
 import pytest
 
-from bench import gmm, mlp, peers, registry, report, seed_peers, suite
+from bench import gmm, lstm, mlp, peers, registry, report, scale, seed_peers, suite
 from bench.__main__ import run
 from bench.rows import failures
 from bench.timing import Sampler, default_sampler
@@ -52,8 +52,7 @@ def test_every_answer_agrees_with_the_reference(quick_rows):
 def test_no_implementation_raises(quick_rows):
     raised = [f"{r['workload']} / {r['impl']}: {r['note']}" for r in failures(quick_rows[0])
               if r["err"] is None]
-    if raised:  # a core bug, reported in the table as a failed check
-        pytest.xfail("; ".join(raised))
+    assert raised == []
 
 
 def test_gmm_test_instance_matches_adbench():
@@ -62,6 +61,27 @@ def test_gmm_test_instance_matches_adbench():
     tri = gmm.tri_matrix(inst.d)
     val = gmm.objective_xp(np, *inst.params, inst.x, tri, inst.gamma, inst.m)
     assert val == pytest.approx(gmm.TEST_F, rel=1e-12)
+
+
+def test_lstm_matches_adbench():
+    inst = lstm.instance(1024)
+    assert inst.label().endswith("(ADBench file)")
+    val = lstm.objective(*inst.params, inst.state0, inst.seq, *lstm.scratch(inst))
+    assert val == pytest.approx(lstm.ADBENCH_LOSS, abs=1e-8)
+    short = lstm.instance(6)
+    ref = lstm.objective(*short.params, short.state0, short.seq, *lstm.scratch(short))
+    assert lstm.objective_xp(np, *short.params, short.state0, short.seq) == pytest.approx(ref, rel=1e-13)
+
+
+def test_scale_workload_checks_gradients_at_every_size(monkeypatch):
+    monkeypatch.setattr(peers, "get", lambda name: None)
+    rows = scale.run(TINY)
+    cases = {r["case"] for r in rows}
+    assert sum(c.startswith("GMM d=2 ") for c in cases) == 1 and sum("d=10 K=25" in c for c in cases) == 1
+    assert sum(c.startswith("LSTM") for c in cases) == 2
+    adcore_rows = [r for r in rows if r["impl"] == "adcore gradient"]
+    assert len(adcore_rows) == 4 and all(r["ok"] for r in adcore_rows)
+    assert all(r["cached_bytes"] > 0 for r in adcore_rows)
 
 
 def test_missing_peer_is_a_note(monkeypatch):
