@@ -15,12 +15,19 @@ meets the derivative as the math says (±inf).
 
 Instructions are keyed by opcode, calls by the math function's plain name: LLVM
 intrinsics (``llvm.sin.f64``) and libm calls (``sin``, ``sinf``) share one entry.
+
+**Tangents (forward mode)** come from the same entries: an entry's thunks evaluated at
+``dy = 1`` are the partial derivatives ``dy/da_i``, and the tangent is
+``dy = sum_i scale(da_i, dy/da_i)`` over the operands that have tangents (so a zero tangent
+stays zero where a partial is infinite, and sqrt'(0) = 0 as in reverse mode).  The entries
+of ``LINEAR`` (additions, negation, casts, selects, lane moves) are linear in their float
+operands: their tangent is the same operation applied to the tangents.
 """
 import math
 import re
 
 from .emit import float_const
-from .ir import vector_shape
+from .ir import Operand, is_float_type, vector_shape
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -238,6 +245,27 @@ RULES = {
     "nearbyint": _zero, "roundeven": _zero,
 }
 
+# y = op(a, b, ...) linear in its float operands:  dy = op(da, db, ...)  (the tangent's text)
+LINEAR = {
+    "fadd": lambda ins, t: f"fadd {ins.type} {t[0]}, {t[1]}",
+    "fsub": lambda ins, t: f"fsub {ins.type} {t[0]}, {t[1]}",
+    "fneg": lambda ins, t: f"fneg {ins.type} {t[0]}",
+    "freeze": lambda ins, t: f"freeze {ins.type} {t[0]}",
+    "fpext": lambda ins, t: f"fpext {ins.operands[0].type} {t[0]} to {ins.type}",
+    "fptrunc": lambda ins, t: f"fptrunc {ins.operands[0].type} {t[0]} to {ins.type}",
+    "select": lambda ins, t: f"select {ins.operands[0].type} {ins.operands[0].ref}, {ins.type} {t[1]}, "
+                             f"{ins.type} {t[2]}",
+    "extractelement": lambda ins, t: f"extractelement {ins.operands[0].type} {t[0]}, "
+                                     f"{ins.operands[1].type} {ins.operands[1].ref}",
+    "insertelement": lambda ins, t: f"insertelement {ins.type} {t[0]}, {ins.operands[1].type} {t[1]}, "
+                                    f"{ins.operands[2].type} {ins.operands[2].ref}",
+    "shufflevector": lambda ins, t: f"shufflevector {ins.operands[0].type} {t[0]}, {ins.operands[1].type} "
+                                    f"{t[1]}, {_MASK.search(ins.text).group(1)}",
+    "reduce_fadd": lambda ins, t: f"call {ins.type} @{ins.callee}({ins.operands[0].type} {t[0]}, "
+                                  f"{ins.operands[1].type} {t[1]})",
+}
+_MASK = re.compile(r"(<\s*[0-9]+\s*x\s*i32\s*>\s*(?:zeroinitializer|<[^>]*>|undef|poison))\s*$")
+
 # calls that neither read nor write memory the differentiator cares about
 INACTIVE_CALLS = re.compile(r"^llvm\.(assume|expect|lifetime|dbg|experimental\.noalias|invariant|"
                             r"prefetch|sideeffect|donothing|is\.fpclass|ctpop|ctlz|cttz|abs|stacksave|stackrestore|"
@@ -281,3 +309,37 @@ def rule_for(instr):
     if instr.opcode == "shufflevector":
         return _shuffle(shuffle_mask(instr.text))
     return RULES[instr.opcode]
+
+
+class _Known:
+    """A primal value as the rules see it in forward mode (already computed)."""
+
+    def __init__(self, op):
+        self.op, self.type = op, op.type
+
+    def __str__(self):
+        return self.op.ref
+
+
+def tangent_rule(instr):
+    """``tangent(X, instr, tangents)``: the IR value of ``instr``'s tangent, given each
+    operand's tangent (``None`` where it has none); see the module docstring."""
+    name = math_name(instr.callee) if instr.opcode == "call" else instr.opcode
+    if name in LINEAR:
+        def linear(X, ins, tangents):
+            zeros = [t if t is not None or not is_float_type(o.type) else float_const(o.type, 0)
+                     for o, t in zip(ins.operands, tangents)]
+            return X.e(LINEAR[name](ins, zeros), "dt")
+        return linear
+    adjoint = rule_for(instr)
+
+    def chain(X, ins, tangents):
+        partials = adjoint(X, [_Known(o) for o in ins.operands], _Known(Operand(ins.ref, ins.type, ins)), X.c(1))
+        total = None
+        for t, partial in zip(tangents, partials):
+            if t is None or partial is None:
+                continue
+            term = X.scale(t, partial())
+            total = term if total is None else X.add(total, term)
+        return X.c(0) if total is None else total
+    return chain
