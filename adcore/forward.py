@@ -19,12 +19,11 @@ from . import runtime
 from .emit import Emitter, Expr, float_const
 from .errors import UnsupportedError
 from .forward_calls import forward_rule_call
-from .ir import Operand, is_float_type
+from .ir import Operand, is_float_type, strip_metadata
 from .memory import is_memory_intrinsic
 from .rules import tangent_rule
 from .shadows import shadow_pointers
 
-FREE_STACKS = {"@ad.shadow.raw": "%ad.rawfrees", "@ad.shadow.alloc": "%ad.dtors"}
 
 
 class ForwardSpec:
@@ -87,19 +86,22 @@ class TangentGenerator:
         taken = {a.name for a in args} | {b.name for b in func.blocks}
         taken |= {i.name for i in func.instructions() if i.name}
         self.e = Emitter(taken)
+        self.entry, self.exit_ref = self.e.fresh("fentry"), self.e.fresh("fexit")
+        self.dtors, self.rawfrees = self.e.fresh("dtors"), self.e.fresh("rawfrees")
+        self.tstacks = [self.e.fresh("tstack") for _ in range(spec.lanes)]
         self.allocas, self.stack_types, self.ret_blocks = [], {"ptr"}, []
         self.params = [f"{a.type} {a.ref}" for a in args]
         self.arg_tangent = {}
         for index in spec.tangent_args:
             arg = args[index]
             for j in range(k):
-                ref = f"%ad.t{index}.{j}"
+                ref = f"%ad.targ{index}.{j}"
                 self.params.append(f"{arg.type} {ref}")
                 self.arg_tangent[arg, j] = ref
         shadow_refs = [{} for _ in range(k)]
         for s, (data_index, types, data_pos) in enumerate(spec.shadows):
             for j in range(k):
-                names = [f"%ad.sh{s}.{j}.{p}" for p in range(len(types))]
+                names = [f"%ad.tsh{s}.{j}.{p}" for p in range(len(types))]
                 self.params += [f"{t} {n}" for t, n in zip(types, names)]
                 shadow_refs[j][args[data_index]] = names[data_pos]
         self.lanes = [_Lane(self, j, shadow_refs[j]) for j in range(k)]
@@ -138,8 +140,8 @@ class TangentGenerator:
             body += self.e.lines
         self.e.lines = []
         self.exit()
-        stacks = ["%ad.dtors", "%ad.rawfrees"] + [f"%ad.tstack.{j}" for j in range(self.spec.lanes)]
-        entry = ["ad.entry:"]
+        stacks = [self.dtors, self.rawfrees] + self.tstacks
+        entry = [self.entry[1:] + ":"]
         for stack in stacks:
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
@@ -170,7 +172,7 @@ class TangentGenerator:
         e.label(block.name)
         phis = block.phis
         for phi in phis:
-            e.line(phi.text)
+            e.line(strip_metadata(phi.text))
         for lane in self.lanes:
             for phi in phis:
                 if phi in lane.shadow_def:
@@ -188,7 +190,7 @@ class TangentGenerator:
         e = self.e
         if instr.opcode == "ret":
             self.ret_blocks.append((instr.block, instr.operands[0]))
-            e.line("br label %ad.exit")
+            e.line(f"br label {self.exit_ref}")
             return
         stack = self.stack_rule(instr)
         if stack is not None:
@@ -198,12 +200,12 @@ class TangentGenerator:
         if rule is not None:
             for lane in self.lanes:
                 forward_rule_call(self, instr, rule, lane)
-        e.line(instr.text)
+        e.line(strip_metadata(instr.text))     # per-instruction metadata numbers are not the module's
         for lane in self.lanes:
             syn = lane.shadow_def.get(instr)
             if syn is not None:
                 e.line(syn.text)
-                for call, stack_ref in FREE_STACKS.items():
+                for call, stack_ref in (("@ad.shadow.raw", self.rawfrees), ("@ad.shadow.alloc", self.dtors)):
                     if call in syn.text:
                         e.line(f"call void @ad.push.ptr(ptr {stack_ref}, ptr {syn.ref})")
         if instr.opcode == "store":
@@ -267,29 +269,29 @@ class TangentGenerator:
         """Stack mode: ``push(s, v)`` pushes v's tangent on each lane's tangent stack,
         ``pop(s)`` pops it (floats only; other values carry no tangent)."""
         e = self.e
-        e.line(instr.text)
-        what, t = kind
+        e.line(strip_metadata(instr.text))
+        what, t = kind.what, kind.type
         if not is_float_type(t):
             return
         self.stack_types.add(t)
         tag = runtime.type_tag(t)
         for j in range(self.spec.lanes):
             if what == "push":
-                e.line(f"call void @ad.push.{tag}(ptr %ad.tstack.{j}, {t} {self.tangent(instr.operands[1], j)})")
+                e.line(f"call void @ad.push.{tag}(ptr {self.tstacks[j]}, {t} {self.tangent(instr.operands[1], j)})")
             else:
                 out = self.tangent(Operand(instr.ref, instr.type, instr), j)
                 if instr not in self.act.active:
                     out = e.fresh("unused")
-                e.line(f"{out} = call {t} @ad.pop.{tag}(ptr %ad.tstack.{j})")
+                e.line(f"{out} = call {t} @ad.pop.{tag}(ptr {self.tstacks[j]})")
 
     def exit(self):
         e = self.e
-        e.label("ad.exit")
+        e.label(self.exit_ref)
         status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
-        e.line("call void @ad.release(ptr %ad.dtors, ptr @NRT_MemInfo_call_dtor)")
-        e.line("call void @ad.release(ptr %ad.rawfrees, ptr @NRT_Free)")
-        for j in range(self.spec.lanes):
-            e.line(f"call void @free(ptr {e(f'load ptr, ptr %ad.tstack.{j}')})")
+        e.line(f"call void @ad.release(ptr {self.dtors}, ptr @NRT_MemInfo_call_dtor)")
+        e.line(f"call void @ad.release(ptr {self.rawfrees}, ptr @NRT_Free)")
+        for stack in self.tstacks:
+            e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
         e.line(f"ret i32 {status}")
 
 

@@ -14,9 +14,9 @@ import numpy as np
 
 from . import api, numba_abi
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
-from .arguments import distinct as _distinct, is_float_scalar, share_memory
+from .arguments import annotate, distinct as _distinct, is_float_scalar, share_memory
 from .capture import Kernel
-from .errors import ActivityError, UnsupportedError
+from .errors import ActivityError
 from .forward_pipeline import differentiate_forward
 from .numba_abi import target_machine
 
@@ -152,14 +152,14 @@ def jacobian(mode, g, x, *const_args):
     consts = [Const(c) for c in const_args]
     J = np.zeros((y.size, x.size))
     if mode.forward:
-        for start in range(0, x.size, BATCH):
-            cols = range(start, min(start + BATCH, x.size))
+        for cols in _batches(x.size):
             seeds = tuple(_unit(x, i) for i in cols)
             douts = tuple(np.zeros_like(y) for _ in cols)
             autodiff_forward(mode, w, BatchDuplicated(x.copy(), seeds), BatchDuplicated(np.empty_like(y), douts),
                              *consts)
             for i, d in zip(cols, douts):
-                J[:, i] = d.ravel()
+                if i is not None:
+                    J[:, i] = d.ravel()
     else:
         for i in range(y.size):
             dx = np.zeros_like(x)
@@ -168,21 +168,32 @@ def jacobian(mode, g, x, *const_args):
     return J.reshape(y.shape + x.shape)
 
 
+def _batches(n):
+    """Column indices in batches of ``min(n, BATCH)``, the last padded with None (a zero
+    direction), so that one compiled width serves every batch."""
+    width = min(n, BATCH)
+    cols = list(range(n)) + [None] * (-n % width)
+    return [cols[k:k + width] for k in range(0, len(cols), width)]
+
+
 def _unit(x, i):
+    """The unit direction along element ``i`` of ``x`` (zero for None)."""
     e = np.zeros_like(x)
-    e.flat[i] = 1
+    if i is not None:
+        e.flat[i] = 1
     return e
 
 
 # -- second derivatives: forward over reverse --------------------------------------------
 _STACK_CALL = re.compile(r"^adg\.(push|pop)\.")
 _HELPER_DEF = re.compile(r"^(define internal [^@]*@adg\.(?!push\.|pop\.|stack\.grow)[^(]*\(.*\)) noinline", re.M)
+_STACK_DEF = re.compile(r"^(define internal [^@]*@adg\.(?:push|pop)\.[^(]*\(.*\)) alwaysinline", re.M)
 
 
 class StackCall:
     """A value-stack call of gradient IR, handled by the tangent generator (stack mode)."""
 
-    is_external, forward = False, None
+    is_external, forward, outputs = False, None, (0,)     # writes the stack struct only
 
     def __init__(self, what, type_):
         self.what, self.type = what, type_
@@ -213,6 +224,7 @@ class GradientKernel:
     def _adcore_capture(self, argtypes):
         text = re.sub(r"@ad\.", "@adg.", self.compiled.adjoint_ir)
         text = _HELPER_DEF.sub(r"\1", text)          # shadow allocations and frees get inlined
+        text = _STACK_DEF.sub(r"\1", text)           # pushes and pops stay calls
         module = llvm.parse_assembly(text)
         tm = target_machine()
         module.triple, module.data_layout = tm.triple, str(tm.target_data)
@@ -226,7 +238,7 @@ _gradients = api._Bounded()
 
 
 def _gradient_kernel(f, x, const_args):
-    anns = api._with_defaults(f, [Duplicated(x, np.zeros_like(x))] + [Const(c) for c in const_args])
+    anns = api._with_defaults(f, annotate([Duplicated(x, np.zeros_like(x))] + [Const(c) for c in const_args]))
     compiled = api._compiled(f, anns, Active)
     key = (compiled, len(anns))
     if key not in _gradients:
@@ -250,15 +262,15 @@ def _hvps(f, x, directions, const_args):
     tangents = [None] * len(everything)
     tangents[0] = [np.ascontiguousarray(v, x.dtype).reshape(x.shape).copy() for v in directions]
     tangents[dx_position] = [np.zeros_like(x) for _ in directions]
-    key_f = gk
     argtypes = tuple(numba.typeof(a.val) for a in everything)
-    dispatcherless = (key_f, argtypes, lanes)
-    entry = _cache.get(dispatcherless)
+    key = (gk, argtypes, lanes)
+    entry = _cache.get(key)
     if entry is None:
         with _lock:
-            entry = _cache[dispatcherless] = differentiate_forward(
+            entry = _cache.get(key) or differentiate_forward(
                 gk, argtypes, [], [0, dx_position], lanes,
                 _distinct([a.val for a in everything]), stack_rule=stack_rule, seeds=_float_pops)
+            _cache[key] = entry
     entry.run(everything, tangents)
     return tangents[dx_position]
 
@@ -284,11 +296,9 @@ def hessian(f, x, *const_args):
     ``x.shape + x.shape``: columns by vector forward mode over the gradient (8 a pass)."""
     x = _objective_args(f, x)
     H = np.zeros((x.size, x.size))
-    for start in range(0, x.size, BATCH):
-        cols = list(range(start, min(start + BATCH, x.size)))
+    for cols in _batches(x.size):
         for i, column in zip(cols, _hvps(f, x, [_unit(x, i) for i in cols], const_args)):
-            H[:, i] = column.ravel()
+            if i is not None:
+                H[:, i] = column.ravel()
     return H.reshape(x.shape + x.shape)
 
-
-_ = UnsupportedError

@@ -139,7 +139,10 @@ def test_tangents_match_finite_differences(f, args, opts):
     check_forward(f, *args(), **opts)
 
 
-@pytest.mark.parametrize("f,args,opts", [c[1:] for c in CASES[::2]], ids=[c[0] for c in CASES[::2]])
+VECTOR_CASES = [CASES[0], CASES[4], CASES[5]]
+
+
+@pytest.mark.parametrize("f,args,opts", [c[1:] for c in VECTOR_CASES], ids=[c[0] for c in VECTOR_CASES])
 def test_vector_mode_matches_finite_differences(f, args, opts):
     check_forward(f, *args(), lanes=3, **opts)
 
@@ -192,41 +195,18 @@ def test_sqrt_at_zero_has_zero_tangent_not_nan():
 
 # -- jacobians -----------------------------------------------------------------------------
 @numba.njit
-def field(x, w):
-    out = np.empty(3)
-    out[0] = math.sin(x[0]) * x[1] * w
-    out[1] = x[1] * x[2] + math.exp(x[3])
-    out[2] = np.sum(x * x)
-    return out
-
-
-def field_jacobian(x, w):
-    return np.array([[math.cos(x[0]) * x[1] * w, math.sin(x[0]) * w, 0, 0],
-                     [0, x[2], x[1], math.exp(x[3])],
-                     2 * x])
-
-
-def test_jacobian_forward_equals_reverse_and_closed_form():
-    x = rand(4)
-    Jf = adcore.jacobian(Forward, field, x, 1.5)
-    Jr = adcore.jacobian(Reverse, field, x, 1.5)
-    assert Jf.shape == (3, 4)
-    np.testing.assert_allclose(Jf, field_jacobian(x, 1.5), rtol=1e-13)
-    np.testing.assert_allclose(Jr, Jf, rtol=1e-13)
-
-
-@numba.njit
-def softmax(x):
-    e = np.exp(x - np.max(x))
+def softmax(x, w):
+    e = np.exp(w * x - np.max(x))
     return e / np.sum(e)
 
 
-def test_jacobian_of_many_inputs_uses_several_batches():
-    x = rand(11, lo=-1, hi=1)
-    s = softmax(x)
-    J = adcore.jacobian(Forward, softmax, x)
-    np.testing.assert_allclose(J, np.diag(s) - np.outer(s, s), rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(adcore.jacobian(Reverse, softmax, x), J, rtol=1e-12, atol=1e-15)
+def test_jacobian_forward_equals_reverse_and_closed_form():
+    x, w = rand(10, lo=-1, hi=1), 1.5              # 10 inputs: two batches of 8 directions
+    s = softmax(x, w)
+    J = adcore.jacobian(Forward, softmax, x, w)
+    assert J.shape == (10, 10)
+    np.testing.assert_allclose(J, w * (np.diag(s) - np.outer(s, s)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(adcore.jacobian(Reverse, softmax, x, w), J, rtol=1e-12, atol=1e-15)
 
 
 # -- Hessian-vector products: forward over reverse -----------------------------------------
