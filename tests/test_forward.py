@@ -336,3 +336,16 @@ def test_custom_rule_with_forward():
         return math.sin(scaled(v, a))
 
     check_forward(outer, rand(2), 0.4)
+
+
+# -- foreign IR: C compiled by clang (tests/ll/kernels.c), vectorised at -O2 ----------------
+FOREIGN = [("sinsum", "-O2", lambda: (rand(5), np.zeros(5), 5, 0.7), {}),
+           ("vla_logsumexp", "-O0", lambda: (rand(6, lo=-2, hi=2), 6), {}),
+           ("scatter_axpy", "-O2", lambda: (0.7, rand(5, dtype=np.float32), np.array([0, 2, 2, 1, 0], np.int32),
+                                             rand(3, dtype=np.float32), 5), F32)]
+
+
+@pytest.mark.parametrize("name,opt,args,opts", FOREIGN, ids=[c[0] for c in FOREIGN])
+def test_foreign_c_kernels(name, opt, args, opts):
+    from test_foreign import clang_ir
+    check_forward(adcore.from_llvm(clang_ir(opt), name), *args(), **opts)

@@ -1,0 +1,140 @@
+"""Forward mode (issue 16's ``forward`` workload): on the kernel set and the GMM objective,
+the forward derivative (one direction) and vector mode (8 directions in one pass) next to
+the primal, and the Hessian-vector product (forward over adcore's reverse IR) next to the
+gradient.  Each derivative is checked: the tangent against the gradient's dot product with
+the direction, the 8 lanes against single passes, the hvp against central differences of
+the gradient.
+
+    python -m bench forward
+"""
+import numba
+import numpy as np
+
+import adcore
+from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse
+
+from . import gmm
+from .kernels import dense, logsumexp, sinxx, stencil
+from .registry import workload
+from .rows import failed, row
+from .timing import first_call
+
+W = "forward"
+LANES = 8
+
+
+@numba.njit
+def gmm_icf(icf, alphas, means, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
+    """The GMM objective as a function of its inverse-covariance factors first."""
+    return gmm.objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main)
+
+
+class Case:
+    """One kernel ``f(x, *rest)`` differentiated in its first argument (``inplace``: the
+    kernel overwrites x, which each call first restores to ``x0``)."""
+
+    def __init__(self, name, size, f, x, rest, inplace=False):
+        self.name, self.size, self.f, self.x, self.rest, self.inplace = name, size, f, x, rest, inplace
+        self.x0 = x.copy()
+        rng = np.random.default_rng(1)
+        self.v = rng.standard_normal(x.shape)
+        self.vs = tuple(rng.standard_normal(x.shape) for _ in range(LANES))
+        self.dx = np.zeros_like(x)
+
+    def reset(self):
+        if self.inplace:
+            self.x[...] = self.x0
+
+    def primal(self):
+        self.reset()
+        return self.f(self.x, *self.rest)
+
+    def forward(self):
+        self.reset()
+        return adcore.autodiff(Forward, self.f, Duplicated(self.x, self.v), *map(Const, self.rest))
+
+    def vector(self):
+        self.reset()
+        return adcore.autodiff(Forward, self.f, BatchDuplicated(self.x, self.vs), *map(Const, self.rest))
+
+    def gradient(self):
+        self.reset()
+        self.dx[...] = 0.0
+        adcore.autodiff(Reverse, self.f, Duplicated(self.x, self.dx), *map(Const, self.rest))
+        return self.dx
+
+    def hvp(self):
+        self.reset()
+        return adcore.hvp(self.f, self.x, self.v, *self.rest)
+
+
+def cases(quick, size):
+    rng = np.random.default_rng(0)
+    n = int((100_000 if quick else 1_000_000) * size)
+    x = rng.standard_normal(n)
+    m = int((128 if quick else 512) * size ** 0.5)
+    W_, b, xv, y = rng.standard_normal((m, m)) / m, rng.standard_normal(m), rng.standard_normal(m), np.zeros(m)
+    nu = int((10_000 if quick else 100_000) * size)
+    inst = gmm.instance(5, max(2, int(1000 * size)))
+    K, d = inst.K, inst.d
+    scratch = (np.zeros((K, d)), np.zeros(K), np.zeros(d), np.zeros(d), np.zeros(K))
+    return [
+        Case("sum(sin(x)*x*x)", f"n={n}", sinxx, x, ()),
+        Case("dense tanh layer", f"{m}x{m}, d/dW", dense, W_, (b, xv, y)),
+        Case("in-place stencil", f"n={nu}, 10 steps", stencil, rng.standard_normal(nu), (10,), inplace=True),
+        Case("logsumexp", f"n={n}", logsumexp, x, ()),
+        Case("GMM objective", f"{inst.label()}, d/dicf", gmm_icf, inst.icf.copy(),
+             (inst.alphas, inst.means, inst.x, inst.gamma, inst.m) + scratch),
+    ]
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def case_rows(c, sampler):
+    rows = []
+    first_p, _ = first_call(c.primal)
+    tp = sampler.time(c.primal)
+    rows.append(row(W, c.name + ", " + c.size, "Numba primal", tp, first_call_s=first_p, note="reference"))
+    first_g, g = first_call(c.gradient)
+    g = g.copy()
+    tg = sampler.time(c.gradient)
+    rows.append(row(W, c.name + ", " + c.size, "adcore gradient (reverse)", tg, vs_ref=tg.median / tp.median,
+                    first_call_s=first_g, note="x primal"))
+    measured = [("adcore forward, 1 direction", c.forward, lambda t: _rel(t, np.vdot(g, c.v)), tp, "x primal"),
+                ("adcore vector forward, 8 directions", c.vector,
+                 lambda t: _rel(t, [np.vdot(g, v) for v in c.vs]), tp, "x primal"),
+                ("adcore hvp (forward over reverse)", c.hvp, lambda hv: _rel(hv, _fd_hvp(c)), tg, "x gradient")]
+    for impl, fn, err_of, ref, per in measured:
+        try:
+            first, out = first_call(fn)
+            t = sampler.time(fn)
+            rows.append(row(W, c.name + ", " + c.size, impl, t, vs_ref=t.median / ref.median,
+                            first_call_s=first, err=err_of(out), tol=1e-6 if "hvp" in impl else 1e-10,
+                            note=per))
+        except Exception as exc:                  # reported as a failed check, never a crash
+            rows.append(failed(W, c.name + ", " + c.size, impl, exc))
+    return rows
+
+
+def _fd_hvp(c, eps=1e-6):
+    """Central differences of adcore's gradient along v (the hvp's check)."""
+    x0 = c.x0.copy()
+    grads = []
+    for sign in (1, -1):
+        c.x0[...] = c.x[...] = x0 + sign * eps * c.v
+        grads.append(c.gradient().copy())
+    c.x0[...] = c.x[...] = x0
+    return (grads[0] - grads[1]) / (2 * eps)
+
+
+@workload("forward", "forward mode, vector mode and hvp next to the primal and gradient")
+def run(config):
+    """Rows per case: primal, gradient, forward (x primal), 8-direction vector forward
+    (x primal), hvp (x gradient), each derivative checked."""
+    rows = []
+    for c in cases(config.quick, config.size):
+        rows += case_rows(c, config.sampler)
+    return rows
