@@ -83,20 +83,20 @@ def _annotate(args):
     return anns, tangents, lanes
 
 
-def _compiled(f, anns, tangents, lanes, **stack):
-    argtypes = tuple(numba.typeof(a.val) for a in anns)
+def _compiled(f, anns, tangents, lanes):
+    """The compiled tangent function for these arguments (cached by what a call can tell
+    without Numba's typeof, as reverse mode's ``api._compiled``)."""
     floats = tuple(k for k, t in enumerate(tangents) if t is not None and not isinstance(t[0], np.ndarray))
     arrays = tuple(k for k, t in enumerate(tangents) if t is not None and isinstance(t[0], np.ndarray))
     distinct = _distinct([a.val for a in anns if isinstance(a.val, np.ndarray)])
-    dispatcher = api._dispatcher(f)
-    key = (dispatcher, argtypes, floats, arrays, lanes, distinct)
+    key = (f, tuple(api._arg_key(a.val) for a in anns), floats, arrays, lanes, distinct)
     entry = _cache.get(key)
     if entry is None:
         with _lock:
-            entry = _cache.get(key)
-            if entry is None:
-                entry = _cache[key] = differentiate_forward(dispatcher, argtypes, list(floats), list(arrays),
-                                                            lanes, distinct, **stack)
+            entry = _cache.get(key) or differentiate_forward(
+                api._dispatcher(f), tuple(numba.typeof(a.val) for a in anns), list(floats), list(arrays),
+                lanes, distinct)
+            _cache[key] = entry
     return entry
 
 
