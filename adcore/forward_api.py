@@ -253,22 +253,22 @@ def _hvps(f, x, directions, const_args):
     """``[H(x) v for v in directions]`` in one forward pass over the gradient of ``f``."""
     gk, anns = _gradient_kernel(f, x, const_args)
     compiled = gk.compiled
-    values = [x.copy()] + [a.val for a in anns[1:]]
+    written = 0 in compiled.written                    # f overwrites x: work on copies
+    values = [x.copy() if written else x] + [a.val for a in anns[1:]]
     shadows = [np.zeros_like(values[k]) for k in compiled.shadowed]
-    everything = [Duplicated(values[0])] + [Const(v) for v in values[1:]] + \
-                 [Duplicated(s) if k == 0 else Const(s) for k, s in zip(compiled.shadowed, shadows)]
     dx_position = len(values) + compiled.shadowed.index(0)
-    lanes = len(directions)
-    tangents = [None] * len(everything)
-    tangents[0] = [np.ascontiguousarray(v, x.dtype).reshape(x.shape).copy() for v in directions]
+    tangents = [None] * (len(values) + len(shadows))
+    tangents[0] = [np.array(v, x.dtype, copy=written).reshape(x.shape) for v in directions]
     tangents[dx_position] = [np.zeros_like(x) for _ in directions]
-    argtypes = tuple(numba.typeof(a.val) for a in everything)
-    key = (gk, argtypes, lanes)
+    everything = [Duplicated(values[0], tangents[0][0])] + [Const(v) for v in values[1:]] + \
+                 [Duplicated(s, tangents[dx_position][0]) if k == 0 else Const(s)
+                  for k, s in zip(compiled.shadowed, shadows)]
+    key = (gk, tuple(api._arg_key(a.val) for a in everything), len(directions))
     entry = _cache.get(key)
     if entry is None:
         with _lock:
             entry = _cache.get(key) or differentiate_forward(
-                gk, argtypes, [], [0, dx_position], lanes,
+                gk, tuple(numba.typeof(a.val) for a in everything), [], [0, dx_position], len(directions),
                 _distinct([a.val for a in everything]), stack_rule=stack_rule, seeds=_float_pops)
             _cache[key] = entry
     entry.run(everything, tangents)
