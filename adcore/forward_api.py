@@ -16,7 +16,7 @@ from . import api, numba_abi
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
 from .arguments import annotate, distinct as _distinct, is_float_scalar, share_memory
 from .capture import Kernel
-from .errors import ActivityError
+from .errors import ActivityError, UnsupportedError
 from .forward_pipeline import differentiate_forward
 from .numba_abi import target_machine
 
@@ -208,7 +208,13 @@ def stack_rule(instr):
     return StackCall("pop", instr.type)
 
 
-def _float_pops(func):
+def _float_pops(func, name):
+    """The float pops of gradient IR (they carry tangents from the start); refuses calls to
+    custom-rule reverses, which no forward rule differentiates."""
+    for instr in func.instructions():
+        if instr.opcode == "call" and (instr.callee or "").startswith("adcore_rule_"):
+            raise UnsupportedError(f"'{instr.text}'", name, "hvp cannot differentiate the reverse "
+                                   "of a custom rule (the gradient of a kernel with BLAS calls or rules)")
     return [i for i in func.instructions()
             if stack_rule(i) is not None and stack_rule(i).what == "pop" and i.is_float]
 
@@ -269,7 +275,8 @@ def _hvps(f, x, directions, const_args):
         with _lock:
             entry = _cache.get(key) or differentiate_forward(
                 gk, tuple(numba.typeof(a.val) for a in everything), [], [0, dx_position], len(directions),
-                _distinct([a.val for a in everything]), stack_rule=stack_rule, seeds=_float_pops)
+                _distinct([a.val for a in everything]), stack_rule=stack_rule,
+                seeds=lambda func: _float_pops(func, gk.__name__))
             _cache[key] = entry
     entry.run(everything, tangents)
     return tangents[dx_position]

@@ -125,7 +125,7 @@ def case_rows(c, sampler):
     return rows
 
 
-def _fd_hvp(c, eps=1e-6):
+def _fd_hvp(c, eps=1e-4):
     """Central differences of adcore's gradient along v (the hvp's check)."""
     x0 = c.x0.copy()
     grads = []

@@ -349,3 +349,9 @@ FOREIGN = [("sinsum", "-O2", lambda: (rand(5), np.zeros(5), 5, 0.7), {}),
 def test_foreign_c_kernels(name, opt, args, opts):
     from test_foreign import clang_ir
     check_forward(adcore.from_llvm(clang_ir(opt), name), *args(), **opts)
+
+
+def test_hvp_through_a_custom_rule_reverse_is_refused():
+    A, B = rand(3, 4), rand(4, 5, seed=2)
+    with pytest.raises(UnsupportedError, match="hvp cannot differentiate the reverse of a custom rule"):
+        adcore.hvp(lambda a, b: np.sum((a @ b) ** 2), A, np.ones_like(A), B)
