@@ -14,7 +14,7 @@ import numpy as np
 
 from . import api, numba_abi
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
-from .arguments import annotate, distinct as _distinct, is_float_scalar, share_memory
+from .arguments import _check_memory, annotate, distinct as _distinct, is_float_scalar, share_memory
 from .capture import Kernel
 from .errors import ActivityError, UnsupportedError
 from .forward_pipeline import differentiate_forward
@@ -70,16 +70,15 @@ def _annotate(args):
     if lanes == 0:
         raise ActivityError("BatchDuplicated needs at least one tangent")
     tangents = [_tangents(k, a, lanes) for k, a in enumerate(anns)]
-    arrays = [(k, a.val) for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
-    owned = [(k, t) for k, ts in enumerate(tangents) if ts and isinstance(ts[0], np.ndarray) for t in ts]
-    for i, (k, t) in enumerate(owned):
-        for j, x in arrays:
-            if share_memory(t, x):
-                raise ActivityError(f"argument {k}: a tangent shares memory with the array of argument "
-                                    f"{j}; a tangent must be separate memory (e.g. np.zeros_like(x))")
-        for j, u in owned[i + 1:]:
-            if share_memory(t, u):
-                raise ActivityError(f"arguments {k} and {j}: two tangents share memory")
+    for j in range(lanes):            # each lane's tangents as reverse mode's shadows
+        _check_memory([Duplicated(a.val, ts[j]) if ts is not None and isinstance(ts[0], np.ndarray)
+                       else Const(a.val) for a, ts in zip(anns, tangents)])
+    owned = [(k, j, t) for k, ts in enumerate(tangents) if ts and isinstance(ts[0], np.ndarray)
+             for j, t in enumerate(ts)]
+    for i, (k, j, t) in enumerate(owned):
+        for k2, j2, u in owned[i + 1:]:
+            if j2 != j and share_memory(t, u):
+                raise ActivityError(f"arguments {k} and {k2}: tangents of two directions share memory")
     return anns, tangents, lanes
 
 

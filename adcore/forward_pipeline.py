@@ -5,7 +5,10 @@ import itertools
 
 from numba.core import types as nbtypes
 
+import numpy as np
+
 from . import native, numba_abi, pipeline
+from .annotations import Const, Duplicated
 from .compiled import CompiledGradient, _like_strides
 from .errors import UnsupportedError
 from .forward import ForwardSpec, TangentGenerator, tangent_module
@@ -97,8 +100,10 @@ class CompiledForward(CompiledGradient):
         """Run on the primal values of ``anns`` with ``tangents[k]``, a list of k tangents
         per argument (None for Const): returns ``(tuple of k return tangents or None, value)``.
         The array tangents of the Duplicated arrays are updated in place."""
-        if not self.distinct:
-            self.check_aliasing(anns)
+        if not self.distinct:          # each lane's tangents must alias as the arrays do
+            for j in range(self.lanes):
+                self.check_aliasing([Duplicated(a.val, ts[j]) if ts is not None and isinstance(ts[j], np.ndarray)
+                                     else Const(a.val) for a, ts in zip(anns, tangents)])
         primals = [a.val for a in anns]
         floats = [t for k in self.tangent_floats for t in tangents[k]]
         shadows, copies = [], []
