@@ -148,6 +148,8 @@ def autodiff(mode, f, *args, dret=None):
     """
     _check_mode(mode, forward_ok=True)
     if mode.forward:
+        if dret is not None:
+            raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         from .forward_api import autodiff_forward
         return autodiff_forward(mode, f, *args)
     ret_activity, args = _split_return_activity(args)

@@ -62,6 +62,9 @@ def _tangents(k, ann, lanes):
 
 def _annotate(args):
     """``(annotations, tangents per argument, lanes)`` for forward mode, checked."""
+    if args and isinstance(args[0], type) and issubclass(args[0], Annotation):
+        raise ActivityError(f"a return activity ({args[0].__name__}) is reverse mode; forward mode "
+                            f"returns the tangent of a float return")
     anns = [a if isinstance(a, Annotation) else Const(a) for a in args]
     batches = {len(a.dval) for a in anns if isinstance(a, BatchDuplicated) and isinstance(a.dval, tuple)}
     if len(batches) > 1:
@@ -143,6 +146,7 @@ def jacobian(mode, g, x, *const_args):
     """The Jacobian of ``g(x, *const_args)`` (a float array) at ``x``: shape
     ``g(x).shape + x.shape``.  ``Forward`` builds it by columns (vector forward mode, 8
     directions a pass), ``Reverse`` by rows (one reverse pass per output)."""
+    api._check_mode(mode, forward_ok=True)
     x = _array_arg(x, "jacobian")
     y = api._dispatcher(g)(x.copy(), *const_args)
     if not (isinstance(y, np.ndarray) and y.dtype.kind == "f"):
