@@ -388,3 +388,16 @@ def test_aliased_arguments_need_mirrored_tangents():
     with pytest.raises(ActivityError, match="share memory"):        # tangents not mirrored
         adcore.autodiff(Forward, shift_add, BatchDuplicated(z[:-1], (np.zeros(5), np.zeros(5))),
                         BatchDuplicated(z[1:], (np.zeros(5), np.zeros(5))))
+
+
+def test_argument_errors_of_jacobian_hvp_and_forward_autodiff():
+    with pytest.raises(ActivityError, match="x must be a float32 or float64 array"):
+        adcore.jacobian(Forward, softmax, [1.0, 2.0], 1.0)
+    with pytest.raises(ActivityError, match="first argument must be a mode"):
+        adcore.jacobian("Forward", softmax, rand(3), 1.0)
+    with pytest.raises(ActivityError, match="v must be an array of x's shape"):
+        adcore.hvp(logsumexp, rand(3), np.ones(4))
+    with pytest.raises(ActivityError, match="dret seeds reverse mode"):
+        adcore.autodiff(Forward, logsumexp, Duplicated(rand(3), np.ones(3)), dret=np.ones(3))
+    with pytest.raises(ActivityError, match="is reverse mode"):
+        adcore.autodiff(Forward, logsumexp, Active, Duplicated(rand(3), np.ones(3)))
