@@ -227,7 +227,8 @@ class GradientKernel:
     arguments are the kernel's then its shadows; its stack push/pop stay calls."""
 
     def __init__(self, compiled, argtypes, pyname):
-        self.compiled, self.argtypes, self.__name__ = compiled, argtypes, f"gradient of {pyname}"
+        self.compiled, self.argtypes, self.pyname = compiled, argtypes, pyname
+        self.__name__ = f"gradient of {pyname}"
         self.symbol = re.search(r"define i32 @(adcore_grad_[0-9]+)\(", compiled.adjoint_ir).group(1)
 
     def _adcore_capture(self, argtypes):
@@ -276,10 +277,16 @@ def _hvps(f, x, directions, const_args):
     entry = _cache.get(key)
     if entry is None:
         with _lock:
-            entry = _cache.get(key) or differentiate_forward(
-                gk, tuple(numba.typeof(a.val) for a in everything), [], [0, dx_position], len(directions),
-                _distinct([a.val for a in everything]), stack_rule=stack_rule,
-                seeds=lambda func: _float_pops(func, gk.__name__))
+            try:
+                entry = _cache.get(key) or differentiate_forward(
+                    gk, tuple(numba.typeof(a.val) for a in everything), [], [0, dx_position], len(directions),
+                    _distinct([a.val for a in everything]), stack_rule=stack_rule,
+                    seeds=lambda func: _float_pops(func, gk.__name__))
+            except UnsupportedError as err:
+                why = " (the gradient keeps array pointers on its value stack: an array allocated " \
+                      "in a loop)" if "@ad.push.ptr(ptr %ad.stack," in compiled.adjoint_ir else ""
+                raise UnsupportedError(f"the Hessian of {gk.pyname}", None,
+                                       f"forward mode over its gradient{why}: {err}") from None
             _cache[key] = entry
     entry.run(everything, tangents)
     return tangents[dx_position]

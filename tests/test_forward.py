@@ -401,3 +401,17 @@ def test_argument_errors_of_jacobian_hvp_and_forward_autodiff():
         adcore.autodiff(Forward, logsumexp, Duplicated(rand(3), np.ones(3)), dret=np.ones(3))
     with pytest.raises(ActivityError, match="is reverse mode"):
         adcore.autodiff(Forward, logsumexp, Active, Duplicated(rand(3), np.ones(3)))
+
+
+@numba.njit
+def allocates_in_a_loop(x):
+    s = 0.0
+    for k in range(3):
+        t = np.tanh(x * (k + 1.0))
+        s += np.sum(t * t)
+    return s
+
+
+def test_hvp_of_an_allocation_in_a_loop_is_refused():
+    with pytest.raises(UnsupportedError, match="array pointers on its value stack"):
+        adcore.hvp(allocates_in_a_loop, rand(4), np.ones(4))
