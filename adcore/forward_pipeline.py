@@ -7,7 +7,7 @@ from numba.core import types as nbtypes
 
 import numpy as np
 
-from . import native, numba_abi, pipeline
+from . import custom_rules, native, numba_abi, pipeline
 from .annotations import Const, Duplicated
 from .compiled import CompiledGradient, _like_strides
 from .errors import UnsupportedError
@@ -66,7 +66,7 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         with stage("analyse"):
             rule_of = None
             if stack_rule is not None:
-                base = pipeline.custom_rules.lookup()
+                base = custom_rules.lookup()
                 rule_of = lambda instr: stack_rule(instr) or base(instr)   # noqa: E731
             spec, analyses, scratch = pipeline.analyse(
                 primal_, layout, symbol, distinct, rule_of, seeds(primal_.func) if seeds else ())
