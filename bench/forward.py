@@ -100,28 +100,31 @@ def _rel(a, b):
 
 
 def case_rows(c, sampler):
-    rows = []
+    """First calls (compiles) and checks, then the five timed side by side (interleaved
+    samples, so that a change of machine load hits them alike)."""
+    case = c.name + ", " + c.size
     first_p, _ = first_call(c.primal)
-    tp = sampler.time(c.primal)
-    rows.append(row(W, c.name + ", " + c.size, "Numba primal", tp, first_call_s=first_p, note="reference"))
     first_g, g = first_call(c.gradient)
     g = g.copy()
-    tg = sampler.time(c.gradient)
-    rows.append(row(W, c.name + ", " + c.size, "adcore gradient (reverse)", tg, vs_ref=tg.median / tp.median,
-                    first_call_s=first_g, note="x primal"))
-    measured = [("adcore forward, 1 direction", c.forward, lambda t: _rel(t, np.vdot(g, c.v)), tp, "x primal"),
-                ("adcore vector forward, 8 directions", c.vector,
-                 lambda t: _rel(t, [np.vdot(g, v) for v in c.vs]), tp, "x primal"),
-                ("adcore hvp (forward over reverse)", c.hvp, lambda hv: _rel(hv, _fd_hvp(c)), tg, "x gradient")]
-    for impl, fn, err_of, ref, per in measured:
+    derivatives = [("adcore forward, 1 direction", c.forward, lambda t: _rel(t, np.vdot(g, c.v)), 0),
+                   ("adcore vector forward, 8 directions", c.vector,
+                    lambda t: _rel(t, [np.vdot(g, v) for v in c.vs]), 0),
+                   ("adcore hvp (forward over reverse)", c.hvp, lambda hv: _rel(hv, _fd_hvp(c)), 1)]
+    checked, rows = [], []
+    for impl, fn, err_of, ref in derivatives:
         try:
             first, out = first_call(fn)
-            t = sampler.time(fn)
-            rows.append(row(W, c.name + ", " + c.size, impl, t, vs_ref=t.median / ref.median,
-                            first_call_s=first, err=err_of(out), tol=1e-4 if "hvp" in impl else 1e-10,
-                            note=per))
+            checked.append((impl, fn, err_of(out), ref, first))
         except Exception as exc:                  # reported as a failed check, never a crash
-            rows.append(failed(W, c.name + ", " + c.size, impl, exc))
+            rows.append(failed(W, case, impl, exc))
+    tp, tg, *times = sampler.interleaved([c.primal, c.gradient] + [fn for _, fn, _, _, _ in checked])
+    rows = [row(W, case, "Numba primal", tp, first_call_s=first_p, note="reference"),
+            row(W, case, "adcore gradient (reverse)", tg, vs_ref=tg.median / tp.median,
+                first_call_s=first_g, note="x primal")] + rows
+    for (impl, _, err, ref, first), t in zip(checked, times):
+        base = (tp, tg)[ref]
+        rows.append(row(W, case, impl, t, vs_ref=t.median / base.median, first_call_s=first, err=err,
+                        tol=1e-4 if ref else 1e-10, note=("x primal", "x gradient")[ref]))
     return rows
 
 
