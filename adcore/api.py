@@ -84,9 +84,10 @@ def _compiled(f, anns, ret_activity, dret=None):
     return entry
 
 
-def _located(err, dispatcher, args):
+def _located(err, dispatcher, args, differentiate=None):
     """``err``, or the same error with its source line found by compiling the kernel
-    again with debug info (done only on failure, to keep compiles fast)."""
+    again with debug info (done only on failure, to keep compiles fast) and running
+    ``differentiate(twin, *args)`` (default: the reverse pipeline) on it."""
     if err.location is not None or not numba_abi.is_dispatcher(dispatcher) \
             or numba_abi.is_debug(dispatcher):
         return err
@@ -94,7 +95,7 @@ def _located(err, dispatcher, args):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pipeline.differentiate(twin, *args)
+            (differentiate or pipeline.differentiate)(twin, *args)
     except UnsupportedError as located:
         if located.location is not None and located.detail == err.detail:
             return located

@@ -95,10 +95,14 @@ def _compiled(f, anns, tangents, lanes):
     entry = _cache.get(key)
     if entry is None:
         with _lock:
-            entry = _cache.get(key) or differentiate_forward(
-                api._dispatcher(f), tuple(numba.typeof(a.val) for a in anns), list(floats), list(arrays),
-                lanes, distinct)
-            _cache[key] = entry
+            entry = _cache.get(key)
+            if entry is None:
+                dispatcher = api._dispatcher(f)
+                args = (tuple(numba.typeof(a.val) for a in anns), list(floats), list(arrays), lanes, distinct)
+                try:
+                    entry = _cache[key] = differentiate_forward(dispatcher, *args)
+                except UnsupportedError as err:
+                    raise api._located(err, dispatcher, args, differentiate_forward) from None
     return entry
 
 

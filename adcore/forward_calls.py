@@ -9,8 +9,8 @@ from . import custom_rules, numba_abi
 def forward_rule_call(gen, instr, rule, lane):
     """Emit lane ``lane``'s forward-rule call for ``instr`` (refused when the rule has none)."""
     if rule.forward is None:
-        raise gen.unsupported(instr, f"the custom rule of '{instr.callee}' has no forward rule "
-                                     f"(register one with forward=)")
+        raise gen.unsupported(instr, f"its custom rule (reverse {getattr(rule.reverse, '__name__', rule.reverse)}) "
+                                     f"has no forward rule (register one with forward=)")
     if rule.is_external:
         _external(gen, instr, rule, lane)
     else:
