@@ -13,6 +13,7 @@ import adcore
 from adcore import (ActivityError, Active, BatchDuplicated, Const, Duplicated, Forward,
                     ForwardWithPrimal, Reverse, UnsupportedError)
 from fdcheck import check_forward
+from test_core_property import compile_kernel, kernels
 
 EXAMPLES = int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25))
 F32 = dict(eps=1e-3, rtol=2e-2, atol=1e-3)
@@ -415,3 +416,16 @@ def allocates_in_a_loop(x):
 def test_hvp_of_an_allocation_in_a_loop_is_refused():
     with pytest.raises(UnsupportedError, match="array pointers on its value stack"):
         adcore.hvp(allocates_in_a_loop, rand(4), np.ones(4))
+
+
+# -- generated programs: test_core_property's random kernels in forward mode ------------------
+@settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
+@given(source=kernels(), seed=st.integers(0, 2 ** 16))
+def test_random_kernels_in_forward_mode(source, seed):
+    rng = np.random.default_rng(seed)
+    x, y, a = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4), float(rng.uniform(-1, 1))
+    try:
+        check_forward(compile_kernel(source), x, y, a, np.zeros(4), rtol=1e-4, atol=1e-6, seed=seed)
+    except AssertionError:
+        print(source)
+        raise
