@@ -13,7 +13,10 @@ Calls with a custom rule call the rule's forward (:mod:`adcore.custom_rules`) ju
 the call; a call without one is refused.  A float return's tangents are result fields.
 In *stack* mode (for :func:`adcore.hvp`, which differentiates adcore's own gradient IR)
 the value-stack calls of the gradient are mirrored on a tangent stack per lane: a float
-pushed has its tangent pushed, a float popped its tangent popped.
+pushed has its tangent pushed, a float popped its tangent popped; and the reverse rules'
+zero guards ``select (v == 0), 0, v·p`` (:meth:`adcore.emit.Expr.unless_zero`) are
+differentiated as the ``v·p`` they stand for: at ``v = 0`` its tangent is ``dv·p``, not the
+guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
 from . import runtime
 from .emit import Emitter, Expr, float_const
@@ -80,7 +83,7 @@ class TangentGenerator:
     def __init__(self, func, spec, analyses, context=None, stack_rule=None):
         self.func, self.spec, self.context = func, spec, context
         self.cfg, self.memory, self.act = analyses.cfg, analyses.memory, analyses.activity
-        self.rule_of, self.stack_rule = analyses.rule_of, stack_rule or (lambda instr: None)
+        self.rule_of, self.stack_rule = analyses.rule_of, stack_rule or _no_stack
         args, k = func.args, spec.lanes
         self.retptr = args[0]
         taken = {a.name for a in args} | {b.name for b in func.blocks}
@@ -222,17 +225,36 @@ class TangentGenerator:
             out = self.tangent(Operand(instr.ref, instr.type, instr), j)
             e.line(f"{out} = load {instr.type}, ptr {lane.shadow(instr.operands[0])}")
             return
-        X = Expr(e, instr.type)
-        tangents = [self.tangent(o, j) if self.has_tangent(o) else None for o in instr.operands]
-        try:
-            value = tangent_rule(instr)(X, instr, tangents)
-        except KeyError:
-            raise self.unsupported(instr, "no tangent rule for this instruction") from None
+        guarded = self.zero_guarded(instr)
+        if guarded is not None:
+            value = self.tangent(guarded, j)
+        else:
+            X = Expr(e, instr.type)
+            tangents = [self.tangent(o, j) if self.has_tangent(o) else None for o in instr.operands]
+            try:
+                value = tangent_rule(instr)(X, instr, tangents)
+            except KeyError:
+                raise self.unsupported(instr, "no tangent rule for this instruction") from None
         out = self.names.get((instr, j))
         if out is not None:          # already used (by a phi on a back edge): copy into it
             e.line(f"{out} = select i1 true, {instr.type} {value}, {instr.type} {value}")
         else:
             self.names[instr, j] = value
+
+    def zero_guarded(self, instr):
+        """Stack mode: the guarded operand ``x`` of a zero guard ``select (v == 0), 0, x``
+        (or ``select (v != 0), x, 0``) on a value ``v`` with a tangent; else None."""
+        if self.stack_rule is _no_stack or instr.opcode != "select":
+            return None
+        cond = instr.operands[0].defn
+        if getattr(cond, "opcode", None) != "fcmp" or not any(_is_zero(o) for o in cond.operands) \
+                or not any(self.has_tangent(o) for o in cond.operands):
+            return None
+        predicate = cond.text.split("fcmp", 1)[1].split()[0]
+        zero_at, kept_at = {"oeq": (1, 2), "une": (2, 1)}.get(predicate, (None, None))
+        if zero_at is None or not _is_zero(instr.operands[zero_at]):
+            return None
+        return instr.operands[kept_at]
 
     def store(self, instr):
         value, ptr = instr.operands
@@ -293,6 +315,22 @@ class TangentGenerator:
         for stack in self.tstacks:
             e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
         e.line(f"ret i32 {status}")
+
+
+def _no_stack(instr):
+    return None
+
+
+def _is_zero(op):
+    """True for a constant float zero (scalar or vector)."""
+    if not op.is_const:
+        return False
+    if op.ref == "zeroinitializer":
+        return True
+    try:                         # LLVM spells floats as decimals or as the double's bits in hex
+        return int(op.ref, 16) & ~(1 << 63) == 0 if op.ref.startswith("0x") else float(op.ref) == 0.0
+    except ValueError:
+        return False
 
 
 def tangent_module(module, gen):

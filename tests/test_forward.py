@@ -7,7 +7,7 @@ import os
 import numba
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import adcore
 from adcore import (ActivityError, Active, BatchDuplicated, Const, Duplicated, Forward,
@@ -259,6 +259,15 @@ def test_hvp_and_hessian_closed_form():
     H = adcore.hessian(quartic, x, c)
     np.testing.assert_allclose(H, quartic_hessian(x, c), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(adcore.hvp(quartic, x, v, c), H @ v, rtol=1e-12, atol=1e-14)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.floats(-3, 3), min_size=6, max_size=6), st.lists(st.floats(-1, 1), min_size=6, max_size=6))
+@example([0.0] * 6, [0.0] * 5 + [1.0])      # adjoints exactly 0: the reverse rules' zero guards
+def test_hvp_over_inputs_and_directions(xs, vs):
+    x, v = np.array(xs), np.array(vs)
+    np.testing.assert_allclose(adcore.hvp(quartic, x, v, 0.7), quartic_hessian(x, 0.7) @ v,
+                               rtol=1e-10, atol=1e-10)
 
 
 def test_hessian_of_many_inputs_is_symmetric_and_matches_hvp():
