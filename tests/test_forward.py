@@ -428,7 +428,7 @@ def test_hvp_of_an_allocation_in_a_loop_is_refused():
 
 
 # -- generated programs: test_core_property's random kernels in forward mode ------------------
-@settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
+@settings(max_examples=max(3, EXAMPLES // 8), deadline=None)
 @given(source=kernels(), seed=st.integers(0, 2 ** 16))
 def test_random_kernels_in_forward_mode(source, seed):
     rng = np.random.default_rng(seed)
