@@ -136,12 +136,14 @@ _writers = api._Bounded()
 
 
 def _writer(g, nconst):
-    """An njit ``w(x, out, *consts)`` doing ``out[...] = g(x, *consts)``."""
+    """An njit ``w(x, out, *consts)`` doing ``out[...] = g(x, *consts)`` (``out`` is
+    C-contiguous; an element loop compiles faster than Numba's broadcasting assignment)."""
     key = (g, nconst)
     if key not in _writers:
         names = "".join(f", c{i}" for i in range(nconst))
-        scope = {"g": api._dispatcher(g)}
-        exec(f"def w(x, out{names}):\n    out[...] = g(x{names})\n", scope)
+        scope = {"g": api._dispatcher(g), "np": np}
+        exec(f"def w(x, out{names}):\n    r = np.ravel(g(x{names}))\n    o = out.reshape(out.size)\n"
+             f"    for i in range(o.size):\n        o[i] = r[i]\n", scope)
         _writers[key] = numba.njit(scope["w"])
     return _writers[key]
 

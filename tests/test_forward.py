@@ -197,8 +197,14 @@ def test_sqrt_at_zero_has_zero_tangent_not_nan():
 # -- jacobians -----------------------------------------------------------------------------
 @numba.njit
 def softmax(x, w):
-    e = np.exp(w * x - np.max(x))
-    return e / np.sum(e)
+    out = np.empty(x.shape[0])
+    total = 0.0
+    for i in range(x.shape[0]):
+        out[i] = math.exp(w * x[i])
+        total += out[i]
+    for i in range(x.shape[0]):
+        out[i] /= total
+    return out
 
 
 def test_jacobian_forward_equals_reverse_and_closed_form():
