@@ -7,7 +7,8 @@ operator-overloading engine) needs neither.
 import importlib
 
 from .errors import ADError, UnsupportedError, ActivityError, LinkError
-from .annotations import Active, Const, Duplicated, Reverse, ReverseWithPrimal
+from .annotations import (Active, BatchDuplicated, Const, Duplicated, Forward, ForwardWithPrimal,
+                          Reverse, ReverseWithPrimal)
 from .tree import make_zero
 
 # entry point -> the module defining it, imported on first access
@@ -15,11 +16,12 @@ _LAZY = {
     "autodiff": "api", "gradient": "api", "primal_ir": "api", "adjoint_ir": "api",
     "last_cached_bytes": "api", "compile_gradient": "api", "last_compile_report": "timings",
     "register_rule": "custom_rules", "rule": "custom_rules", "carray": "custom_rules",
-    "from_llvm": "foreign",
+    "from_llvm": "foreign", "jacobian": "forward_api", "hvp": "forward_api", "hessian": "forward_api",
 }
 
 __all__ = ["ADError", "UnsupportedError", "ActivityError", "LinkError", "Active", "Const",
-           "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero", *_LAZY]
+           "Duplicated", "BatchDuplicated", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
+           "make_zero", *_LAZY]
 
 
 def __getattr__(name):

@@ -3,11 +3,13 @@ from .tree import make_zero
 
 
 class Mode:
-    """A differentiation mode; use the singletons ``Reverse`` and ``ReverseWithPrimal``."""
+    """A differentiation mode; use the singletons ``Reverse``, ``ReverseWithPrimal``,
+    ``Forward`` and ``ForwardWithPrimal``."""
 
-    def __init__(self, name, with_primal):
+    def __init__(self, name, with_primal, forward=False):
         self.name = name
         self.with_primal = with_primal
+        self.forward = forward
 
     def __repr__(self):
         return self.name
@@ -15,6 +17,8 @@ class Mode:
 
 Reverse = Mode("Reverse", False)
 ReverseWithPrimal = Mode("ReverseWithPrimal", True)
+Forward = Mode("Forward", False, forward=True)
+ForwardWithPrimal = Mode("ForwardWithPrimal", True, forward=True)
 
 
 class Annotation:
@@ -55,3 +59,14 @@ class Duplicated(Annotation):
         if show is not None:
             return show(self.val, self.dval)
         return f"Duplicated({self.val!r}, {self.dval!r})"
+
+
+class BatchDuplicated(Annotation):
+    """Forward mode with several directions in one pass: ``BatchDuplicated(x, (v1, v2,
+    ...))`` carries one tangent per direction (``dval`` is the tuple)."""
+
+    __slots__ = ("dval",)
+
+    def __init__(self, val, dval):
+        super().__init__(val)
+        self.dval = tuple(dval) if isinstance(dval, (tuple, list)) else dval

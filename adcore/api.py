@@ -45,9 +45,12 @@ def _split_return_activity(args):
     return None, args
 
 
-def _check_mode(mode):
+def _check_mode(mode, forward_ok=False):
     if not isinstance(mode, Mode):
         raise ActivityError(f"the first argument must be a mode (Reverse or ReverseWithPrimal), got {mode!r}")
+    if mode.forward and not forward_ok:
+        raise ActivityError(f"{mode} is not available here: this entry point is reverse mode "
+                            f"(use autodiff({mode}, ...) or jacobian({mode}, ...))")
 
 
 def _dispatcher(f):
@@ -81,9 +84,10 @@ def _compiled(f, anns, ret_activity, dret=None):
     return entry
 
 
-def _located(err, dispatcher, args):
+def _located(err, dispatcher, args, differentiate=None):
     """``err``, or the same error with its source line found by compiling the kernel
-    again with debug info (done only on failure, to keep compiles fast)."""
+    again with debug info (done only on failure, to keep compiles fast) and running
+    ``differentiate(twin, *args)`` (default: the reverse pipeline) on it."""
     if err.location is not None or not numba_abi.is_dispatcher(dispatcher) \
             or numba_abi.is_debug(dispatcher):
         return err
@@ -91,7 +95,7 @@ def _located(err, dispatcher, args):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pipeline.differentiate(twin, *args)
+            (differentiate or pipeline.differentiate)(twin, *args)
     except UnsupportedError as located:
         if located.location is not None and located.detail == err.detail:
             return located
@@ -140,9 +144,15 @@ def autodiff(mode, f, *args, dret=None):
     may come first.  A kernel that returns a new float array needs ``dret``, the seed of
     the returned array (its shadow when the reverse pass starts).  Returns one entry per
     argument (a float for ``Active``, else ``None``); with ``ReverseWithPrimal`` returns
-    ``(derivatives, value)``.
+    ``(derivatives, value)``.  ``Forward``/``ForwardWithPrimal``: see
+    :func:`adcore.forward_api.autodiff_forward`.
     """
-    _check_mode(mode)
+    _check_mode(mode, forward_ok=True)
+    if mode.forward:
+        if dret is not None:
+            raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
+        from .forward_api import autodiff_forward
+        return autodiff_forward(mode, f, *args)
     ret_activity, args = _split_return_activity(args)
     anns = annotate(args)
     if dret is not None and not (isinstance(dret, np.ndarray) and dret.dtype.kind == "f"):

@@ -1,7 +1,7 @@
 """Rules for the BLAS calls Numba makes for ``np.dot``, ``@`` and ``np.linalg.norm`` (its
 helpers ``numba_xxdot``, ``numba_xxgemv``, ``numba_xxgemm``, ``numba_xxnrm2``): the
-reverse pass calls the same BLAS helpers again, so gradients of matrix products run at
-BLAS speed.
+reverse pass (and forward mode's tangents, computed just before the call) call the same
+BLAS helpers again, so derivatives of matrix products run at BLAS speed.
 
 The helpers take Fortran (column-major) matrices with leading dimensions; ``kind`` is
 ``'d'`` (float64) or ``'s'`` (float32); ``alpha`` and ``beta`` come by pointer and are
@@ -149,6 +149,81 @@ def xxnrm2_reverse(kind, n, x, incx, res, dx, dres):
             ds32[i * incx] += np.float32(g * xs32[i * incx] / r)
 
 
+# forward rules: called before the call with its arguments and the shadow addresses; they
+# write the tangent of the output from the inputs' tangents
+@numba.njit
+def xxgemm_forward(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                   dalpha, da, db, dbeta, dc):
+    # C = alpha op(A) op(B) + beta C      dC = beta dC + alpha (op(dA) op(B) + op(A) op(dB))
+    if dc == 0:
+        return
+    al = _scalar(kind, alpha)
+    _scale(kind, dc, m, n, ldc, _scalar(kind, beta))
+    if da != 0:
+        _gemm_update(kind, ta, tb, m, n, k, al, da, lda, b, ldb, dc, ldc)
+    if db != 0:
+        _gemm_update(kind, ta, tb, m, n, k, al, a, lda, db, ldb, dc, ldc)
+
+
+@numba.njit
+def xxgemv_forward(kind, trans, m, n, alpha, a, lda, x, beta, y, dalpha, da, dx, dbeta, dy):
+    # y = alpha op(A) x + beta y          dy = beta dy + alpha (op(dA) x + op(A) dx)
+    if dy == 0:
+        return
+    rows_out, rows_in = (m, n) if trans == N else (n, m)
+    al = _scalar(kind, alpha)
+    _scale(kind, dy, rows_out, 1, rows_out, _scalar(kind, beta))
+    if da != 0:          # as matrix products with one column
+        _gemm_update(kind, trans, N, rows_out, 1, rows_in, al, da, lda, x, rows_in, dy, rows_out)
+    if dx != 0:
+        _gemm_update(kind, trans, N, rows_out, 1, rows_in, al, a, lda, dx, rows_in, dy, rows_out)
+
+
+@numba.njit
+def _inner(kind, n, x, y, stride):
+    """sum_i x[i s] y[i s] in float64."""
+    total = 0.0
+    if kind == DOUBLE:
+        xs, ys = carray(x, n * stride, np.float64), carray(y, n * stride, np.float64)
+        for i in range(n):
+            total += xs[i * stride] * ys[i * stride]
+    else:
+        xs32, ys32 = carray(x, n * stride, np.float32), carray(y, n * stride, np.float32)
+        for i in range(n):
+            total += np.float64(xs32[i * stride]) * np.float64(ys32[i * stride])
+    return total
+
+
+@numba.njit
+def _store(kind, address, value):
+    if kind == DOUBLE:
+        carray(address, 1, np.float64)[0] = value
+    else:
+        carray(address, 1, np.float32)[0] = np.float32(value)
+
+
+@numba.njit
+def xxdot_forward(kind, conj, n, x, y, res, dx, dy, dres):
+    # r = x . y                           dr = dx . y + x . dy
+    if dres == 0:
+        return
+    total = 0.0
+    if dx != 0:
+        total += _inner(kind, n, dx, y, 1)
+    if dy != 0:
+        total += _inner(kind, n, x, dy, 1)
+    _store(kind, dres, total)
+
+
+@numba.njit
+def xxnrm2_forward(kind, n, x, incx, res, dx, dres):
+    # r = |x|  (stride incx)              dr = x . dx / r   (0 where r = 0)
+    if dres == 0:
+        return
+    r = np.sqrt(_inner(kind, n, x, x, incx)) if n > 0 else 0.0
+    _store(kind, dres, 0.0 if dx == 0 or r == 0.0 else _inner(kind, n, x, dx, incx) / r)
+
+
 # extents(*C arguments): the bytes each pointer argument's operand spans (0: not read
 # back), so that an operand the kernel overwrites after the call can be copied first
 @numba.njit
@@ -185,7 +260,11 @@ def xxgemm_extents(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
     return 0, span_a * _size(kind), span_b * _size(kind), 0, 0
 
 
-register_rule("numba_xxdot", xxdot_reverse, outputs=(5,), extents=xxdot_extents)       # writes *res
-register_rule("numba_xxnrm2", xxnrm2_reverse, outputs=(4,), extents=xxnrm2_extents)    # writes *res
-register_rule("numba_xxgemv", xxgemv_reverse, outputs=(9,), extents=xxgemv_extents)    # writes y
-register_rule("numba_xxgemm", xxgemm_reverse, outputs=(12,), extents=xxgemm_extents)   # writes c
+register_rule("numba_xxdot", xxdot_reverse, outputs=(5,), extents=xxdot_extents,        # writes *res
+              forward=xxdot_forward)
+register_rule("numba_xxnrm2", xxnrm2_reverse, outputs=(4,), extents=xxnrm2_extents,     # writes *res
+              forward=xxnrm2_forward)
+register_rule("numba_xxgemv", xxgemv_reverse, outputs=(9,), extents=xxgemv_extents,     # writes y
+              forward=xxgemv_forward)
+register_rule("numba_xxgemm", xxgemm_reverse, outputs=(12,), extents=xxgemm_extents,    # writes c
+              forward=xxgemm_forward)

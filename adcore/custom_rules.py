@@ -18,6 +18,19 @@ that adds the callee's vector-Jacobian product into the shadows.
 
 The values the reverse reads through pointers must be unchanged between the call and the
 reverse pass; adcore refuses a kernel that overwrites them after the call.
+
+The optional ``forward`` (forward mode) is an njit function called just *before* the call,
+with the same arguments, and writes tangents:
+
+* for an **njit function** ``forward(a, b, ..., ta, tb, ...)`` gets the arguments, then
+  the tangent of each array argument (its shadow, an empty array when it has none) and of
+  each float scalar argument (0 when it has none), in order; it returns the tangent of
+  ``g``'s float return (``None`` when ``g`` returns no float) and writes the tangents of
+  the arrays ``g`` writes into their shadows;
+* for an **external symbol** ``forward(*args, *shadow_addresses)`` as its reverse, and
+  writes the tangents of the memory the call writes into the shadows.
+
+A kernel that calls a rule's target without a ``forward`` is refused in forward mode.
 """
 import itertools
 
@@ -37,35 +50,39 @@ LLVM_TO_NUMBA = {"i8": types.int8, "i16": types.int16, "i32": types.int32, "i64"
                  "float": types.float32, "double": types.float64, "ptr": types.int64}
 
 
-def register_rule(target, reverse, outputs=(), extents=None):
+def register_rule(target, reverse, outputs=(), extents=None, forward=None):
     """Differentiate calls to ``target`` (an njit function or the name of an external
     symbol) with the njit function ``reverse`` (see the module docstring).  ``outputs``
     lists the positions of pointer arguments the callee only writes: the reverse does not
     read them, so later code may overwrite them.  For an external symbol, ``extents`` (an
     njit function of the C arguments returning one byte count per pointer argument) lets
-    adcore copy an operand the kernel overwrites after the call, for the reverse to read."""
+    adcore copy an operand the kernel overwrites after the call, for the reverse to read.
+    ``forward`` is the optional forward-mode rule (module docstring)."""
     if not isinstance(reverse, CPUDispatcher):
         raise ADError(f"the reverse of a rule must be a numba.njit function, got {reverse!r}")
     if not isinstance(target, (str, CPUDispatcher)):
         raise ADError(f"a rule's target must be an njit function or a symbol name, got {target!r}")
-    if extents is not None and not isinstance(extents, CPUDispatcher):
-        raise ADError(f"the extents of a rule must be a numba.njit function, got {extents!r}")
-    _RULES.append((target, reverse, tuple(outputs), extents))
+    for what, f in (("extents", extents), ("forward", forward)):
+        if f is not None and not isinstance(f, CPUDispatcher):
+            raise ADError(f"the {what} of a rule must be a numba.njit function, got {f!r}")
+    _RULES.append((target, reverse, tuple(outputs), extents, forward))
     return reverse
 
 
-def rule(target, outputs=(), extents=None):
+def rule(target, outputs=(), extents=None, forward=None):
     """Decorator form: ``@adcore.rule(g)`` above ``@numba.njit def g_reverse(...)``."""
-    return lambda reverse: register_rule(target, reverse, outputs, extents)
+    return lambda reverse: register_rule(target, reverse, outputs, extents, forward)
 
 
 class BoundRule:
     """A rule matched to one callee symbol: ``argtypes`` are the callee's Numba argument
     types (``None`` for an external symbol), ``restype`` its return type."""
 
-    def __init__(self, symbol, reverse, outputs, argtypes=None, restype=None, extents=None):
+    def __init__(self, symbol, reverse, outputs, argtypes=None, restype=None, extents=None,
+                 forward=None):
         self.symbol, self.reverse, self.outputs = symbol, reverse, outputs
         self.argtypes, self.restype, self.extents = argtypes, restype, extents
+        self.forward = forward
 
     @property
     def is_external(self):
@@ -94,14 +111,15 @@ def find(callee):
     """The rule for LLVM function ``callee``, or None."""
     if not callee:
         return None
-    for target, reverse, outputs, extents in reversed(_RULES):
+    for target, reverse, outputs, extents, forward in reversed(_RULES):
         if isinstance(target, str):
             if target == callee:
-                return BoundRule(callee, reverse, outputs, extents=extents)
+                return BoundRule(callee, reverse, outputs, extents=extents, forward=forward)
             continue
         for sig, cres in list(target.overloads.items()):
             if cres.fndesc.mangled_name == callee:
-                return BoundRule(callee, reverse, (0, 1), list(sig), cres.signature.return_type)
+                return BoundRule(callee, reverse, (0, 1), list(sig), cres.signature.return_type,
+                                 forward=forward)
     return None
 
 

@@ -9,7 +9,8 @@
               memory.py      which memory has a shadow; which writes may clobber a load
               activity.py    varied / useful / active values, and what is refused
     generate  adjoint.py     the gradient function's IR (values.py: what the reverse pass
-                             recomputes or keeps; reverse.py, rule_calls.py, shadows.py)
+                             recomputes or keeps; reverse.py, rule_calls.py, shadows.py);
+                             forward mode: forward.py (forward_pipeline.py drives it)
     compile   native.py      O3 with vectorisation, MCJIT, external symbols checked
     stub      native.py      an njit function calling it with Numba's calling convention
 
@@ -48,6 +49,7 @@ class Primal:
         with stage("clean"):
             keep = {fn.name for fn in self.kernel.module.functions
                     if not fn.is_declaration and custom_rules.find(fn.name) is not None}
+            keep |= set(getattr(self.kernel, "keep", ()))     # calls a generator handles itself
             self.module = clean(self.kernel.module, self.kernel.symbol, keep)
         with stage("read"):
             self.ir = str(self.module)
@@ -134,12 +136,15 @@ class Analyses:
         self.activity, self.clobbers, self.rule_of = activity, clobbers, rule_of
 
 
-def analyse(primal_, layout, symbol, distinct):
+def analyse(primal_, layout, symbol, distinct, rule_of=None, seeds=()):
     """Stage ``analyse``, with the scratch-shadow fixed point: returns ``(spec, analyses,
     scratch)``, ``scratch`` the Const array arguments given internal shadows (those a
-    pointer may reach together with shadowed memory, and those that receive derivatives)."""
+    pointer may reach together with shadowed memory, and those that receive derivatives).
+    ``rule_of`` (default: the custom rules) finds the calls a generator handles itself;
+    ``seeds`` are values that carry derivatives besides the Active arguments."""
     func, args = primal_.func, primal_.func.args
-    cfg, pointers, rule_of = ControlFlow(func), PointerBases(func), custom_rules.lookup()
+    cfg, pointers = ControlFlow(func), PointerBases(func)
+    rule_of = rule_of or custom_rules.lookup()
     by_pointer = {layout.data_pointer(k): k for k in layout.arrays}
     data_args = list(by_pointer)
     scratch = set()
@@ -148,7 +153,8 @@ def analyse(primal_, layout, symbol, distinct):
         memory = ShadowedMemory(func, pointers, [args[s[0]] for s in spec.shadows], rule_of, spec.pyname)
         more = {by_pointer[p] for p in memory.mixed_constants(data_args)} - scratch
         if not more:
-            activity = Activity(func, memory, [args[i] for i in spec.active], args[0], spec.ret_active,
+            activity = Activity(func, memory, [args[i] for i in spec.active] + list(seeds), args[0],
+                                spec.ret_active,
                                 data_args, (rule_of, is_differentiable_call, is_pure_call))
             more = {by_pointer[p] for p in activity.unshadowed_writes} - scratch
         if not more:

@@ -15,15 +15,29 @@ meets the derivative as the math says (±inf).
 
 Instructions are keyed by opcode, calls by the math function's plain name: LLVM
 intrinsics (``llvm.sin.f64``) and libm calls (``sin``, ``sinf``) share one entry.
+
+**Tangents (forward mode)** come from the same entries: an entry's thunks evaluated at
+``dy = 1`` are the partial derivatives ``dy/da_i``, and the tangent is
+``dy = sum_i scale(da_i, dy/da_i)`` over the operands that have tangents (so a zero tangent
+stays zero where a partial is infinite, and sqrt'(0) = 0 as in reverse mode).  The entries
+made with ``_linear`` (additions, negation, casts, selects, lane moves) are linear in their
+float operands and carry their tangent: the same operation applied to the tangents.
 """
 import math
 import re
 
 from .emit import float_const
-from .ir import vector_shape
+from .ir import Operand, is_float_type, vector_shape
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _linear(adjoint, tangent):
+    """An entry linear in its float operands: ``adjoint`` for reverse mode, and its forward
+    ``tangent(instr, t)``, the IR text of the same operation on the operands' tangents ``t``."""
+    adjoint.tangent = tangent
+    return adjoint
 
 
 def _unary(derivative):
@@ -44,7 +58,7 @@ def _zero(X, ops, y, dy):
 
 
 def _select(X, ops, y, dy):
-    # y = c ? a : b                    da = c ? dy : 0,  db = c ? 0 : dy
+    # y = c ? a : b                    da = c ? dy : 0,  db = c ? 0 : dy;   dy = c ? da : db
     c = ops[0]
     return [None, lambda: X.select(c, dy, X.c(0)), lambda: X.select(c, X.c(0), dy)]
 
@@ -122,20 +136,20 @@ def _fdiv(X, ops, y, dy):
 
 
 def _extractelement(X, ops, y, dy):
-    # y = v[i]                          dv[i] += dy
+    # y = v[i]                          dv[i] += dy;                        dy = dv[i]
     v, i = ops
     return [lambda: X.e(f"insertelement {v.type} zeroinitializer, {X.t} {dy}, {i.type} {i}"), None]
 
 
 def _insertelement(X, ops, y, dy):
-    # y = v with y[i] = s               dv = dy with lane i zeroed,  ds = dy[i]
+    # y = v with y[i] = s               dv = dy with lane i zeroed,  ds = dy[i];  dy = dv with dy[i] = ds
     v, s, i = ops
     return [lambda: X.e(f"insertelement {X.t} {dy}, {s.type} {float_const(s.type, 0)}, {i.type} {i}"),
             lambda: X.e(f"extractelement {X.t} {dy}, {i.type} {i}"), None]
 
 
 def _shuffle(mask):
-    # y[j] = concat(a, b)[mask[j]]      d concat(a, b)[mask[j]] += dy[j]
+    # y[j] = concat(a, b)[mask[j]]      d concat(a, b)[mask[j]] += dy[j];   dy = the same shuffle of da, db
     def rule(X, ops, y, dy):
         a, b = ops
 
@@ -151,11 +165,12 @@ def _shuffle(mask):
                 d = X.e(f"insertelement {a.type} {d}, {elem} {X.e(f'fadd {elem} {cur}, {v}')}, i32 {k}")
             return d
         return [lambda: adjoint(0), lambda: adjoint(1)]
-    return rule
+    return _linear(rule, lambda ins, t: f"shufflevector {ins.operands[0].type} {t[0]}, "
+                                        f"{ins.operands[1].type} {t[1]}, {_MASK.search(ins.text).group(1)}")
 
 
 def _reduce_fadd(X, ops, y, dy):
-    # y = start + sum(v)                dstart = dy,  dv = (dy, ..., dy)
+    # y = start + sum(v)                dstart = dy,  dv = (dy, ..., dy);   dy = dstart + sum(dv)
     start, v = ops
     lanes = vector_shape(v.type)[0]
 
@@ -163,6 +178,9 @@ def _reduce_fadd(X, ops, y, dy):
         one = X.e(f"insertelement {v.type} poison, {X.t} {dy}, i32 0")
         return X.e(f"shufflevector {v.type} {one}, {v.type} poison, <{lanes} x i32> zeroinitializer")
     return [lambda: dy, splat]
+
+
+_MASK = re.compile(r"(<\s*[0-9]+\s*x\s*i32\s*>\s*(?:zeroinitializer|<[^>]*>|undef|poison))\s*$")
 
 
 def shuffle_mask(text):
@@ -178,26 +196,36 @@ def shuffle_mask(text):
 
 
 def _cast(op):
-    # y = (T) x                        dx = (S) dy
-    return lambda X, ops, y, dy: [lambda: X.cast(op, dy, ops[0].type)]
+    # y = (T) x                        dx = (S) dy;                         dy = (T) dx
+    return _linear(lambda X, ops, y, dy: [lambda: X.cast(op, dy, ops[0].type)],
+                   lambda ins, t: f"{ins.opcode} {ins.operands[0].type} {t[0]} to {ins.type}")
 
 
 RULES = {
-    # instructions
-    "fadd": lambda X, ops, y, dy: [lambda: dy, lambda: dy],                  # y = a + b
-    "fsub": lambda X, ops, y, dy: [lambda: dy, lambda: X.neg(dy)],           # y = a - b
+    # instructions; the linear ones with their tangent's text (t: the operands' tangents)
+    "fadd": _linear(lambda X, ops, y, dy: [lambda: dy, lambda: dy],          # y = a + b
+                    lambda ins, t: f"fadd {ins.type} {t[0]}, {t[1]}"),
+    "fsub": _linear(lambda X, ops, y, dy: [lambda: dy, lambda: X.neg(dy)],   # y = a - b
+                    lambda ins, t: f"fsub {ins.type} {t[0]}, {t[1]}"),
     "fmul": lambda X, ops, y, dy: [lambda: X.scale(dy, ops[1]),              # y = a b
                                    lambda: X.scale(dy, ops[0])],
     "fdiv": _fdiv,
     "frem": _frem,
-    "fneg": lambda X, ops, y, dy: [lambda: X.neg(dy)],                       # y = -a
-    "freeze": lambda X, ops, y, dy: [lambda: dy],                            # y = a
+    "fneg": _linear(lambda X, ops, y, dy: [lambda: X.neg(dy)],               # y = -a
+                    lambda ins, t: f"fneg {ins.type} {t[0]}"),
+    "freeze": _linear(lambda X, ops, y, dy: [lambda: dy],                    # y = a
+                      lambda ins, t: f"freeze {ins.type} {t[0]}"),
     "fpext": _cast("fptrunc"),
     "fptrunc": _cast("fpext"),
-    "select": _select,
-    "extractelement": _extractelement,
-    "insertelement": _insertelement,
-    "reduce_fadd": _reduce_fadd,
+    "select": _linear(_select, lambda ins, t: f"select {ins.operands[0].type} {ins.operands[0].ref}, "
+                                              f"{ins.type} {t[1]}, {ins.type} {t[2]}"),
+    "extractelement": _linear(_extractelement, lambda ins, t: f"extractelement {ins.operands[0].type} "
+                                                              f"{t[0]}, {ins.operands[1].type} {ins.operands[1].ref}"),
+    "insertelement": _linear(_insertelement, lambda ins, t: f"insertelement {ins.type} {t[0]}, "
+                                                            f"{ins.operands[1].type} {t[1]}, "
+                                                            f"{ins.operands[2].type} {ins.operands[2].ref}"),
+    "reduce_fadd": _linear(_reduce_fadd, lambda ins, t: f"call {ins.type} @{ins.callee}({ins.operands[0].type} "
+                                                        f"{t[0]}, {ins.operands[1].type} {t[1]})"),
     # math functions: (f(x))' as a function of x and y = f(x)
     "exp": _unary(lambda X, x, y: y),                                        # e^x
     "exp2": _unary(lambda X, x, y: X.mul(y, X.c(LN2))),                      # 2^x ln 2
@@ -281,3 +309,36 @@ def rule_for(instr):
     if instr.opcode == "shufflevector":
         return _shuffle(shuffle_mask(instr.text))
     return RULES[instr.opcode]
+
+
+class _Known:
+    """A primal value as the rules see it in forward mode (already computed)."""
+
+    def __init__(self, op):
+        self.op, self.type = op, op.type
+
+    def __str__(self):
+        return self.op.ref
+
+
+def tangent_rule(instr):
+    """``tangent(X, instr, tangents)``: the IR value of ``instr``'s tangent, given each
+    operand's tangent (``None`` where it has none); see the module docstring."""
+    adjoint = rule_for(instr)
+    if hasattr(adjoint, "tangent"):
+        def linear(X, ins, tangents):
+            zeros = [t if t is not None or not is_float_type(o.type) else float_const(o.type, 0)
+                     for o, t in zip(ins.operands, tangents)]
+            return X.e(adjoint.tangent(ins, zeros), "dt")
+        return linear
+
+    def chain(X, ins, tangents):
+        partials = adjoint(X, [_Known(o) for o in ins.operands], _Known(Operand(ins.ref, ins.type, ins)), X.c(1))
+        total = None
+        for t, partial in zip(tangents, partials):
+            if t is None or partial is None:
+                continue
+            term = X.scale(t, partial())
+            total = term if total is None else X.add(total, term)
+        return X.c(0) if total is None else total
+    return chain

@@ -142,6 +142,49 @@ dx[:], out[:], dout[:] = 0.0, 0.0, s
                                     Duplicated(out, dout))
 check_closed_form(da, dx, dout, value)
 """, None),
+    "autodiff_forward_njit": (NJIT + """
+from adcore import Forward, ForwardWithPrimal, BatchDuplicated
+tx = np.array([1.0, 0.5, -2.0, 0.25])
+dy, value = adcore.autodiff(ForwardWithPrimal, f, Duplicated(a, 0.5), Duplicated(x, tx), Duplicated(out, dout))
+expected = np.cos(a * x) * (0.5 * x + a * tx)          # d sin(a x) along (0.5, tx)
+np.testing.assert_allclose(dout, expected, rtol=1e-13)
+np.testing.assert_allclose(dy, expected.sum(), rtol=1e-13)
+np.testing.assert_allclose(value, np.sin(a * x).sum(), rtol=1e-14)
+dys = adcore.autodiff(Forward, f, a, BatchDuplicated(x, (tx, 2 * tx)), np.zeros(4))
+np.testing.assert_allclose(dys, [np.sum(a * np.cos(a * x) * tx) * k for k in (1, 2)], rtol=1e-13)
+""", None),
+    "jacobian": ("""
+import numpy as np
+import adcore
+from adcore import Forward, Reverse
+
+def g(x):
+    return np.sin(x) * x[0]
+
+x = np.array([0.5, -1.0, 2.0])
+J = adcore.jacobian(Forward, g, x)
+expected = np.diag(np.cos(x) * x[0])
+expected[:, 0] += np.sin(x)
+np.testing.assert_allclose(J, expected, rtol=1e-13)
+np.testing.assert_allclose(adcore.jacobian(Reverse, g, x), expected, rtol=1e-13)
+""", None),
+    "hvp_hessian": ("""
+import numpy as np
+import adcore
+
+def f(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 3 * x[0]
+    return s
+
+x, v = np.array([0.5, -1.0, 2.0]), np.array([1.0, 2.0, -0.5])
+H = 6 * np.diag(x) * x[0]
+H[0, :] += 3 * x ** 2
+H[:, 0] += 3 * x ** 2
+np.testing.assert_allclose(adcore.hvp(f, x, v), H @ v, rtol=1e-13)
+np.testing.assert_allclose(adcore.hessian(f, x), H, rtol=1e-13)
+""", None),
     "gradient": (NJIT + """
 from fdcheck import fd_gradient
 ga, gx, gout = adcore.gradient(Reverse, f, a, x, Const(out))

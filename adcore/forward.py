@@ -1,0 +1,343 @@
+"""Tangent generation: from one cleaned primal function to one forward-mode function.
+
+The tangent function has Numba's calling convention: ``i32 @tan(ptr retptr, ptr excinfo,
+<primal arguments>, <tangents of float arguments>, <shadow arrays>)`` with ``k`` tangents
+(lanes) per float argument and ``k`` shadows per shadowed array.  It runs the primal
+blocks once; right after each active instruction come its ``k`` tangents (the rule table
+of :mod:`adcore.rules`: :func:`adcore.rules.tangent_rule`), after each pointer into
+shadowed memory its ``k`` shadow pointers (:mod:`adcore.shadows`), after each store into
+shadowed memory the stores of the tangents into the shadows.  There is no reverse pass
+and no value stack; shadow allocations are freed when the function returns.
+
+Calls with a custom rule call the rule's forward (:mod:`adcore.custom_rules`) just before
+the call; a call without one is refused.  A float return's tangents are result fields.
+In *stack* mode (for :func:`adcore.hvp`, which differentiates adcore's own gradient IR)
+the value-stack calls of the gradient are mirrored on a tangent stack per lane: a float
+pushed has its tangent pushed, a float popped its tangent popped; and the reverse rules'
+zero guards ``select (v == 0), 0, v·p`` (:meth:`adcore.emit.Expr.unless_zero`) are
+differentiated as the ``v·p`` they stand for: at ``v = 0`` its tangent is ``dv·p``, not the
+guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
+"""
+from . import runtime
+from .emit import Emitter, Expr, float_const
+from .errors import UnsupportedError
+from .forward_calls import forward_rule_call
+from .ir import Operand, is_float_type, strip_metadata
+from .memory import is_memory_intrinsic
+from .rules import tangent_rule
+from .shadows import shadow_pointers
+
+
+
+class ForwardSpec:
+    """What to differentiate in forward mode: ``lanes`` directions; ``tangent_args`` the
+    LLVM argument indices of float arguments with tangents; ``shadows`` as in
+    :class:`adcore.adjoint.Spec`; ``result_type`` the LLVM struct ``retptr`` points to and
+    ``tangent_field`` its first tangent field (None: the return has no tangent)."""
+
+    def __init__(self, symbol, pyname, lanes, tangent_args, shadows, result_type, tangent_field):
+        self.symbol, self.pyname, self.lanes = symbol, pyname, lanes
+        self.tangent_args, self.shadows = tangent_args, shadows
+        self.result_type, self.tangent_field = result_type, tangent_field
+
+    # what :func:`adcore.pipeline.analyse` reads
+    @property
+    def active(self):
+        return self.tangent_args
+
+    @property
+    def ret_active(self):
+        return self.tangent_field is not None
+
+
+class _Lane:
+    """One direction's shadows: the shadow parameter of each shadowed argument and the
+    shadow pointer of each pointer into shadowed memory (what :func:`shadow_pointers`
+    reads of a generator)."""
+
+    def __init__(self, gen, j, shadow_ref):
+        self.gen, self.memory, self.cfg, self.e = gen, gen.memory, gen.cfg, gen.e
+        self.retptr, self.shadow_ref, self.returned_shadow = gen.retptr, shadow_ref, {}
+        self.shadow_def = shadow_pointers(self)
+        self.j = j
+
+    def alloca(self, type_, hint):
+        return self.gen.alloca(type_, hint)
+
+    def unsupported(self, instr, detail):
+        return self.gen.unsupported(instr, detail)
+
+    def shadow(self, op):
+        d = op.defn
+        if d in self.shadow_ref:
+            return self.shadow_ref[d]
+        if d not in self.shadow_def:
+            raise UnsupportedError(f"pointer {op.ref}", self.gen.spec.pyname, "its shadow cannot be computed")
+        return self.shadow_def[d].ref
+
+
+class TangentGenerator:
+    """Builds the tangent function of one primal function for one :class:`ForwardSpec`.
+    ``stack_rule(instr)`` tells the value-stack calls of stack mode (None otherwise)."""
+
+    def __init__(self, func, spec, analyses, context=None, stack_rule=None):
+        self.func, self.spec, self.context = func, spec, context
+        self.cfg, self.memory, self.act = analyses.cfg, analyses.memory, analyses.activity
+        self.rule_of, self.stack_rule = analyses.rule_of, stack_rule or _no_stack
+        args, k = func.args, spec.lanes
+        self.retptr = args[0]
+        taken = {a.name for a in args} | {b.name for b in func.blocks}
+        taken |= {i.name for i in func.instructions() if i.name}
+        self.e = Emitter(taken)
+        self.entry, self.exit_ref = self.e.fresh("fentry"), self.e.fresh("fexit")
+        self.dtors, self.rawfrees = self.e.fresh("dtors"), self.e.fresh("rawfrees")
+        self.tstacks = [self.e.fresh("tstack") for _ in range(spec.lanes)]
+        self.allocas, self.stack_types, self.ret_blocks = [], {"ptr"}, []
+        self.params = [f"{a.type} {a.ref}" for a in args]
+        self.arg_tangent = {}
+        for index in spec.tangent_args:
+            arg = args[index]
+            for j in range(k):
+                ref = f"%ad.targ{index}.{j}"
+                self.params.append(f"{arg.type} {ref}")
+                self.arg_tangent[arg, j] = ref
+        shadow_refs = [{} for _ in range(k)]
+        for s, (data_index, types, data_pos) in enumerate(spec.shadows):
+            for j in range(k):
+                names = [f"%ad.tsh{s}.{j}.{p}" for p in range(len(types))]
+                self.params += [f"{t} {n}" for t, n in zip(types, names)]
+                shadow_refs[j][args[data_index]] = names[data_pos]
+        self.lanes = [_Lane(self, j, shadow_refs[j]) for j in range(k)]
+        self.names = {}
+
+    def unsupported(self, instr, detail):
+        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
+
+    def alloca(self, type_, hint):
+        ref = self.e.fresh(hint)
+        self.allocas.append(f"  {ref} = alloca {type_}")
+        return ref
+
+    def tangent(self, op, j):
+        """The IR spelling of lane ``j``'s tangent of operand ``op`` (a zero constant when it
+        has none)."""
+        d = op.defn
+        if (d, j) in self.arg_tangent:
+            return self.arg_tangent[d, j]
+        if d is not None and d in self.act.active:
+            if (d, j) not in self.names:
+                self.names[d, j] = self.e.fresh("dt")
+            return self.names[d, j]
+        return "0" if op.type.startswith("i") else float_const(op.type, 0)
+
+    def has_tangent(self, op):
+        return (op.defn, 0) in self.arg_tangent or op.defn is not None and op.defn in self.act.active
+
+    # -- emission --------------------------------------------------------------------
+    def build(self):
+        """The tangent function and its helpers, as IR text."""
+        body = []
+        for block in self.func.blocks:
+            self.e.lines = []
+            self.block(block)
+            body += self.e.lines
+        self.e.lines = []
+        self.exit()
+        stacks = [self.dtors, self.rawfrees] + self.tstacks
+        entry = [self.entry[1:] + ":"]
+        for stack in stacks:
+            entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
+                      f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
+        entry += self.allocas
+        if self.spec.tangent_field is not None:      # the return's tangents start at zero
+            t = self.ret_type
+            for j in range(self.spec.lanes):
+                entry.append(f"  store {t} {float_const(t, 0)}, ptr {self.result_field(j, entry)}")
+        entry.append(f"  br label {self.func.entry.ref}")
+        text = f"define i32 @{self.spec.symbol}({', '.join(self.params)}) {{\n" \
+               + "\n".join(entry + body + self.e.lines) + "\n}\n"
+        return text + runtime.helpers(self.stack_types)
+
+    @property
+    def ret_type(self):
+        stores = [i for i in self.func.instructions() if i.opcode == "store" and i.operands[1].defn is self.retptr]
+        return stores[0].operands[0].type if stores else "double"
+
+    def result_field(self, j, lines=None):
+        ref = self.e.fresh("tret")
+        text = f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr %retptr, i32 0, " \
+               f"i32 {self.spec.tangent_field + j}"
+        (self.e.lines if lines is None else lines).append(text)
+        return ref
+
+    def block(self, block):
+        e, k = self.e, self.spec.lanes
+        e.label(block.name)
+        phis = block.phis
+        for phi in phis:
+            e.line(strip_metadata(phi.text))
+        for lane in self.lanes:
+            for phi in phis:
+                if phi in lane.shadow_def:
+                    e.line(lane.shadow_def[phi].text)
+        for phi in phis:
+            if phi in self.act.active:
+                for j in range(k):
+                    entries = ", ".join(f"[ {self.tangent(o, j)}, {b.ref} ]"
+                                        for o, b in zip(phi.operands, phi.incoming))
+                    e.line(f"{self.tangent(Operand(phi.ref, phi.type, phi), j)} = phi {phi.type} {entries}")
+        for instr in block.instrs[len(phis):]:
+            self.instruction(instr)
+
+    def instruction(self, instr):
+        e = self.e
+        if instr.opcode == "ret":
+            self.ret_blocks.append((instr.block, instr.operands[0]))
+            e.line(f"br label {self.exit_ref}")
+            return
+        stack = self.stack_rule(instr)
+        if stack is not None:
+            self.stack_call(instr, stack)
+            return
+        rule = self.rule_of(instr)
+        if rule is not None:
+            for lane in self.lanes:
+                forward_rule_call(self, instr, rule, lane)
+        e.line(strip_metadata(instr.text))     # per-instruction metadata numbers are not the module's
+        for lane in self.lanes:
+            syn = lane.shadow_def.get(instr)
+            if syn is not None:
+                e.line(syn.text)
+                for call, stack_ref in (("@ad.shadow.raw", self.rawfrees), ("@ad.shadow.alloc", self.dtors)):
+                    if call in syn.text:
+                        e.line(f"call void @ad.push.ptr(ptr {stack_ref}, ptr {syn.ref})")
+        if instr.opcode == "store":
+            self.store(instr)
+        elif is_memory_intrinsic(instr):
+            self.memory_intrinsic(instr)
+        elif instr in self.act.active and rule is None:
+            for lane in self.lanes:
+                self.tangent_of(instr, lane)
+
+    def tangent_of(self, instr, lane):
+        j, e = lane.j, self.e
+        if instr.opcode == "load":
+            out = self.tangent(Operand(instr.ref, instr.type, instr), j)
+            e.line(f"{out} = load {instr.type}, ptr {lane.shadow(instr.operands[0])}")
+            return
+        guarded = self.zero_guarded(instr)
+        if guarded is not None:
+            value = self.tangent(guarded, j)
+        else:
+            X = Expr(e, instr.type)
+            tangents = [self.tangent(o, j) if self.has_tangent(o) else None for o in instr.operands]
+            try:
+                value = tangent_rule(instr)(X, instr, tangents)
+            except KeyError:
+                raise self.unsupported(instr, "no tangent rule for this instruction") from None
+        out = self.names.get((instr, j))
+        if out is not None:          # already used (by a phi on a back edge): copy into it
+            e.line(f"{out} = select i1 true, {instr.type} {value}, {instr.type} {value}")
+        else:
+            self.names[instr, j] = value
+
+    def zero_guarded(self, instr):
+        """Stack mode: the guarded operand ``x`` of a zero guard ``select (v == 0), 0, x``
+        (or ``select (v != 0), x, 0``) on a value ``v`` with a tangent; else None."""
+        if self.stack_rule is _no_stack or instr.opcode != "select":
+            return None
+        cond = instr.operands[0].defn
+        if getattr(cond, "opcode", None) != "fcmp" or not any(_is_zero(o) for o in cond.operands) \
+                or not any(self.has_tangent(o) for o in cond.operands):
+            return None
+        predicate = cond.text.split("fcmp", 1)[1].split()[0]
+        zero_at, kept_at = {"oeq": (1, 2), "une": (2, 1)}.get(predicate, (None, None))
+        if zero_at is None or not _is_zero(instr.operands[zero_at]):
+            return None
+        return instr.operands[kept_at]
+
+    def store(self, instr):
+        value, ptr = instr.operands
+        if ptr.defn is self.retptr:
+            if self.spec.tangent_field is not None:
+                for j in range(self.spec.lanes):
+                    self.e.line(f"store {value.type} {self.tangent(value, j)}, ptr {self.result_field(j)}")
+            return
+        if not self.memory.is_shadowed(ptr):
+            return
+        t = value.type
+        if not (is_float_type(t) or value.defn in self.act.pun_type or value.is_const and t.startswith("i")):
+            raise self.unsupported(instr, "a non-float value is stored into a differentiable array")
+        for lane in self.lanes:
+            self.e.line(f"store {t} {self.tangent(value, lane.j)}, ptr {lane.shadow(ptr)}")
+
+    def memory_intrinsic(self, instr):
+        """memcpy(d, s, n): shadow(d) = shadow(s) (0 when s has none); memset(d): shadow(d) = 0."""
+        dst, size = instr.operands[0], instr.operands[2]
+        if not self.memory.is_shadowed(dst):
+            return
+        src = None if instr.callee.startswith("llvm.memset") else instr.operands[1]
+        for lane in self.lanes:
+            if src is not None and self.memory.is_shadowed(src):
+                self.e.line(f"call void @{instr.callee}(ptr {lane.shadow(dst)}, ptr {lane.shadow(src)}, "
+                            f"{size.type} {size.ref}, i1 false)")
+            else:
+                self.e.declare(f"llvm.memset.p0.{size.type}",
+                               f"declare void @llvm.memset.p0.{size.type}(ptr, i8, {size.type}, i1)")
+                self.e.line(f"call void @llvm.memset.p0.{size.type}(ptr {lane.shadow(dst)}, i8 0, "
+                            f"{size.type} {size.ref}, i1 false)")
+
+    def stack_call(self, instr, kind):
+        """Stack mode: ``push(s, v)`` pushes v's tangent on each lane's tangent stack,
+        ``pop(s)`` pops it (floats only; other values carry no tangent)."""
+        e = self.e
+        e.line(strip_metadata(instr.text))
+        what, t = kind.what, kind.type
+        if not is_float_type(t):
+            return
+        self.stack_types.add(t)
+        tag = runtime.type_tag(t)
+        for j in range(self.spec.lanes):
+            if what == "push":
+                e.line(f"call void @ad.push.{tag}(ptr {self.tstacks[j]}, {t} {self.tangent(instr.operands[1], j)})")
+            else:
+                out = self.tangent(Operand(instr.ref, instr.type, instr), j)
+                if instr not in self.act.active:
+                    out = e.fresh("unused")
+                e.line(f"{out} = call {t} @ad.pop.{tag}(ptr {self.tstacks[j]})")
+
+    def exit(self):
+        e = self.e
+        e.label(self.exit_ref)
+        status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
+        e.line(f"call void @ad.release(ptr {self.dtors}, ptr @NRT_MemInfo_call_dtor)")
+        e.line(f"call void @ad.release(ptr {self.rawfrees}, ptr @NRT_Free)")
+        for stack in self.tstacks:
+            e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
+        e.line(f"ret i32 {status}")
+
+
+def _no_stack(instr):
+    return None
+
+
+def _is_zero(op):
+    """True for a constant float zero (scalar or vector)."""
+    if not op.is_const:
+        return False
+    if op.ref == "zeroinitializer":
+        return True
+    try:                         # LLVM spells floats as decimals or as the double's bits in hex
+        return int(op.ref, 16) & ~(1 << 63) == 0 if op.ref.startswith("0x") else float(op.ref) == 0.0
+    except ValueError:
+        return False
+
+
+def tangent_module(module, gen):
+    """IR text of ``module`` (the cleaned primal) plus the tangent function built by ``gen``."""
+    text = gen.build()
+    existing = {f.name for f in module.functions}
+    decls = dict(runtime.DECLARATIONS)
+    decls.update(gen.e.declarations)
+    extra = [d for name, d in decls.items() if name not in existing]
+    return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n"

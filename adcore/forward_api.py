@@ -1,0 +1,327 @@
+"""Forward mode and second derivatives: ``autodiff(Forward, ...)``, ``jacobian``, ``hvp``,
+``hessian``.
+
+``hvp`` differentiates adcore's own gradient IR in forward mode (forward over reverse):
+the gradient of ``f`` is compiled as usual, its IR is captured as a kernel whose value-stack
+calls are kept as calls, and the tangent generator runs on it in *stack mode*.
+"""
+import re
+import threading
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+
+from . import api, numba_abi
+from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
+from .arguments import _check_memory, annotate, distinct as _distinct, is_float_scalar, share_memory
+from .capture import Kernel
+from .errors import ActivityError, UnsupportedError
+from .forward_pipeline import differentiate_forward
+from .numba_abi import target_machine
+
+BATCH = 8                        # directions per pass of jacobian(Forward) and hessian
+_cache = api._Bounded()
+_lock = threading.RLock()
+
+
+# -- annotations ------------------------------------------------------------------------
+def _tangents(k, ann, lanes):
+    """The checked tangents (a list of ``lanes``) of argument ``k``, or None for Const."""
+    if isinstance(ann, Active):
+        raise ActivityError(f"argument {k}: Active is reverse mode; in forward mode pass "
+                            f"Duplicated(x, dx) with the tangent dx")
+    if not isinstance(ann, (Duplicated, BatchDuplicated)):
+        return None
+    v = ann.val
+    ts = list(ann.dval) if isinstance(ann, BatchDuplicated) else [ann.dval]
+    if isinstance(ann, BatchDuplicated) and not isinstance(ann.dval, tuple):
+        raise ActivityError(f"argument {k}: BatchDuplicated needs a tuple of tangents, got "
+                            f"{type(ann.dval).__name__}")
+    if len(ts) != lanes:
+        raise ActivityError(f"argument {k}: {len(ts)} tangents, but other arguments have {lanes}")
+    if is_float_scalar(v):
+        for t in ts:
+            if not (is_float_scalar(t) or isinstance(t, int) and not isinstance(t, bool)):
+                raise ActivityError(f"argument {k}: the tangent of a float is a float, got "
+                                    f"{type(t).__name__}")
+        return [float(t) for t in ts]
+    if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.dtype.itemsize not in (4, 8):
+        what = f"a {v.dtype} array" if isinstance(v, np.ndarray) else type(v).__name__
+        raise ActivityError(f"argument {k}: {type(ann).__name__} on {what}; only floats and float32/"
+                            f"float64 arrays carry tangents (pass it plainly or as Const)")
+    for t in ts:
+        if not isinstance(t, np.ndarray) or t.shape != v.shape or t.dtype != v.dtype:
+            got = f"{t.dtype}{list(t.shape)}" if isinstance(t, np.ndarray) else type(t).__name__
+            raise ActivityError(f"argument {k}: tangent is {got} but its primal is "
+                                f"{v.dtype}{list(v.shape)}; they must match in shape and dtype")
+        if not t.flags.writeable:
+            raise ActivityError(f"argument {k}: the tangent array is read-only")
+    return ts
+
+
+def _annotate(args):
+    """``(annotations, tangents per argument, lanes)`` for forward mode, checked."""
+    if args and isinstance(args[0], type) and issubclass(args[0], Annotation):
+        raise ActivityError(f"a return activity ({args[0].__name__}) is reverse mode; forward mode "
+                            f"returns the tangent of a float return")
+    anns = [a if isinstance(a, Annotation) else Const(a) for a in args]
+    batches = {len(a.dval) for a in anns if isinstance(a, BatchDuplicated) and isinstance(a.dval, tuple)}
+    if len(batches) > 1:
+        raise ActivityError(f"BatchDuplicated arguments have different numbers of tangents: {sorted(batches)}")
+    lanes = batches.pop() if batches else 1
+    if lanes == 0:
+        raise ActivityError("BatchDuplicated needs at least one tangent")
+    tangents = [_tangents(k, a, lanes) for k, a in enumerate(anns)]
+    for j in range(lanes):            # each lane's tangents as reverse mode's shadows
+        _check_memory([Duplicated(a.val, ts[j]) if ts is not None and isinstance(ts[0], np.ndarray)
+                       else Const(a.val) for a, ts in zip(anns, tangents)])
+    owned = [(k, j, t) for k, ts in enumerate(tangents) if ts and isinstance(ts[0], np.ndarray)
+             for j, t in enumerate(ts)]
+    for i, (k, j, t) in enumerate(owned):
+        for k2, j2, u in owned[i + 1:]:
+            if j2 != j and share_memory(t, u):
+                raise ActivityError(f"arguments {k} and {k2}: tangents of two directions share memory")
+    return anns, tangents, lanes
+
+
+def _compiled(f, anns, tangents, lanes):
+    """The compiled tangent function for these arguments (cached by what a call can tell
+    without Numba's typeof, as reverse mode's ``api._compiled``)."""
+    floats = tuple(k for k, t in enumerate(tangents) if t is not None and not isinstance(t[0], np.ndarray))
+    arrays = tuple(k for k, t in enumerate(tangents) if t is not None and isinstance(t[0], np.ndarray))
+    distinct = _distinct([a.val for a in anns if isinstance(a.val, np.ndarray)])
+    key = (f, tuple(api._arg_key(a.val) for a in anns), floats, arrays, lanes, distinct)
+    entry = _cache.get(key)
+    if entry is None:
+        with _lock:
+            entry = _cache.get(key)
+            if entry is None:
+                dispatcher = api._dispatcher(f)
+                args = (tuple(numba.typeof(a.val) for a in anns), list(floats), list(arrays), lanes, distinct)
+                try:
+                    entry = _cache[key] = differentiate_forward(dispatcher, *args)
+                except UnsupportedError as err:
+                    raise api._located(err, dispatcher, args, differentiate_forward) from None
+    return entry
+
+
+def autodiff_forward(mode, f, *args):
+    """Forward-mode derivative of ``f`` (``adcore.autodiff(Forward, ...)``).
+
+    ``Duplicated(x, dx)`` gives float or array ``x`` the tangent ``dx`` (array tangents are
+    updated in place: on exit they hold the tangents of the arrays' new contents);
+    ``BatchDuplicated(x, (v1, ..., vk))`` gives k directions at once; the rest is Const.
+    Returns the tangent of ``f``'s float return (a tuple of k with BatchDuplicated;
+    ``None`` when ``f`` returns no float); with ``ForwardWithPrimal`` ``(tangent, value)``."""
+    anns, tangents, lanes = _annotate(args)
+    everything = api._with_defaults(f, anns)
+    tangents += [None] * (len(everything) - len(anns))
+    compiled = _compiled(f, everything, tangents, lanes)
+    dys, value = compiled.run(everything, tangents)
+    batched = any(isinstance(a, BatchDuplicated) for a in anns)
+    dy = dys if dys is None or batched else dys[0]
+    return (dy, value) if mode.with_primal else dy
+
+
+# -- Jacobians --------------------------------------------------------------------------
+def _array_arg(x, what):
+    if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype.itemsize in (4, 8)):
+        raise ActivityError(f"{what}: x must be a float32 or float64 array, got "
+                            f"{getattr(x, 'dtype', type(x).__name__)}")
+    return x
+
+
+_writers = api._Bounded()
+
+
+def _writer(g, nconst):
+    """An njit ``w(x, out, *consts)`` doing ``out[...] = g(x, *consts)`` (``out`` is
+    C-contiguous; an element loop compiles faster than Numba's broadcasting assignment)."""
+    key = (g, nconst)
+    if key not in _writers:
+        names = "".join(f", c{i}" for i in range(nconst))
+        scope = {"g": api._dispatcher(g), "np": np}
+        exec(f"def w(x, out{names}):\n    r = np.ravel(g(x{names}))\n    o = out.reshape(out.size)\n"
+             f"    for i in range(o.size):\n        o[i] = r[i]\n", scope)
+        _writers[key] = numba.njit(scope["w"])
+    return _writers[key]
+
+
+def jacobian(mode, g, x, *const_args):
+    """The Jacobian of ``g(x, *const_args)`` (a float array) at ``x``: shape
+    ``g(x).shape + x.shape``.  ``Forward`` builds it by columns (vector forward mode, 8
+    directions a pass), ``Reverse`` by rows (one reverse pass per output)."""
+    api._check_mode(mode, forward_ok=True)
+    x = _array_arg(x, "jacobian")
+    y = api._dispatcher(g)(x.copy(), *const_args)
+    if not (isinstance(y, np.ndarray) and y.dtype.kind == "f"):
+        raise ActivityError(f"jacobian: g must return a float array, got {type(y).__name__}")
+    w = _writer(g, len(const_args))
+    consts = [Const(c) for c in const_args]
+    J = np.zeros((y.size, x.size))
+    if mode.forward:
+        for cols in _batches(x.size):
+            seeds = tuple(_unit(x, i) for i in cols)
+            douts = tuple(np.zeros_like(y) for _ in cols)
+            autodiff_forward(mode, w, BatchDuplicated(x.copy(), seeds), BatchDuplicated(np.empty_like(y), douts),
+                             *consts)
+            for i, d in zip(cols, douts):
+                if i is not None:
+                    J[:, i] = d.ravel()
+    else:
+        for i in range(y.size):
+            dx = np.zeros_like(x)
+            api.autodiff(Reverse, w, Duplicated(x.copy(), dx), Duplicated(np.empty_like(y), _unit(y, i)), *consts)
+            J[i] = dx.ravel()
+    return J.reshape(y.shape + x.shape)
+
+
+def _batches(n):
+    """Column indices in batches of ``min(n, BATCH)``, the last padded with None (a zero
+    direction), so that one compiled width serves every batch."""
+    width = min(n, BATCH)
+    cols = list(range(n)) + [None] * (-n % width)
+    return [cols[k:k + width] for k in range(0, len(cols), width)]
+
+
+def _unit(x, i):
+    """The unit direction along element ``i`` of ``x`` (zero for None)."""
+    e = np.zeros_like(x)
+    if i is not None:
+        e.flat[i] = 1
+    return e
+
+
+# -- second derivatives: forward over reverse --------------------------------------------
+_STACK_CALL = re.compile(r"^adg\.(push|pop)\.")
+_HELPER_DEF = re.compile(r"^(define internal [^@]*@adg\.(?!push\.|pop\.|stack\.grow)[^(]*\(.*\)) noinline", re.M)
+_STACK_DEF = re.compile(r"^(define internal [^@]*@adg\.(?:push|pop)\.[^(]*\(.*\)) alwaysinline", re.M)
+
+
+class StackCall:
+    """A value-stack call of gradient IR, handled by the tangent generator (stack mode)."""
+
+    is_external, forward, outputs = False, None, (0,)     # writes the stack struct only
+
+    def __init__(self, what, type_):
+        self.what, self.type = what, type_
+
+
+def stack_rule(instr):
+    """The :class:`StackCall` of a ``push``/``pop`` call of gradient IR, or None."""
+    if instr.opcode != "call" or not _STACK_CALL.match(instr.callee or ""):
+        return None
+    if instr.callee.startswith("adg.push."):
+        return StackCall("push", instr.operands[1].type)
+    return StackCall("pop", instr.type)
+
+
+def _float_pops(func, name):
+    """The float pops of gradient IR (they carry tangents from the start); refuses calls to
+    custom-rule reverses, which no forward rule differentiates."""
+    for instr in func.instructions():
+        if instr.opcode == "call" and (instr.callee or "").startswith("adcore_rule_"):
+            raise UnsupportedError(f"'{instr.text}'", name, "hvp cannot differentiate the reverse "
+                                   "of a custom rule (the gradient of a kernel with BLAS calls or rules)")
+    return [i for i in func.instructions()
+            if stack_rule(i) is not None and stack_rule(i).what == "pop" and i.is_float]
+
+
+class GradientKernel:
+    """adcore's compiled gradient of a kernel, presented as a kernel to differentiate:
+    arguments are the kernel's then its shadows; its stack push/pop stay calls."""
+
+    def __init__(self, compiled, argtypes, pyname):
+        self.compiled, self.argtypes, self.pyname = compiled, argtypes, pyname
+        self.__name__ = f"gradient of {pyname}"
+        self.symbol = re.search(r"define i32 @(adcore_grad_[0-9]+)\(", compiled.adjoint_ir).group(1)
+
+    def _adcore_capture(self, argtypes):
+        text = re.sub(r"@ad\.", "@adg.", self.compiled.adjoint_ir)
+        text = _HELPER_DEF.sub(r"\1", text)          # shadow allocations and frees get inlined
+        text = _STACK_DEF.sub(r"\1", text)           # pushes and pops stay calls
+        module = llvm.parse_assembly(text)
+        tm = target_machine()
+        module.triple, module.data_layout = tm.triple, str(tm.target_data)
+        kernel = Kernel(tuple(argtypes), self.compiled.native.nopython_signatures[0].return_type,
+                        self.symbol, module, self.__name__, numba_abi.target_context())
+        kernel.keep = [fn.name for fn in module.functions if _STACK_CALL.match(fn.name)]
+        return kernel
+
+
+_gradients = api._Bounded()
+
+
+def _gradient_kernel(f, x, const_args):
+    anns = api._with_defaults(f, annotate([Duplicated(x, np.zeros_like(x))] + [Const(c) for c in const_args]))
+    compiled = api._compiled(f, anns, Active)
+    key = (compiled, len(anns))
+    if key not in _gradients:
+        argtypes = tuple(numba.typeof(a.val) for a in anns)
+        shadows = tuple(argtypes[k] for k in compiled.shadowed)
+        name = getattr(getattr(f, "py_func", f), "__qualname__", str(f))
+        _gradients[key] = (GradientKernel(compiled, argtypes + shadows, name), anns)
+    return _gradients[key]
+
+
+def _hvps(f, x, directions, const_args):
+    """``[H(x) v for v in directions]`` in one forward pass over the gradient of ``f``."""
+    gk, anns = _gradient_kernel(f, x, const_args)
+    compiled = gk.compiled
+    written = 0 in compiled.written                    # f overwrites x: work on copies
+    values = [x.copy() if written else x] + [a.val for a in anns[1:]]
+    shadows = [np.zeros_like(values[k]) for k in compiled.shadowed]
+    dx_position = len(values) + compiled.shadowed.index(0)
+    tangents = [None] * (len(values) + len(shadows))
+    tangents[0] = [np.array(v, x.dtype, copy=written).reshape(x.shape) for v in directions]
+    tangents[dx_position] = [np.zeros_like(x) for _ in directions]
+    everything = [Duplicated(values[0], tangents[0][0])] + [Const(v) for v in values[1:]] + \
+                 [Duplicated(s, tangents[dx_position][0]) if k == 0 else Const(s)
+                  for k, s in zip(compiled.shadowed, shadows)]
+    key = (gk, tuple(api._arg_key(a.val) for a in everything), len(directions))
+    entry = _cache.get(key)
+    if entry is None:
+        with _lock:
+            try:
+                entry = _cache.get(key) or differentiate_forward(
+                    gk, tuple(numba.typeof(a.val) for a in everything), [], [0, dx_position], len(directions),
+                    _distinct([a.val for a in everything]), stack_rule=stack_rule,
+                    seeds=lambda func: _float_pops(func, gk.__name__))
+            except UnsupportedError as err:
+                why = " (the gradient keeps array pointers on its value stack: an array allocated " \
+                      "in a loop)" if "@ad.push.ptr(ptr %ad.stack," in compiled.adjoint_ir else ""
+                raise UnsupportedError(f"the Hessian of {gk.pyname}", None,
+                                       f"forward mode over its gradient{why}: {err}") from None
+            _cache[key] = entry
+    entry.run(everything, tangents)
+    return tangents[dx_position]
+
+
+def _objective_args(f, x, v=None):
+    x = _array_arg(x, "hvp")
+    if v is not None and (not isinstance(v, np.ndarray) or v.shape != x.shape):
+        raise ActivityError(f"hvp: v must be an array of x's shape {x.shape}, got "
+                            f"{getattr(v, 'shape', type(v).__name__)}")
+    return x
+
+
+def hvp(f, x, v, *const_args):
+    """``H(x) @ v`` for the Hessian H of the float function ``f(x, *const_args)``: forward
+    mode applied to adcore's reverse-mode IR of ``f`` (exact, no finite differences);
+    the result has ``x``'s shape."""
+    x = _objective_args(f, x, v)
+    return _hvps(f, x, [v], const_args)[0]
+
+
+def hessian(f, x, *const_args):
+    """The Hessian of the float function ``f(x, *const_args)`` at ``x``, shape
+    ``x.shape + x.shape``: columns by vector forward mode over the gradient (8 a pass)."""
+    x = _objective_args(f, x)
+    H = np.zeros((x.size, x.size))
+    for cols in _batches(x.size):
+        for i, column in zip(cols, _hvps(f, x, [_unit(x, i) for i in cols], const_args)):
+            if i is not None:
+                H[:, i] = column.ravel()
+    return H.reshape(x.shape + x.shape)
+

@@ -1,0 +1,128 @@
+"""The forward-mode pipeline: the stages of :mod:`adcore.pipeline` (capture, clean, read,
+analyse) with the tangent generator of :mod:`adcore.forward` in place of the adjoint one;
+and calling a compiled tangent function on annotated arguments."""
+import itertools
+
+from numba.core import types as nbtypes
+
+import numpy as np
+
+from . import custom_rules, native, numba_abi, pipeline
+from .annotations import Const, Duplicated
+from .compiled import CompiledGradient, _like_strides
+from .errors import UnsupportedError
+from .forward import ForwardSpec, TangentGenerator, tangent_module
+from .timings import compiling, stage
+
+_counter = itertools.count()
+
+
+class ForwardLayout:
+    """Where each argument sits among the tangent function's LLVM parameters, and its
+    result struct ``(primal return?, k tangents of a float return..., int64)``.
+    ``tangent_floats`` are the float arguments with tangents, ``duplicated`` the arrays."""
+
+    def __init__(self, primal_, argtypes, tangent_floats, duplicated, lanes):
+        kernel, func = primal_.kernel, primal_.func
+        self.pyname, ctx, restype = kernel.pyname, kernel.context, kernel.restype
+        if isinstance(restype, nbtypes.Array):
+            raise UnsupportedError("the returned array", self.pyname,
+                                   "forward mode needs the result written into an argument "
+                                   "(adcore.jacobian wraps such functions itself)")
+        self.has_primal = restype is not nbtypes.none
+        self.ret_float = isinstance(restype, nbtypes.Float)
+        counts = [len(numba_abi.flat_types(ctx, t)) for t in argtypes]
+        self.groups = [func.args[2 + sum(counts[:k]):2 + sum(counts[:k + 1])] for k in range(len(argtypes))]
+        self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+        self.tangent_floats, self.duplicated, self.lanes = tangent_floats, duplicated, lanes
+        fields = [restype] if self.has_primal else []
+        self.tangent_field = len(fields) if self.ret_float else None
+        fields += [restype] * lanes if self.ret_float else []
+        self.result = nbtypes.Tuple(tuple(fields + [nbtypes.int64]))
+        self.result_ir = str(ctx.get_value_type(self.result))
+        self.func = func
+
+    def data_pointer(self, k):
+        return self.groups[k][numba_abi.DATA]
+
+    def spec(self, symbol, scratch, distinct):
+        args = self.func.args
+        shadows = [(args.index(self.data_pointer(k)), [a.type for a in self.groups[k]], numba_abi.DATA)
+                   for k in self.duplicated + sorted(scratch)]
+        return ForwardSpec(symbol, self.pyname, self.lanes,
+                           [args.index(self.groups[k][0]) for k in self.tangent_floats],
+                           shadows, self.result_ir, self.tangent_field)
+
+
+def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lanes, distinct,
+                          stack_rule=None, seeds=None):
+    """Every stage for one kernel in forward mode: a :class:`CompiledForward`.  ``stack_rule``
+    and ``seeds(func)`` switch on stack mode (:mod:`adcore.forward`), used by ``hvp``."""
+    with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
+        primal_ = pipeline.primal(dispatcher, argtypes)
+        with stage("layout"):
+            layout = ForwardLayout(primal_, argtypes, tangent_floats, duplicated, lanes)
+        symbol = f"adcore_tangent_{next(_counter)}"
+        with stage("analyse"):
+            rule_of = None
+            if stack_rule is not None:
+                base = custom_rules.lookup()
+                rule_of = lambda instr: stack_rule(instr) or base(instr)   # noqa: E731
+            spec, analyses, scratch = pipeline.analyse(
+                primal_, layout, symbol, distinct, rule_of, seeds(primal_.func) if seeds else ())
+        with stage("generate"):
+            gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule)
+            tangent_ir = tangent_module(primal_.module, gen)
+        with stage("compile"):
+            optimised_ir = native.compile_ir(tangent_ir, symbol, layout.pyname)
+        shadowed = duplicated + sorted(scratch)
+        n = len(argtypes)
+        with stage("stub"):
+            floats = [argtypes[k] for k in tangent_floats for _ in range(lanes)]
+            arrays = [argtypes[k] for k in shadowed for _ in range(lanes)]
+            checks = [(n + len(floats) + i, k, f"the tangent of argument {k}")
+                      for i, k in enumerate(k for k in shadowed for _ in range(lanes))]
+            stub = native.make_stub(symbol, list(argtypes) + floats + arrays, layout.result, checks)
+        return CompiledForward(layout, stub, shadowed, pipeline.written_arguments(layout, analyses.clobbers),
+                               distinct, primal_.ir, tangent_ir, optimised_ir)
+
+
+class CompiledForward(CompiledGradient):
+    """One native tangent function: ``native(*arguments, *float tangents, *shadows)`` (k of
+    each, lane by lane) returns ``(primal return?, k tangents of a float return..., 0)``."""
+
+    def __init__(self, layout, *rest):
+        super().__init__(layout, *rest)
+        self.lanes, self.ret_float = layout.lanes, layout.ret_float
+        self.tangent_floats = layout.tangent_floats
+
+    def run(self, anns, tangents):
+        """Run on the primal values of ``anns`` with ``tangents[k]``, a list of k tangents
+        per argument (None for Const): returns ``(tuple of k return tangents or None, value)``.
+        The array tangents of the Duplicated arrays are updated in place."""
+        if not self.distinct:          # each lane's tangents must alias as the arrays do
+            for j in range(self.lanes):
+                self.check_aliasing([Duplicated(a.val, ts[j]) if ts is not None and isinstance(ts[j], np.ndarray)
+                                     else Const(a.val) for a, ts in zip(anns, tangents)])
+        primals = [a.val for a in anns]
+        floats = [t for k in self.tangent_floats for t in tangents[k]]
+        shadows, copies = [], []
+        for k in self.shadowed:
+            for j in range(self.lanes):
+                d = tangents[k][j] if tangents[k] is not None else None
+                if d is None:
+                    shadows.append(_like_strides(primals[k], None))
+                elif d.strides != primals[k].strides:
+                    tmp = _like_strides(primals[k], d)
+                    copies.append((d, tmp))
+                    shadows.append(tmp)
+                else:
+                    shadows.append(d)
+        out = self.native(*primals, *floats, *shadows)
+        for user, tmp in copies:
+            user[...] = tmp
+        value = out[0] if self.has_primal else None
+        if not self.ret_float:
+            return None, value
+        first = 1 if self.has_primal else 0
+        return tuple(out[first:first + self.lanes]), value

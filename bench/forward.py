@@ -1,0 +1,149 @@
+"""Forward mode (issue 16's ``forward`` workload): on the kernel set and the GMM objective,
+the forward derivative (one direction) and vector mode (8 directions in one pass) next to
+the primal, and the Hessian-vector product (forward over adcore's reverse IR) next to the
+gradient.  Each derivative is checked: the tangent against the gradient's dot product with
+the direction, the 8 lanes likewise, the hvp against central differences of the gradient
+(tolerance 1e-4: the differences' own error).  The tangent arrays are refilled before each
+call (forward mode writes the tangents of the arrays a kernel overwrites into them).
+
+    python -m bench forward
+"""
+import numba
+import numpy as np
+
+import adcore
+from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse
+
+from . import gmm
+from .kernels import dense, logsumexp, sinxx, stencil
+from .registry import workload
+from .rows import failed, row
+from .timing import first_call
+
+W = "forward"
+LANES = 8
+
+
+@numba.njit
+def gmm_icf(icf, alphas, means, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
+    """The GMM objective as a function of its inverse-covariance factors first."""
+    return gmm.objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main)
+
+
+class Case:
+    """One kernel ``f(x, *rest)`` differentiated in its first argument (``inplace``: the
+    kernel overwrites x, which each call first restores to ``x0``)."""
+
+    def __init__(self, name, size, f, x, rest, inplace=False):
+        self.name, self.size, self.f, self.x, self.rest, self.inplace = name, size, f, x, rest, inplace
+        self.x0 = x.copy()
+        rng = np.random.default_rng(1)
+        self.v = rng.standard_normal(x.shape)
+        self.vs = tuple(rng.standard_normal(x.shape) for _ in range(LANES))
+        self.dx = np.zeros_like(x)
+        self.t = np.zeros_like(x)                         # tangents: written in place
+        self.ts = tuple(np.zeros_like(x) for _ in range(LANES))
+
+    def reset(self):
+        if self.inplace:
+            self.x[...] = self.x0
+
+    def primal(self):
+        self.reset()
+        return self.f(self.x, *self.rest)
+
+    def forward(self):
+        self.reset()
+        self.t[...] = self.v
+        return adcore.autodiff(Forward, self.f, Duplicated(self.x, self.t), *map(Const, self.rest))
+
+    def vector(self):
+        self.reset()
+        for t, v in zip(self.ts, self.vs):
+            t[...] = v
+        return adcore.autodiff(Forward, self.f, BatchDuplicated(self.x, self.ts), *map(Const, self.rest))
+
+    def gradient(self):
+        self.reset()
+        self.dx[...] = 0.0
+        adcore.autodiff(Reverse, self.f, Duplicated(self.x, self.dx), *map(Const, self.rest))
+        return self.dx
+
+    def hvp(self):
+        self.reset()
+        return adcore.hvp(self.f, self.x, self.v, *self.rest)
+
+
+def cases(quick, size):
+    rng = np.random.default_rng(0)
+    n = int((100_000 if quick else 1_000_000) * size)
+    x = rng.standard_normal(n)
+    m = int((128 if quick else 512) * size ** 0.5)
+    W_, b, xv, y = rng.standard_normal((m, m)) / m, rng.standard_normal(m), rng.standard_normal(m), np.zeros(m)
+    nu = int((10_000 if quick else 100_000) * size)
+    inst = gmm.instance(5, max(2, int(10_000 * size)))      # 10x bench gmm's n: per-call overhead small
+    K, d = inst.K, inst.d
+    scratch = (np.zeros((K, d)), np.zeros(K), np.zeros(d), np.zeros(d), np.zeros(K))
+    return [
+        Case("sum(sin(x)*x*x)", f"n={n}", sinxx, x, ()),
+        Case("dense tanh layer", f"{m}x{m}, d/dW", dense, W_, (b, xv, y)),
+        Case("in-place stencil", f"n={nu}, 10 steps", stencil, rng.standard_normal(nu), (10,), inplace=True),
+        Case("logsumexp", f"n={n}", logsumexp, x, ()),
+        Case("GMM objective", f"{inst.label()}, d/dicf", gmm_icf, inst.icf.copy(),
+             (inst.alphas, inst.means, inst.x, inst.gamma, inst.m) + scratch),
+    ]
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def case_rows(c, sampler):
+    """First calls (compiles) and checks, then the five timed side by side (interleaved
+    samples, so that a change of machine load hits them alike)."""
+    case = c.name + ", " + c.size
+    first_p, _ = first_call(c.primal)
+    first_g, g = first_call(c.gradient)
+    g = g.copy()
+    derivatives = [("adcore forward, 1 direction", c.forward, lambda t: _rel(t, np.vdot(g, c.v)), 0),
+                   ("adcore vector forward, 8 directions", c.vector,
+                    lambda t: _rel(t, [np.vdot(g, v) for v in c.vs]), 0),
+                   ("adcore hvp (forward over reverse)", c.hvp, lambda hv: _rel(hv, _fd_hvp(c)), 1)]
+    checked, rows = [], []
+    for impl, fn, err_of, ref in derivatives:
+        try:
+            first, out = first_call(fn)
+            checked.append((impl, fn, err_of(out), ref, first))
+        except Exception as exc:                  # reported as a failed check, never a crash
+            rows.append(failed(W, case, impl, exc))
+    tp, tg, *times = sampler.interleaved([c.primal, c.gradient] + [fn for _, fn, _, _, _ in checked])
+    rows = [row(W, case, "Numba primal", tp, first_call_s=first_p, note="reference"),
+            row(W, case, "adcore gradient (reverse)", tg, vs_ref=tg.median / tp.median,
+                first_call_s=first_g, note="x primal")] + rows
+    for (impl, _, err, ref, first), t in zip(checked, times):
+        base = (tp, tg)[ref]
+        rows.append(row(W, case, impl, t, vs_ref=t.median / base.median, first_call_s=first, err=err,
+                        tol=1e-4 if ref else 1e-10, note=("x primal", "x gradient")[ref]))
+    return rows
+
+
+def _fd_hvp(c, eps=1e-4):
+    """Central differences of adcore's gradient along v (the hvp's check)."""
+    x0 = c.x0.copy()
+    grads = []
+    for sign in (1, -1):
+        c.x0[...] = c.x[...] = x0 + sign * eps * c.v
+        grads.append(c.gradient().copy())
+    c.x0[...] = c.x[...] = x0
+    return (grads[0] - grads[1]) / (2 * eps)
+
+
+@workload("forward", "forward mode, vector mode and hvp next to the primal and gradient")
+def run(config):
+    """Rows per case: primal, gradient, forward (x primal), 8-direction vector forward
+    (x primal), hvp (x gradient), each derivative checked."""
+    rows = []
+    for c in cases(config.quick, config.size):
+        rows += case_rows(c, config.sampler)
+    return rows
