@@ -8,20 +8,18 @@ The helpers take Fortran (column-major) matrices with leading dimensions; ``kind
 treated as constants.  Each reverse receives the C arguments (pointers as int64
 addresses) followed by the shadow address of each pointer argument (0 when none).
 """
-import ctypes
-
 import numba
 import numpy as np
+from numba.core import types
 
 from .custom_rules import carray, register_rule
-from .numba_abi import blas_helper
 
 DOUBLE = 100                       # 'd'
 N, T = 110, 116                    # 'n', 't'
 
-_i8, _i64 = ctypes.c_int8, ctypes.c_int64
-_gemm = ctypes.CFUNCTYPE(ctypes.c_int, _i8, _i8, _i8, _i64, _i64, _i64, _i64, _i64, _i64, _i64,
-                         _i64, _i64, _i64, _i64)(blas_helper("xxgemm"))
+# Numba's C helper, called by its symbol (no address of this process in compiled code)
+_gemm = types.ExternalFunction("numba_xxgemm", types.int32(types.int8, types.int8, types.int8,
+                                                            *[types.int64] * 11))
 
 
 @numba.njit

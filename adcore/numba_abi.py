@@ -9,11 +9,11 @@ at one's own risk).
 import os
 import threading
 
+import llvmlite.binding as llvm
 import numba
-from numba import _helperlib
 from numba.core import cgutils, codegen as _codegen, types
 from numba.core.registry import CPUDispatcher, cpu_target
-from numba.core.runtime import rtsys
+from numba.core.runtime import _nrt_python as _nrt, rtsys
 
 from .errors import ADError
 
@@ -77,7 +77,7 @@ def array_view(context, builder, array_type, address, n):
     return ary._getvalue()
 
 
-# -- the target, the runtime, the BLAS helpers ---------------------------------------------
+# -- the target and the runtime ---------------------------------------------------------------
 def target_context():
     return cpu_target.target_context
 
@@ -92,13 +92,18 @@ def start_runtime():
     rtsys.initialize(target_context())
 
 
+def register_runtime_symbols():
+    """Register only the C functions of Numba's runtime (``NRT_Free``, ...) with LLVM, as
+    :func:`start_runtime` does without compiling its IR-defined helpers (object code from
+    the disk cache carries its own copies of those)."""
+    if rtsys._init:
+        return
+    for name, address in _nrt.c_helpers.items():
+        llvm.add_symbol(name if name.startswith("_") else "NRT_" + name, address)
+
+
 def runtime_library():
     return rtsys.library
-
-
-def blas_helper(name):
-    """Address of Numba's C helper ``name`` (``xxgemm``, ...)."""
-    return _helperlib.c_helpers[name]
 
 
 # -- dispatchers -------------------------------------------------------------------------
