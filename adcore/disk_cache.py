@@ -116,12 +116,27 @@ def _value(v, memo):
         return ("njit", _function(v.py_func, memo), repr(sorted(v.targetoptions.items())))
     if isinstance(v, (np.dtype, nbtypes.Type)):
         return ("type", str(v))
-    if isinstance(v, Intrinsic):
-        return ("intrinsic", _value(v._defn, memo))
-    if isinstance(v, types.ModuleType) or (library(v) and isinstance(
-            v, (types.FunctionType, types.BuiltinFunctionType, np.ufunc, type))):
-        return ("library", getattr(v, "__module__", None), getattr(v, "__qualname__", v.__name__))
+    if isinstance(v, Intrinsic) and library(v._defn):     # its code generator is library code
+        return ("intrinsic", v._defn.__module__, v._defn.__qualname__)
+    if isinstance(v, types.ModuleType):
+        return ("module", v.__name__)
+    named = _library_name(v)
+    if named is not None:
+        return ("library",) + named
     raise Uncacheable(f"it reads {type(v).__name__} {getattr(v, '__qualname__', '')}")
+
+
+def _library_name(v):
+    """``(module, qualified name)`` of a function or class of a library that its name
+    finds (so that the name identifies it), else None."""
+    module = sys.modules.get(getattr(v, "__module__", None) or "")
+    name = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
+    if module is None or not isinstance(name, str) or not library(v):
+        return None
+    found = module
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    return (module.__name__, name) if found is v else None
 
 
 def _environment():

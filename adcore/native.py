@@ -106,10 +106,11 @@ def unresolved_symbols(module):
 
 def keep_only(module, symbol):
     """Make every definition but ``symbol`` internal and drop what it does not use (the
-    primal kernel the gradient module carries along, say), before optimising."""
-    for fn in module.functions:
-        if not fn.is_declaration and fn.name != symbol:
-            fn.linkage = "internal"
+    primal kernel the gradient module carries along, the Python wrappers of linked rule
+    reverses, say), before optimising."""
+    for value in [*module.functions, *module.global_variables]:
+        if not value.is_declaration and value.name != symbol:
+            value.linkage = "internal"
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
     pm.run(module, llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options()))
@@ -123,16 +124,20 @@ class Compiled:
         self.ir, self.object, self.externals = ir, obj, externals
 
 
-def compile_ir(text, symbol, owner=None):
+def compile_ir(text, symbol, owner=None, link=None):
     """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
 
-    Only ``symbol`` stays visible.  Every external function the module calls must exist
+    ``link(name)`` may give the module defining a function ``text`` declares, to be
+    compiled in (so that the object code is whole).  Only ``symbol`` stays visible.  Every external function the module calls must exist
     in the process (else :class:`LinkError` naming it, ``owner`` being the function it was
     compiled for): MCJIT would otherwise resolve it to address 0.  Returns a
     :class:`Compiled`."""
     module = llvm.parse_assembly(text)
     module.verify()
     module.name = symbol
+    declared = [fn.name for fn in module.functions if fn.is_declaration]
+    for part in filter(None, map(link or (lambda name: None), declared)):
+        module.link_in(part)
     keep_only(module, symbol)
     optimise(module)
     with _lock:

@@ -189,7 +189,7 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
             generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
             adjoint_ir = gradient_module(primal_.module, generator)
         with stage("compile"):
-            compiled = native.compile_ir(adjoint_ir, symbol, layout.pyname)
+            compiled = native.compile_ir(adjoint_ir, symbol, layout.pyname, custom_rules.linkable)
         shadowed = layout.duplicated + sorted(scratch)
         seed = [seed_type] if layout.returns_array else []
         n = len(argtypes)

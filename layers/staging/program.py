@@ -204,7 +204,8 @@ class Staged:
         kinds = [a.kind for a in low.args if a.kind in SHADOWED]
         self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
             [Zeroing.ALWAYS] * (len(dflat) - len(kinds))
-        self.driver = _driver(self.grad.native, flat, dflat, self.zeroing)
+        self.driver = _python_driver(self.grad.call, flat, dflat, self.zeroing) if self.grad.from_disk \
+            else _driver(self.grad.native, flat, dflat, self.zeroing)
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
@@ -288,6 +289,21 @@ def _driver(stub, flat, dflat, zeroing):
     scope = {"stub": stub, "_zero": _zero}
     exec("\n".join(lines) + "\n", scope)
     return numba.njit(cache=False)(scope["driver"])
+
+
+def _python_driver(call, flat, dflat, zeroing):
+    """``_driver`` in Python, for a gradient loaded from adcore's disk cache (``call`` its
+    ctypes call): no Numba compile before the first call."""
+    n = len(flat)
+    zeroed = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ALWAYS]
+    on_request = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ON_REQUEST]
+    reshaped = list(flat) + list(dflat)
+
+    def driver(zero, *args):
+        for k in zeroed + (on_request if zero else []):
+            args[n + k].fill(0)
+        return call(*[x.reshape(-1) if fl else x for x, fl in zip(args, reshaped)])[0]
+    return driver
 
 
 def cache_key(f):
