@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 from .capture import unoptimised_module
 from .errors import ADError
-from .numba_abi import array_view
+from .numba_abi import array_view, uses_process_state
 from .timings import stage
 
 _RULES = []                    # (target, reverse)
@@ -96,11 +96,15 @@ def native_symbol(function, types_):
 def linkable(symbol):
     """The unoptimised LLVM module of the function ``symbol`` names (a rule's reverse or
     extents, from :func:`native_symbol`) with that function renamed ``symbol``, for
-    compiling it into a gradient's own object code; None for other symbols."""
+    compiling it into a gradient's own object code; None for other symbols and for
+    functions that use state of this process (they stay separate, and the gradient is
+    not cached on disk)."""
     if symbol not in _libraries:
         return None
     library, name = _libraries[symbol]
     module = unoptimised_module(library)
+    if uses_process_state(module):
+        return None
     module.get_function(name).name = symbol
     return module
 

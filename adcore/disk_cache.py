@@ -61,11 +61,20 @@ def directory():
 # -- the key -------------------------------------------------------------------------------
 def _code(code):
     """What identifies a code object's behaviour (not its file or line numbers)."""
-    consts = tuple(_code(c) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
+    consts = tuple(_code(c) if isinstance(c, types.CodeType) else (type(c).__name__, _repr(c))
                    for c in code.co_consts)
     return (code.co_code.hex(), consts, code.co_names, code.co_varnames, code.co_freevars,
             code.co_cellvars, code.co_argcount, code.co_posonlyargcount,
             code.co_kwonlyargcount, code.co_flags)
+
+
+def _repr(value):
+    """``repr`` that does not depend on hash order (sets are sorted)."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(map(_repr, value))) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(_repr, value)) + ")"
+    return repr(value)
 
 
 def _function(f, memo):
@@ -113,12 +122,12 @@ def _value(v, memo):
     if isinstance(v, tuple):
         return ("tuple",) + tuple(_value(x, memo) for x in v)
     if numba_abi.is_dispatcher(v):
-        return ("njit", _function(v.py_func, memo), repr(sorted(v.targetoptions.items())))
+        return ("njit", _function(v.py_func, memo), _repr(tuple(sorted(v.targetoptions.items()))))
     if isinstance(v, (np.dtype, nbtypes.Type)):
         return ("type", str(v))
     if isinstance(v, Intrinsic) and library(v._defn):     # its code generator is library code
         return ("intrinsic", v._defn.__module__, v._defn.__qualname__)
-    if isinstance(v, types.ModuleType):
+    if isinstance(v, types.ModuleType) and library(v):     # a user module's code is not keyed
         return ("module", v.__name__)
     named = _library_name(v)
     if named is not None:
@@ -257,9 +266,11 @@ def load(digest, argtypes, seed_type):
 
 
 def _portable(parts):
-    """Whether the object code can run in another process: it links only against
-    symbols every process has, and holds no address of this one."""
+    """Whether the object code can run in another process (it links only against
+    symbols every process has, and holds no address of this one) and be called through
+    ctypes (its arguments are arrays and scalars)."""
     return parts.compiled.object is not None and \
+        all(isinstance(t, (nbtypes.Array, nbtypes.Number, nbtypes.Boolean)) for t in parts.types) and \
         not any(name.startswith("adcore_") for name in parts.compiled.externals) and \
         "numba.dynamic.globals" not in parts.compiled.ir and "NumbaEnv" not in parts.compiled.ir \
         and native.ctypes_types_known(parts.flat, parts.fields)

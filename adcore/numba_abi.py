@@ -102,6 +102,18 @@ def register_runtime_symbols():
         llvm.add_symbol(name if name.startswith("_") else "NRT_" + name, address)
 
 
+_WRAPPERS = ("_ZN7cpython", "cfunc.")     # Numba's Python and C wrappers of a function
+_PROCESS_STATE = ("_ZN08NumbaEnv", "numba.dynamic.globals")
+
+
+def uses_process_state(module):
+    """Whether a function of ``module`` (other than Numba's wrappers) reads a Numba
+    environment or an address of this process: compiled into other code, it would not
+    find them."""
+    return any(not fn.is_declaration and not fn.name.startswith(_WRAPPERS) and
+               any(state in str(fn) for state in _PROCESS_STATE) for fn in module.functions)
+
+
 def runtime_library():
     return rtsys.library
 

@@ -165,13 +165,13 @@ def written_arguments(layout, clobbers):
 
 class NativeParts:
     """What the disk cache stores of a fresh gradient besides its :class:`CompiledGradient`:
-    the symbol and :class:`native.Compiled`, the LLVM types of the stub's parameters
-    (``flat``, per argument) and of its result struct (``fields``), the result's Numba
-    type, and the shadow layout checks."""
+    the symbol and :class:`native.Compiled`, the stub's argument types (``types``) and
+    their LLVM parameter types (``flat``, per argument), those of its result struct
+    (``fields``), the result's Numba type, and the shadow layout checks."""
 
-    def __init__(self, symbol, compiled, flat, fields, result, same_layout):
-        self.symbol, self.compiled, self.flat, self.fields = symbol, compiled, flat, fields
-        self.result, self.same_layout = result, same_layout
+    def __init__(self, symbol, compiled, types, flat, fields, result, same_layout):
+        self.symbol, self.compiled, self.types, self.flat = symbol, compiled, types, flat
+        self.fields, self.result, self.same_layout = fields, result, same_layout
 
 
 def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
@@ -203,6 +203,6 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
                                 lambda: irs, stub, None, native=stub)
         ctx = primal_.kernel.context
         grad.native_parts = NativeParts(
-            symbol, compiled, [numba_abi.flat_types(ctx, t) for t in stub_types],
+            symbol, compiled, stub_types, [numba_abi.flat_types(ctx, t) for t in stub_types],
             [str(ctx.get_value_type(t)) for t in layout.result.types], layout.result, same_layout)
         return grad
