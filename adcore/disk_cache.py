@@ -199,7 +199,7 @@ def cached(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, 
     """The gradient from the disk cache, else ``compile_(name)`` (``name`` the key, for
     the symbol; "" when uncached) stored there."""
     digest = key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type)
-    if digest is not None:
+    if digest is not None and _path(digest, ".adcore").exists():
         with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
             with stage("load from disk"):
                 grad = load(digest, argtypes, seed_type)
