@@ -36,7 +36,9 @@ class CompiledGradient:
                  native=None):
         self.pyname, self.has_primal = pyname, has_primal
         self.shadowed, self.written, self.distinct = shadowed, written, distinct
-        self.irs, self.call, self._make_native, self._native = irs, call, make_native, native
+        self.irs, self.call = irs, call
+        self._make_native = make_native
+        self._native = native
 
     @property
     def native(self):

@@ -32,7 +32,6 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 from numba.core import types as nbtypes
-from numba.core.extending import _Intrinsic as Intrinsic
 
 from . import custom_rules, native, numba_abi
 from .code_reads import global_reads, library
@@ -125,8 +124,9 @@ def _value(v, memo):
         return ("njit", _function(v.py_func, memo), _repr(tuple(sorted(v.targetoptions.items()))))
     if isinstance(v, (np.dtype, nbtypes.Type)):
         return ("type", str(v))
-    if isinstance(v, Intrinsic) and library(v._defn):     # its code generator is library code
-        return ("intrinsic", v._defn.__module__, v._defn.__qualname__)
+    defn = numba_abi.intrinsic_definition(v)
+    if defn is not None and library(defn):     # its code generator is library code
+        return ("intrinsic", defn.__module__, defn.__qualname__)
     if isinstance(v, types.ModuleType) and library(v):     # a user module's code is not keyed
         return ("module", v.__name__)
     named = _library_name(v)

@@ -228,8 +228,9 @@ class CtypesCall:
         params = [_CTYPES[t] for group in flat for t in group]
         self.function = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
                                          *params)(address)
+        self.names = [f"f{k}" for k in range(len(fields))]
         self.result = type("Result", (ctypes.Structure,),
-                           {"_fields_": [(f"f{k}", _CTYPES[t]) for k, t in enumerate(fields)]})
+                           {"_fields_": [(n, _CTYPES[t]) for n, t in zip(self.names, fields)]})
         self.arrays = [len(group) > 1 for group in flat]
         self.same_layout = same_layout
 
@@ -247,7 +248,7 @@ class CtypesCall:
         status = self.function(ctypes.byref(out), ctypes.byref(exc), *flat)
         if status != 0:
             raise _kernel_exception(exc.value)
-        return tuple(getattr(out, name) for name, _ in self.result._fields_)
+        return tuple(getattr(out, name) for name in self.names)
 
 
 def _kernel_exception(excinfo):

@@ -12,6 +12,7 @@ import threading
 import llvmlite.binding as llvm
 import numba
 from numba.core import cgutils, codegen as _codegen, types
+from numba.core.extending import _Intrinsic
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import _nrt_python as _nrt, rtsys
 
@@ -133,6 +134,11 @@ def recompiled(dispatcher, **options):
     """A new dispatcher of the same Python function with the same options (and ``options``)."""
     kept = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
+
+
+def intrinsic_definition(value):
+    """The Python function an ``@intrinsic`` was made from, or None for other values."""
+    return value._defn if isinstance(value, _Intrinsic) else None
 
 
 def is_debug(dispatcher):

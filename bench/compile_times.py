@@ -31,8 +31,8 @@ MODELS = """
 import numpy as np, layers, optim
 from adcore import Duplicated
 def mlp(sizes, act):
-    return layers.Chain(*[layers.Dense(a, b, act if k < len(sizes) - 2 else None, rng=k)
-                          for k, (a, b) in enumerate(zip(sizes, sizes[1:]))])
+    return layers.Chain(*[layers.Dense(a, b, act, rng=k) if k < len(sizes) - 2 else
+                          layers.Dense(a, b, rng=k) for k, (a, b) in enumerate(zip(sizes, sizes[1:]))])
 def jax_mlp(sizes, x, y, loss):
     import jax, jax.numpy as jnp
     rng = np.random.default_rng(0)

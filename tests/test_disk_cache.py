@@ -54,6 +54,8 @@ def test_key_is_stable_and_follows_the_code_and_values_read():
     base = _key(_defined(HELPER.format(body="v * v"), SCALE=2.0))
     assert base is not None and base == _key(_defined(HELPER.format(body="v * v"), SCALE=2.0))
     assert base != _key(_defined(HELPER.format(body="v * v * v"), SCALE=2.0))   # the callee
+    kernel_changed = HELPER.format(body="v * v").replace("* SCALE", "+ SCALE")
+    assert base != _key(_defined(kernel_changed, SCALE=2.0))                    # the kernel
     assert base != _key(_defined(HELPER.format(body="v * v"), SCALE=3.0))       # a global's value
     assert base != _key(_defined(HELPER.format(body="v * v"), SCALE=2.0), np.ones((3, 1)))
     table = "@numba.njit\ndef kern(x):\n    return np.sum(x * TABLE)\n"
