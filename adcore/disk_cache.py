@@ -19,6 +19,7 @@ truncated, another format) is ignored with a warning and written anew.
 import builtins
 import gzip
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -39,6 +40,7 @@ from .compiled import CompiledGradient
 from .timings import compiling, stage
 
 FORMAT = 1
+_PROJECT = ("adcore", "layers", "optim")       # packages whose source is part of every key
 _state = {"environment": None, "rules": (-1, None), "unwritable": False}
 
 
@@ -121,7 +123,11 @@ def _value(v, memo):
     if isinstance(v, tuple):
         return ("tuple",) + tuple(_value(x, memo) for x in v)
     if numba_abi.is_dispatcher(v):
-        return ("njit", _function(v.py_func, memo), _repr(tuple(sorted(v.targetoptions.items()))))
+        options = _repr(tuple(sorted(v.targetoptions.items())))
+        named = _library_name(v)
+        if named is not None and named[0].partition(".")[0] in _PROJECT:   # its source is keyed
+            return ("njit",) + named + (options,)
+        return ("njit", _function(v.py_func, memo), options)
     if isinstance(v, (np.dtype, nbtypes.Type)):
         return ("type", str(v))
     defn = numba_abi.intrinsic_definition(v)
@@ -149,12 +155,16 @@ def _library_name(v):
 
 
 def _environment():
-    """The part of every key that names the compiler: adcore's source, the versions of
-    what it builds on, the CPU."""
+    """The part of every key that names the compiler: the source of adcore (and of
+    ``layers`` and ``optim``, whose njit functions are then keyed by name), the versions
+    of what it builds on, the CPU."""
     if _state["environment"] is None:
         source = hashlib.sha256()
-        for path in sorted(Path(__file__).parent.rglob("*.py")):
-            source.update(path.name.encode() + path.read_bytes())
+        for package in _PROJECT:
+            spec = importlib.util.find_spec(package)
+            for folder in (spec.submodule_search_locations or []) if spec else []:
+                for path in sorted(Path(folder).rglob("*.py")):
+                    source.update(str(path.relative_to(folder)).encode() + path.read_bytes())
         _state["environment"] = (FORMAT, source.hexdigest(), sys.version, np.__version__,
                                  numba.__version__, llvmlite.__version__, llvm.get_host_cpu_name(),
                                  llvm.get_host_cpu_features().flatten(), numba.config.OPT,

@@ -69,25 +69,29 @@ def optimise(module):
 def _start_engine(runtime=True):
     """The process-wide MCJIT engine, created on first use together with what generated
     code links against: Numba's runtime (``NRT_*``, registered when Numba first compiles;
-    only its C functions when not ``runtime``, for object code from the disk cache) and
-    the compiler builtins missing from the process."""
+    only its C functions when not ``runtime``, for object code from the disk cache).  The
+    compiler builtins missing from the process come when code needs them."""
     global _engine
     if runtime:
         numba_abi.start_runtime()
     else:
         numba_abi.register_runtime_symbols()
     if _engine is None:
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
-        engine.set_object_cache(lambda module, data: _objects.__setitem__(module.name, data))
-        missing = {n: t for n, t in _BUILTINS.items() if not llvm.address_of_symbol(n)}
-        if missing:
-            builtins = llvm.parse_assembly("".join(_POWI.format(name=n, t=t) for n, t in missing.items()))
-            engine.add_module(builtins)
-            engine.finalize_object()
-            for name in missing:
-                llvm.add_symbol(name, engine.get_function_address(name))
-        _engine = engine
+        _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+        _engine.set_object_cache(lambda module, data: _objects.__setitem__(module.name, data))
     return _engine
+
+
+def _provide_builtins(engine, names):
+    """Compile the builtins among ``names`` that the process lacks (once)."""
+    missing = {n: t for n, t in _BUILTINS.items() if n in names and not llvm.address_of_symbol(n)}
+    if missing:
+        module = llvm.parse_assembly("".join(_POWI.format(name=n, t=t) for n, t in missing.items()))
+        module.name = "builtins"
+        engine.add_module(module)
+        engine.finalize_object()
+        for name in missing:
+            llvm.add_symbol(name, engine.get_function_address(name))
 
 
 _REFERENCE = re.compile(r'@("[^"]*"|[-\w.$]+)')
@@ -128,10 +132,10 @@ def compile_ir(text, symbol, owner=None, link=None):
     """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
 
     ``link(name)`` may give the module defining a function ``text`` declares, to be
-    compiled in (so that the object code is whole).  Only ``symbol`` stays visible.  Every external function the module calls must exist
-    in the process (else :class:`LinkError` naming it, ``owner`` being the function it was
-    compiled for): MCJIT would otherwise resolve it to address 0.  Returns a
-    :class:`Compiled`."""
+    compiled in (so that the object code is whole).  Only ``symbol`` stays visible.  Every
+    external function the module calls must exist in the process (else :class:`LinkError`
+    naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
+    resolve it to address 0.  Returns a :class:`Compiled`."""
     module = llvm.parse_assembly(text)
     module.verify()
     module.name = symbol
@@ -142,11 +146,14 @@ def compile_ir(text, symbol, owner=None, link=None):
     optimise(module)
     with _lock:
         engine = _start_engine()
+        externals = sorted(f.name for f in module.functions
+                           if f.is_declaration and not f.name.startswith("llvm."))
+        if any(f.name.startswith("llvm.powi.") for f in module.functions):
+            externals = sorted(externals + list(_BUILTINS))   # what code generation makes of it
+        _provide_builtins(engine, externals)
         missing = unresolved_symbols(module)
         if missing:
             raise LinkError(missing, owner)
-        externals = sorted(f.name for f in module.functions
-                           if f.is_declaration and not f.name.startswith("llvm."))
         ir = str(module)
         engine.add_module(module)
         engine.finalize_object()
@@ -163,6 +170,7 @@ def load_object(data, symbol, externals):
         if symbol in _defined:
             return _defined[symbol]
         engine = _start_engine(runtime=False)
+        _provide_builtins(engine, externals)
         if not all(llvm.address_of_symbol(name) for name in externals):
             return None
         engine.add_object_file(llvm.ObjectFileRef.from_data(data))
