@@ -1,7 +1,8 @@
 """First-compile latency, each case in a fresh process (issue 14's ``compile`` workload).
 
 Every case runs in a new Python process, timed after its imports (adcore's differentiator
-included, and numpy.ma, which Numba's first ``typeof`` of an array imports): the time to the first gradient includes Numba's compile of the primal,
+included, and numpy.ma and scipy.linalg, which Numba's first ``typeof`` of an array and
+its first BLAS call import): the time to the first gradient includes Numba's compile of the primal,
 adcore's pipeline and the Numba compiles of the rules it needs, as a user's script pays
 them.  It runs twice on one new, empty ``ADCORE_CACHE_DIR``: cold, then in another new
 process from the disk cache.  Each row names where adcore's time went (the largest stages
@@ -97,7 +98,8 @@ tape = lambda: layers.train(loss, model, data, optim.setup(optim.Adam(), model))
 
 HARNESS = """
 import json, sys, time
-import adcore.api, numpy.ma   # numpy.ma: Numba's first typeof of an array imports it
+import adcore.api, numpy.ma, scipy.linalg   # imported by Numba's first typeof of an array
+                                            # and its first BLAS call: any Numba program pays them
 t0 = time.perf_counter()
 {which}()
 seconds = time.perf_counter() - t0
