@@ -9,6 +9,11 @@ from .errors import ActivityError, UnsupportedError
 
 _last = {"cached_bytes": 0}
 
+# Calls of a gradient loaded from the disk cache made through ctypes before its njit stub is
+# built: by then the slower calls have cost about what the stub's Numba compile costs
+# (ski rental: never more than twice the better choice in hindsight).
+PROMOTE_AFTER = 5000
+
 
 def last_cached_bytes():
     """Bytes the reverse pass kept on its value stack in the most recent gradient call."""
@@ -28,7 +33,8 @@ class CompiledGradient:
     it was compiled for arrays that share no memory.  ``primal_ir``, ``adjoint_ir`` and
     ``optimised_ir`` are the IR of the pipeline's stages (``irs()`` returns the three).
     ``call`` runs the gradient on the flattened arguments as ``native`` does (``native``
-    itself, or a ctypes call); ``make_native()`` builds the njit function."""
+    itself, or a ctypes call, replaced by ``native`` after ``PROMOTE_AFTER`` calls);
+    ``make_native()`` builds the njit function."""
 
     native_parts = None      # what the disk cache stores (pipeline.NativeParts), when fresh
 
@@ -39,6 +45,7 @@ class CompiledGradient:
         self.irs, self.call = irs, call
         self._make_native = make_native
         self._native = native
+        self._ctypes_calls = 0
 
     @property
     def native(self):
@@ -93,6 +100,10 @@ class CompiledGradient:
         if dret is not None:     # a wrong seed is found after the forward pass: keep what it writes
             seed = [np.ascontiguousarray(dret)]
             before = [(primals[k], primals[k].copy()) for k in self.written]
+        if self._native is None:
+            self._ctypes_calls += 1
+            if self._ctypes_calls >= PROMOTE_AFTER:
+                self.call = self.native
         out = self.call(*primals, *shadows, *seed)
         if out[-1] < 0:
             for array, old in before:

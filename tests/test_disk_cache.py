@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import adcore
-from adcore import Active, Duplicated, Reverse, api, disk_cache, pipeline
+from adcore import Active, Duplicated, Reverse, api, compiled, disk_cache, pipeline
 from adcore.arguments import annotate, distinct
 from fdcheck import fd_gradient
 
@@ -124,6 +124,19 @@ def test_loaded_gradient_equals_fresh_compile_and_finite_differences(fresh, cach
     assert out[1] == da0
 
 
+def test_loaded_gradient_moves_to_the_njit_stub_after_many_calls(fresh, cache_dir, monkeypatch):
+    digest, argtypes, anns, grad = fresh
+    disk_cache.store(digest, grad)
+    loaded = disk_cache.load(digest, argtypes, None)
+    monkeypatch.setattr(compiled, "PROMOTE_AFTER", 2)
+    first = _run(loaded, anns)
+    assert loaded.from_disk                                  # still the ctypes call
+    second = _run(loaded, anns)
+    assert not loaded.from_disk and loaded.call is loaded.native
+    np.testing.assert_array_equal(first[0], second[0])
+    assert first[1] == second[1] == _run(grad, anns)[1]
+
+
 def _corrupt(path, how):
     data = path.read_bytes()
     header, _, obj = data.partition(b"\n")
@@ -177,6 +190,19 @@ def test_unwritable_directory_falls_back_to_memory_with_one_warning(fresh, tmp_p
                                     lambda name: grad)
             assert got is grad
     assert [str(w.message) for w in seen if "cannot write" in str(w.message)].__len__() == 1
+
+
+@numba.njit
+def squares_into_new(x):
+    return x * x
+
+
+def test_a_gradient_ctypes_cannot_call_is_not_written(cache_dir):
+    """A kernel returning an array (Numba would have to box it) stays in memory."""
+    x, dx = np.array([1.0, -2.0, 3.0]), np.zeros(3)
+    adcore.autodiff(Reverse, squares_into_new, Duplicated(x, dx), dret=np.ones(3))
+    np.testing.assert_array_equal(dx, 2 * x)
+    assert not list(cache_dir.rglob("*.adcore"))
 
 
 def test_evicted_from_memory_it_is_loaded_from_disk_not_recompiled(cache_dir, monkeypatch):
