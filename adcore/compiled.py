@@ -30,7 +30,7 @@ class CompiledGradient:
     that need an internal zeroed shadow), then the seed of a returned array; it returns a
     tuple ``(primal return if any, adjoint of each Active argument..., bytes cached)``.
     ``written`` are the array arguments the kernel may write; ``distinct`` tells whether
-    it was compiled for arrays that share no memory.  ``primal_ir``, ``adjoint_ir`` and
+    it was compiled for arrays that share no memory; ``symbol`` names its native code.  ``primal_ir``, ``adjoint_ir`` and
     ``optimised_ir`` are the IR of the pipeline's stages (``irs()`` returns the three).
     ``call`` runs the gradient on the flattened arguments as ``native`` does (``native``
     itself, or a ctypes call, replaced by ``native`` after ``PROMOTE_AFTER`` calls);
@@ -38,9 +38,9 @@ class CompiledGradient:
 
     native_parts = None      # what the disk cache stores (pipeline.NativeParts), when fresh
 
-    def __init__(self, pyname, has_primal, shadowed, written, distinct, irs, call, make_native,
-                 native=None):
-        self.pyname, self.has_primal = pyname, has_primal
+    def __init__(self, pyname, symbol, has_primal, shadowed, written, distinct, irs, call,
+                 make_native, native=None):
+        self.pyname, self.symbol, self.has_primal = pyname, symbol, has_primal
         self.shadowed, self.written, self.distinct = shadowed, written, distinct
         self.irs, self.call = irs, call
         self._make_native = make_native

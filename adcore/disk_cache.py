@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 import types
@@ -41,6 +42,7 @@ from .timings import compiling, stage
 
 FORMAT = 1
 _PROJECT = ("adcore", "layers", "optim")       # packages whose source is part of every key
+_CACHED_SYMBOL = re.compile(r"adcore_(grad_\d+|fn)_[0-9a-f]{24}")   # pipeline.differentiate's
 _state = {"environment": None, "rules": (-1, None), "unwritable": False}
 
 
@@ -128,6 +130,8 @@ def _value(v, memo):
         if named is not None and named[0].partition(".")[0] in _PROJECT:   # its source is keyed
             return ("njit",) + named + (options,)
         return ("njit", _function(v.py_func, memo), options)
+    if isinstance(v, CompiledGradient) and _CACHED_SYMBOL.fullmatch(v.symbol):
+        return ("gradient", v.symbol)                  # its symbol names its key
     if isinstance(v, (np.dtype, nbtypes.Type)):
         return ("type", str(v))
     defn = numba_abi.intrinsic_definition(v)
@@ -233,9 +237,9 @@ def _scalar_type(name):
     return t
 
 
-def load(digest, argtypes, seed_type):
-    """The cached :class:`CompiledGradient` of key ``digest`` (for these argument and
-    seed types), or None."""
+def _read(digest, check):
+    """``(meta, object code)`` of entry ``digest``; None when there is none, or (with a
+    warning) when it does not check or ``check(meta)`` raises ``ValueError``."""
     path = _path(digest, ".adcore")
     try:
         data = path.read_bytes()
@@ -247,17 +251,36 @@ def load(digest, argtypes, seed_type):
         if meta["format"] != FORMAT or meta["key"] != digest or len(obj) != meta["bytes"] or \
                 hashlib.sha256(obj).hexdigest() != meta["sha256"]:
             raise ValueError("it does not check")
-        result = nbtypes.Tuple(tuple(_scalar_type(t) for t in meta["result"]))
-        shadowed, seed = meta["shadowed"], [seed_type] if seed_type is not None else []
-        stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + seed
-        same_layout = [tuple(s) for s in meta["same_layout"]]
-        if len(meta["flat"]) != len(stub_types) or \
-                not native.ctypes_types_known(meta["flat"], meta["fields"]):
+        if not native.ctypes_types_known(meta["flat"], meta["fields"]):
             raise ValueError("its arguments do not match")
+        check(meta)
     except (ValueError, KeyError, TypeError, IndexError) as err:
         warnings.warn(f"adcore: ignoring the cache entry {path} ({err}); it will be written anew",
-                      stacklevel=4)
+                      stacklevel=5)
         return None
+    return meta, obj
+
+
+def load(digest, argtypes, seed_type):
+    """The cached :class:`CompiledGradient` of key ``digest`` (for these argument and
+    seed types), or None."""
+    def check(meta):
+        nonlocal result, stub_types, same_layout
+        if meta["kind"] != "gradient":
+            raise ValueError("it is not a gradient")
+        result = nbtypes.Tuple(tuple(_scalar_type(t) for t in meta["result"]))
+        seed = [seed_type] if seed_type is not None else []
+        stub_types = list(argtypes) + [argtypes[k] for k in meta["shadowed"]] + seed
+        same_layout = [tuple(s) for s in meta["same_layout"]]
+        if len(meta["flat"]) != len(stub_types):
+            raise ValueError("its arguments do not match")
+
+    result = stub_types = same_layout = None
+    entry = _read(digest, check)
+    if entry is None:
+        return None
+    meta, obj = entry
+    shadowed = meta["shadowed"]
     address = native.load_object(obj, meta["symbol"], meta["externals"])
     if address is None:
         return None
@@ -271,7 +294,7 @@ def load(digest, argtypes, seed_type):
             return (None, None, None)
 
     return CompiledGradient(
-        meta["pyname"], meta["has_primal"], shadowed, meta["written"], meta["distinct"], irs, call,
+        meta["pyname"], meta["symbol"], meta["has_primal"], shadowed, meta["written"], meta["distinct"], irs, call,
         lambda: native.make_stub(meta["symbol"], stub_types, result, same_layout))
 
 
@@ -281,9 +304,15 @@ def _portable(parts):
     ctypes (its arguments are arrays and scalars)."""
     return parts.compiled.object is not None and \
         all(isinstance(t, (nbtypes.Array, nbtypes.Number, nbtypes.Boolean)) for t in parts.types) and \
-        not any(name.startswith("adcore_") for name in parts.compiled.externals) and \
-        "numba.dynamic.globals" not in parts.compiled.ir and "NumbaEnv" not in parts.compiled.ir \
-        and native.ctypes_types_known(parts.flat, parts.fields)
+        _links_portably(parts.compiled) and native.ctypes_types_known(parts.flat, parts.fields)
+
+
+def _links_portably(compiled):
+    """Whether object code links only against symbols every process has, or gradients
+    from the disk cache (their symbols name their key), and holds no address of this one."""
+    return all(not name.startswith("adcore_") or _CACHED_SYMBOL.fullmatch(name)
+               for name in compiled.externals) and \
+        "numba.dynamic.globals" not in compiled.ir and "NumbaEnv" not in compiled.ir
 
 
 def store(digest, grad):
@@ -299,19 +328,26 @@ def store(digest, grad):
                 return
     except ValueError:
         return
-    obj = parts.compiled.object
-    meta = dict(format=FORMAT, key=digest, bytes=len(obj), sha256=hashlib.sha256(obj).hexdigest(),
-                symbol=parts.symbol, externals=parts.compiled.externals, flat=parts.flat,
-                fields=parts.fields, result=result, same_layout=parts.same_layout,
-                pyname=grad.pyname, has_primal=grad.has_primal, shadowed=grad.shadowed,
-                written=grad.written, distinct=grad.distinct)
+    _write_entry(digest, parts.compiled, parts.symbol, parts.flat, parts.fields,
+                 dict(kind="gradient", result=result, same_layout=parts.same_layout, pyname=grad.pyname,
+                      has_primal=grad.has_primal, shadowed=grad.shadowed, written=grad.written,
+                      distinct=grad.distinct), grad.irs())
+
+
+def _write_entry(digest, compiled, symbol, flat, fields, meta, irs):
+    """Write entry ``digest``: ``compiled``'s object code and externals, the symbol, the
+    LLVM types of the parameters and result, ``meta``, and the IR texts ``irs``."""
+    obj = compiled.object
+    meta = dict(meta, format=FORMAT, key=digest, bytes=len(obj),
+                sha256=hashlib.sha256(obj).hexdigest(), symbol=symbol,
+                externals=compiled.externals, flat=flat, fields=fields)
     try:
-        _write(_path(digest, ".ir.gz"), gzip.compress(json.dumps(grad.irs()).encode(), 1))
+        _write(_path(digest, ".ir.gz"), gzip.compress(json.dumps(irs).encode(), 1))
         _write(_path(digest, ".adcore"), json.dumps(meta).encode() + b"\n" + obj)
     except OSError as err:
         _state["unwritable"] = True
         warnings.warn(f"adcore: cannot write the gradient cache in {directory()} ({err}); "
-                      f"compiled gradients are kept in memory only", stacklevel=4)
+                      f"compiled gradients are kept in memory only", stacklevel=5)
 
 
 def _write(path, data):
@@ -325,3 +361,84 @@ def _write(path, data):
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+# -- generated njit functions that call gradients (``train``'s loop) --------------------------
+class CachedFunction:
+    """The njit function ``name`` of generated ``source`` with globals ``scope`` (where a
+    :class:`CompiledGradient` stands for its ``native`` stub), compiled per argument types
+    and kept in the disk cache like gradients: another process calls its object code
+    through ctypes, with no Numba compile.  Cached when it takes arrays and scalars,
+    returns a tuple of scalars and reads what can be keyed."""
+
+    def __init__(self, source, name, scope):
+        self.source, self.name, self.scope = source, name, scope
+        self.calls = {}              # argument types -> the njit function or a ctypes call
+        self.dispatcher = None
+
+    def __call__(self, *args):
+        argtypes = tuple(numba.typeof(a) for a in args)
+        call = self.calls.get(argtypes)
+        if call is None:
+            call = self.calls[argtypes] = self._callable(argtypes)
+        return call(*args)
+
+    def _defined(self, scope):
+        scope = dict(scope)
+        exec(self.source, scope)
+        return scope[self.name]
+
+    def _key(self, argtypes):
+        if directory() is None or _rules() is None or \
+                not all(isinstance(t, (nbtypes.Array, nbtypes.Number, nbtypes.Boolean)) for t in argtypes):
+            return None
+        try:
+            program = _function(self._defined(self.scope), {})
+        except Uncacheable:
+            return None
+        parts = (_environment(), _rules(), "function", program, tuple(str(t) for t in argtypes))
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    def _callable(self, argtypes):
+        digest = self._key(argtypes)
+        if digest is not None and _path(digest, ".adcore").exists():
+            with compiling(self.name), stage("load from disk"):
+                loaded = _load_function(digest, len(argtypes))
+            if loaded is not None:
+                return loaded
+        if self.dispatcher is None:
+            self.dispatcher = numba.njit(cache=False)(self._defined(
+                {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+        self.dispatcher.compile(argtypes)
+        if digest is not None:
+            _store_function(digest, self.dispatcher, argtypes)
+        return self.dispatcher
+
+
+def _load_function(digest, nargs):
+    def check(meta):
+        if meta["kind"] != "function" or len(meta["flat"]) != nargs:
+            raise ValueError("it is not this function")
+
+    entry = _read(digest, check)
+    if entry is None:
+        return None
+    meta, obj = entry
+    address = native.load_object(obj, meta["symbol"], meta["externals"])
+    return None if address is None else native.CtypesCall(address, meta["flat"], meta["fields"])
+
+
+def _store_function(digest, dispatcher, argtypes):
+    cres = dispatcher.overloads[argtypes]
+    restype, ctx = cres.signature.return_type, cres.target_context
+    if _state["unwritable"] or not isinstance(restype, nbtypes.BaseTuple) or \
+            not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
+        return
+    symbol = f"adcore_fn_{digest[:24]}"
+    compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name)
+    flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
+    fields = [str(ctx.get_value_type(t)) for t in restype.types]
+    if compiled.object is not None and _links_portably(compiled) and \
+            native.ctypes_types_known(flat, fields):
+        _write_entry(digest, compiled, symbol, flat, fields, dict(kind="function"),
+                     (None, None, compiled.ir))

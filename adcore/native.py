@@ -128,17 +128,20 @@ class Compiled:
         self.ir, self.object, self.externals = ir, obj, externals
 
 
-def compile_ir(text, symbol, owner=None, link=None):
+def compile_ir(text, symbol, owner=None, link=None, entry=None):
     """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
 
     ``link(name)`` may give the module defining a function ``text`` declares, to be
-    compiled in (so that the object code is whole).  Only ``symbol`` stays visible.  Every
+    compiled in (so that the object code is whole); ``entry`` names the function of
+    ``text`` to rename ``symbol``.  Only ``symbol`` stays visible.  Every
     external function the module calls must exist in the process (else :class:`LinkError`
     naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
     resolve it to address 0.  Returns a :class:`Compiled`."""
     module = llvm.parse_assembly(text)
     module.verify()
     module.name = symbol
+    if entry is not None:
+        module.get_function(entry).name = symbol
     declared = [fn.name for fn in module.functions if fn.is_declaration]
     for part in filter(None, map(link or (lambda name: None), declared)):
         module.link_in(part)

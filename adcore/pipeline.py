@@ -198,7 +198,7 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         with stage("stub"):
             stub = native.make_stub(symbol, stub_types, layout.result, same_layout)
         irs = (primal_.ir, adjoint_ir, compiled.ir)
-        grad = CompiledGradient(layout.pyname, layout.has_primal, shadowed,
+        grad = CompiledGradient(layout.pyname, symbol, layout.has_primal, shadowed,
                                 written_arguments(layout, analyses.clobbers), distinct,
                                 lambda: irs, stub, None, native=stub)
         ctx = primal_.kernel.context

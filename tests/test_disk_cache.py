@@ -271,8 +271,10 @@ tape = layers.gradient(loss, model(), x, y)[0]
 data = [(x[k:k + 3], y[k:k + 3]) for k in range(0, 9, 3)]
 trained = Duplicated(model())
 losses = layers.train(loss, trained, data, optim.setup(optim.Descent(0.1), trained))
+report = adcore.last_compile_report()
 print(json.dumps(dict(grads=[a.tolist() for _, a in leaves(grads)],
                       tape=[a.tolist() for _, a in leaves(tape)], stages=stages,
+                      train=[report.what, list(report.seconds)],
                       losses=losses, params=[a.tolist() for _, a in leaves(trained.val)])))
 """
 
@@ -331,4 +333,6 @@ def test_duplicated_model_and_train_loop_from_the_cache(tmp_path):
     for a, b, t in zip(first["grads"], second["grads"], second["tape"]):
         assert a == b
         np.testing.assert_allclose(b, t, rtol=2e-4, atol=1e-6)   # float32: the tape engine
+    assert first["train"][0] == "program"                    # Numba compiled the loop
+    assert second["train"] == ["loop", ["load from disk"]]   # the loop's object code
     assert first["losses"] == second["losses"] and first["params"] == second["params"]
