@@ -38,6 +38,7 @@ from numba.core import types as nbtypes
 from . import custom_rules, native, numba_abi
 from .code_reads import global_reads, library
 from .compiled import CompiledGradient
+from .errors import LinkError
 from .timings import compiling, stage
 
 FORMAT = 1
@@ -435,7 +436,10 @@ def _store_function(digest, dispatcher, argtypes):
             not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
         return
     symbol = f"adcore_fn_{digest[:24]}"
-    compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name)
+    try:
+        compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name)
+    except LinkError:        # it calls what this process alone has: the njit function serves
+        return
     flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
     fields = [str(ctx.get_value_type(t)) for t in restype.types]
     if compiled.object is not None and _links_portably(compiled) and \
