@@ -436,6 +436,8 @@ def _store_function(digest, dispatcher, argtypes):
             not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
         return
     symbol = f"adcore_fn_{digest[:24]}"
+    if native.is_defined(symbol):       # compiled here before: its entry went since
+        return
     try:
         compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name)
     except LinkError:        # it calls what this process alone has: the njit function serves

@@ -165,6 +165,11 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
     return Compiled(ir, _objects.pop(symbol, None), externals)
 
 
+def is_defined(symbol):
+    """Whether the engine has code for ``symbol`` (compiled or loaded in this process)."""
+    return symbol in _defined
+
+
 def load_object(data, symbol, externals):
     """Add object code defining ``symbol`` (a gradient's, from the disk cache) to the
     engine and return its address; None, loading nothing, when one of the ``externals``
