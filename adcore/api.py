@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
-from . import numba_abi, pipeline
+from . import disk_cache, numba_abi, pipeline
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .arguments import annotate, distinct as _distinct, is_float_scalar
 from .capture import as_dispatcher
@@ -112,11 +112,14 @@ def _compiled_by_type(f, anns, ret_activity, distinct, seed_type):
             entry = _cache.get(key)
             if entry is None:
                 args = (anns, argtypes, ret_activity, distinct, seed_type)
-                try:
-                    entry = pipeline.differentiate(dispatcher, *args)
-                except UnsupportedError as err:
-                    raise _located(err, dispatcher, args) from None
-                _cache[key] = entry
+
+                def compile_(name):
+                    try:
+                        return pipeline.differentiate(dispatcher, *args, name=name)
+                    except UnsupportedError as err:
+                        raise _located(err, dispatcher, args) from None
+                entry = _cache[key] = disk_cache.cached(dispatcher, argtypes, key[2], ret_activity,
+                                                        distinct, seed_type, compile_)
     return entry
 
 

@@ -7,21 +7,21 @@ The helpers take Fortran (column-major) matrices with leading dimensions; ``kind
 ``'d'`` (float64) or ``'s'`` (float32); ``alpha`` and ``beta`` come by pointer and are
 treated as constants.  Each reverse receives the C arguments (pointers as int64
 addresses) followed by the shadow address of each pointer argument (0 when none).
+The reverses and extents are compiled once per argument types and kept in Numba's own
+cache (``cache=True``): a new process loads them instead of compiling them.
 """
-import ctypes
-
 import numba
 import numpy as np
+from numba.core import types
 
 from .custom_rules import carray, register_rule
-from .numba_abi import blas_helper
 
 DOUBLE = 100                       # 'd'
 N, T = 110, 116                    # 'n', 't'
 
-_i8, _i64 = ctypes.c_int8, ctypes.c_int64
-_gemm = ctypes.CFUNCTYPE(ctypes.c_int, _i8, _i8, _i8, _i64, _i64, _i64, _i64, _i64, _i64, _i64,
-                         _i64, _i64, _i64, _i64)(blas_helper("xxgemm"))
+# Numba's C helper, called by its symbol (no address of this process in compiled code)
+_gemm = types.ExternalFunction("numba_xxgemm", types.int32(types.int8, types.int8, types.int8,
+                                                            *[types.int64] * 11))
 
 
 @numba.njit
@@ -65,7 +65,7 @@ def _gemm_update(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
         _gemm(kind, ta, tb, m, n, k, al32.ctypes.data, a, lda, b, ldb, one32.ctypes.data, c, ldc)
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxgemm_reverse(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                    dalpha, da, db, dbeta, dc):
     # C = alpha op(A) op(B) + beta C      d op(A) = alpha dC op(B)^T,  d op(B) = alpha op(A)^T dC,
@@ -86,7 +86,7 @@ def xxgemm_reverse(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
     _scale(kind, dc, m, n, ldc, _scalar(kind, beta))
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxgemv_reverse(kind, trans, m, n, alpha, a, lda, x, beta, y, dalpha, da, dx, dbeta, dy):
     # y = alpha op(A) x + beta y          dx += alpha op(A)^T dy,  dA += alpha dy x^T (or x dy^T),
     #                                     dy_old = beta dy          (A is m x n)
@@ -117,7 +117,7 @@ def _axpy(kind, n, factor, x, y):
             ys32[i] += np.float32(factor) * xs32[i]
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxdot_reverse(kind, conj, n, x, y, res, dx, dy, dres):
     # r = x . y                           dx += dr y,  dy += dr x
     if dres == 0:
@@ -130,7 +130,7 @@ def xxdot_reverse(kind, conj, n, x, y, res, dx, dy, dres):
         _axpy(kind, n, g, x, dy)
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxnrm2_reverse(kind, n, x, incx, res, dx, dres):
     # r = |x|  (stride incx)              dx += dr x / r
     if dres == 0 or dx == 0:
@@ -237,23 +237,23 @@ def _span(rows, cols, ld):
     return 0 if rows == 0 or cols == 0 else (cols - 1) * ld + rows
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxdot_extents(kind, conj, n, x, y, res):
     return n * _size(kind), n * _size(kind), 0
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxnrm2_extents(kind, n, x, incx, res):
     return ((n - 1) * incx + 1) * _size(kind) if n > 0 else 0, 0
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxgemv_extents(kind, trans, m, n, alpha, a, lda, x, beta, y):
     rows_in = n if trans == N else m
     return 0, _span(m, n, lda) * _size(kind), rows_in * _size(kind), 0, 0
 
 
-@numba.njit
+@numba.njit(cache=True)
 def xxgemm_extents(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
     span_a = _span(m, k, lda) if ta == N else _span(k, m, lda)
     span_b = _span(k, n, ldb) if tb == N else _span(n, k, ldb)

@@ -41,7 +41,7 @@ def as_dispatcher(f):
     raise ADError(f"expected a numba.njit function or a Python function, got {f!r}")
 
 
-def _unoptimised_module(library):
+def unoptimised_module(library):
     """Link the pre-optimisation clones of ``library``, everything it links, and Numba's
     runtime library (whose IR-defined helpers, such as ``NRT_MemInfo_data_fast``, have
     no native symbol of their own)."""
@@ -77,7 +77,7 @@ def capture(f, argtypes):
             # compiled before adcore was loaded: compile a fresh copy so the hook sees it
             dispatcher = numba_abi.recompiled(dispatcher)
             cres = numba_abi.overload(dispatcher, argtypes)
-        module = _unoptimised_module(cres.library)
+        module = unoptimised_module(cres.library)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
                   pyname, cres.target_context)

@@ -9,6 +9,11 @@ from .errors import ActivityError, UnsupportedError
 
 _last = {"cached_bytes": 0}
 
+# Calls of a gradient loaded from the disk cache made through ctypes before its njit stub is
+# built: by then the slower calls have cost about what the stub's Numba compile costs
+# (ski rental: never more than twice the better choice in hindsight).
+PROMOTE_AFTER = 5000
+
 
 def last_cached_bytes():
     """Bytes the reverse pass kept on its value stack in the most recent gradient call."""
@@ -18,20 +23,44 @@ def last_cached_bytes():
 class CompiledGradient:
     """One native gradient of a kernel for fixed argument types and activities.
 
-    ``native`` is an njit function that other Numba code may call:
+    ``native`` is an njit function that other Numba code may call (made on first use
+    when the gradient came from the disk cache, whose calls go through ctypes):
     ``native(*arguments, *shadows[, dret])`` with the primal arguments in order, then the
     shadow array of each position in ``shadowed`` (Duplicated arguments, then Const arrays
     that need an internal zeroed shadow), then the seed of a returned array; it returns a
     tuple ``(primal return if any, adjoint of each Active argument..., bytes cached)``.
     ``written`` are the array arguments the kernel may write; ``distinct`` tells whether
-    it was compiled for arrays that share no memory.  ``primal_ir``, ``adjoint_ir`` and
-    ``optimised_ir`` are the IR of the pipeline's stages."""
+    it was compiled for arrays that share no memory; ``symbol`` names its native code.  ``primal_ir``, ``adjoint_ir`` and
+    ``optimised_ir`` are the IR of the pipeline's stages (``irs()`` returns the three).
+    ``call`` runs the gradient on the flattened arguments as ``native`` does (``native``
+    itself, or a ctypes call, replaced by ``native`` after ``PROMOTE_AFTER`` calls);
+    ``make_native()`` builds the njit function."""
 
-    def __init__(self, layout, native, shadowed, written, distinct, primal_ir, adjoint_ir,
-                 optimised_ir):
-        self.pyname, self.has_primal = layout.pyname, layout.has_primal
-        self.native, self.shadowed, self.written, self.distinct = native, shadowed, written, distinct
-        self.primal_ir, self.adjoint_ir, self.optimised_ir = primal_ir, adjoint_ir, optimised_ir
+    native_parts = None      # what the disk cache stores (pipeline.NativeParts), when fresh
+
+    def __init__(self, pyname, symbol, has_primal, shadowed, written, distinct, irs, call,
+                 make_native, native=None):
+        self.pyname, self.symbol, self.has_primal = pyname, symbol, has_primal
+        self.shadowed, self.written, self.distinct = shadowed, written, distinct
+        self.irs, self.call = irs, call
+        self._make_native = make_native
+        self._native = native
+        self._ctypes_calls = 0
+
+    @property
+    def native(self):
+        if self._native is None:
+            self._native = self._make_native()
+        return self._native
+
+    @property
+    def from_disk(self):
+        """Whether this gradient was loaded from the disk cache (and has no njit stub yet)."""
+        return self._native is None
+
+    primal_ir = property(lambda self: self.irs()[0])
+    adjoint_ir = property(lambda self: self.irs()[1])
+    optimised_ir = property(lambda self: self.irs()[2])
 
     def check_aliasing(self, anns):
         """Arrays that share memory the kernel writes must alias in their shadows too: a
@@ -71,7 +100,11 @@ class CompiledGradient:
         if dret is not None:     # a wrong seed is found after the forward pass: keep what it writes
             seed = [np.ascontiguousarray(dret)]
             before = [(primals[k], primals[k].copy()) for k in self.written]
-        out = self.native(*primals, *shadows, *seed)
+        if self._native is None:
+            self._ctypes_calls += 1
+            if self._ctypes_calls >= PROMOTE_AFTER:
+                self.call = self.native
+        out = self.call(*primals, *shadows, *seed)
         if out[-1] < 0:
             for array, old in before:
                 array[...] = old

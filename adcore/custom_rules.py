@@ -39,12 +39,14 @@ from numba.core import types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic
 
+from .capture import unoptimised_module
 from .errors import ADError
-from .numba_abi import array_view
+from .numba_abi import array_view, uses_process_state
 from .timings import stage
 
 _RULES = []                    # (target, reverse)
 _bound = {}                    # (reverse, argtypes) -> symbol
+_libraries = {}                # symbol -> (code library, name of the function in it)
 _counter = itertools.count()
 LLVM_TO_NUMBA = {"i8": types.int8, "i16": types.int16, "i32": types.int32, "i64": types.int64,
                  "float": types.float32, "double": types.float64, "ptr": types.int64}
@@ -104,7 +106,24 @@ def native_symbol(function, types_):
         name = f"adcore_rule_{next(_counter)}"
         llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.mangled_name))
         _bound[key] = (name, cres.signature.return_type)
+        _libraries[name] = (cres.library, cres.fndesc.mangled_name)
     return _bound[key]
+
+
+def linkable(symbol):
+    """The unoptimised LLVM module of the function ``symbol`` names (a rule's reverse or
+    extents, from :func:`native_symbol`) with that function renamed ``symbol``, for
+    compiling it into a gradient's own object code; None for other symbols and for
+    functions that use state of this process (they stay separate, and the gradient is
+    not cached on disk)."""
+    if symbol not in _libraries:
+        return None
+    library, name = _libraries[symbol]
+    module = unoptimised_module(library)
+    if uses_process_state(module):
+        return None
+    module.get_function(name).name = symbol
+    return module
 
 
 def find(callee):

@@ -3,7 +3,11 @@
 The gradient function follows Numba's calling convention, so a Numba ``@intrinsic``
 can call it like any compiled function: the stub's own exception handling re-raises a
 kernel's Python exception, and the call costs a native call plus argument unboxing.
+MCJIT hands over the object code it emits (kept for the on-disk cache), and object code
+loaded from there is called through ctypes (:class:`CtypesCall`), no Numba compile needed.
 """
+import ctypes
+import pickle
 import re
 import threading
 
@@ -18,6 +22,8 @@ from .errors import ActivityError, LinkError
 
 _lock = threading.Lock()
 _engine = None
+_objects = {}      # module name (its gradient's symbol) -> the object code MCJIT emitted
+_defined = {}      # symbol -> address, of every gradient in the engine
 
 # Compiler-runtime builtins LLVM's code generator may call (``llvm.powi`` becomes
 # ``__powi?f2``) that a Python process need not contain: x^n by repeated squaring.
@@ -60,23 +66,32 @@ def optimise(module):
     pb.getModulePassManager().run(module, pb)
 
 
-def _start_engine():
+def _start_engine(runtime=True):
     """The process-wide MCJIT engine, created on first use together with what generated
-    code links against: Numba's runtime (``NRT_*``, registered when Numba first compiles)
-    and the compiler builtins missing from the process."""
+    code links against: Numba's runtime (``NRT_*``, registered when Numba first compiles;
+    only its C functions when not ``runtime``, for object code from the disk cache).  The
+    compiler builtins missing from the process come when code needs them."""
     global _engine
-    if _engine is None:
+    if runtime:
         numba_abi.start_runtime()
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
-        missing = {n: t for n, t in _BUILTINS.items() if not llvm.address_of_symbol(n)}
-        if missing:
-            builtins = llvm.parse_assembly("".join(_POWI.format(name=n, t=t) for n, t in missing.items()))
-            engine.add_module(builtins)
-            engine.finalize_object()
-            for name in missing:
-                llvm.add_symbol(name, engine.get_function_address(name))
-        _engine = engine
+    else:
+        numba_abi.register_runtime_symbols()
+    if _engine is None:
+        _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+        _engine.set_object_cache(lambda module, data: _objects.__setitem__(module.name, data))
     return _engine
+
+
+def _provide_builtins(engine, names):
+    """Compile the builtins among ``names`` that the process lacks (once)."""
+    missing = {n: t for n, t in _BUILTINS.items() if n in names and not llvm.address_of_symbol(n)}
+    if missing:
+        module = llvm.parse_assembly("".join(_POWI.format(name=n, t=t) for n, t in missing.items()))
+        module.name = "builtins"
+        engine.add_module(module)
+        engine.finalize_object()
+        for name in missing:
+            llvm.add_symbol(name, engine.get_function_address(name))
 
 
 _REFERENCE = re.compile(r'@("[^"]*"|[-\w.$]+)')
@@ -95,35 +110,84 @@ def unresolved_symbols(module):
 
 def keep_only(module, symbol):
     """Make every definition but ``symbol`` internal and drop what it does not use (the
-    primal kernel the gradient module carries along, say), before optimising."""
-    for fn in module.functions:
-        if not fn.is_declaration and fn.name != symbol:
-            fn.linkage = "internal"
+    primal kernel the gradient module carries along, the Python wrappers of linked rule
+    reverses, say), before optimising."""
+    for value in [*module.functions, *module.global_variables]:
+        if not value.is_declaration and value.name != symbol:
+            value.linkage = "internal"
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
     pm.run(module, llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options()))
 
 
-def compile_ir(text, symbol, owner=None):
+class Compiled:
+    """What :func:`compile_ir` made: the optimised IR text, the object code, and the
+    external symbols that code links against."""
+
+    def __init__(self, ir, obj, externals):
+        self.ir, self.object, self.externals = ir, obj, externals
+
+
+def compile_ir(text, symbol, owner=None, link=None, entry=None):
     """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
 
-    Only ``symbol`` stays visible.  Every external function the module calls must exist
-    in the process (else :class:`LinkError` naming it, ``owner`` being the function it was
-    compiled for): MCJIT would otherwise resolve it to address 0.  Returns the optimised
-    IR text."""
+    ``link(name)`` may give the module defining a function ``text`` declares, to be
+    compiled in (so that the object code is whole); ``entry`` names the function of
+    ``text`` to rename ``symbol``.  Only ``symbol`` stays visible.  Every
+    external function the module calls must exist in the process (else :class:`LinkError`
+    naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
+    resolve it to address 0.  Returns a :class:`Compiled`."""
     module = llvm.parse_assembly(text)
     module.verify()
+    module.name = symbol
+    if entry is not None:
+        module.get_function(entry).name = symbol
+    declared = [fn.name for fn in module.functions if fn.is_declaration]
+    for part in filter(None, map(link or (lambda name: None), declared)):
+        module.link_in(part)
     keep_only(module, symbol)
     optimise(module)
     with _lock:
         engine = _start_engine()
+        externals = sorted(f.name for f in module.functions
+                           if f.is_declaration and not f.name.startswith("llvm."))
+        if any(f.name.startswith("llvm.powi.") for f in module.functions):
+            externals = sorted(externals + list(_BUILTINS))   # what code generation makes of it
+        _provide_builtins(engine, externals)
         missing = unresolved_symbols(module)
         if missing:
             raise LinkError(missing, owner)
+        ir = str(module)
         engine.add_module(module)
         engine.finalize_object()
-        llvm.add_symbol(symbol, engine.get_function_address(symbol))
-    return str(module)
+        _defined[symbol] = engine.get_function_address(symbol)
+        llvm.add_symbol(symbol, _defined[symbol])
+    return Compiled(ir, _objects.pop(symbol, None), externals)
+
+
+def is_defined(symbol):
+    """Whether the engine has code for ``symbol`` (compiled or loaded in this process)."""
+    return symbol in _defined
+
+
+def load_object(data, symbol, externals):
+    """Add object code defining ``symbol`` (a gradient's, from the disk cache) to the
+    engine and return its address; None, loading nothing, when one of the ``externals``
+    it links against is missing from this process."""
+    with _lock:
+        if symbol in _defined:
+            return _defined[symbol]
+        engine = _start_engine(runtime=False)
+        _provide_builtins(engine, externals)
+        if not all(llvm.address_of_symbol(name) for name in externals):
+            return None
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+        address = engine.get_function_address(symbol)
+        if not address:
+            return None
+        _defined[symbol] = address
+        llvm.add_symbol(symbol, address)
+        return address
 
 
 def make_stub(symbol, argtypes, restype, same_layout=()):
@@ -154,3 +218,64 @@ def make_stub(symbol, argtypes, restype, same_layout=()):
                       f"        raise ActivityError(MESSAGE{n})\n")
     exec(f"def stub({names}):\n{''.join(checks)}    return call({names})\n", scope)
     return numba.njit(sig)(scope["stub"])
+
+
+# -- calling a gradient through ctypes -------------------------------------------------------
+_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+           "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
+           "double": ctypes.c_double, "float": ctypes.c_float}
+
+
+def ctypes_types_known(flat, fields):
+    """Whether :class:`CtypesCall` can pass parameters of LLVM types ``flat`` (per
+    argument) and read a result struct of LLVM ``fields``."""
+    return all(t in _CTYPES for group in flat for t in group) and all(t in _CTYPES for t in fields)
+
+
+class CtypesCall:
+    """``call(*arguments)`` of a native gradient at ``address`` (Numba's calling
+    convention) from Python, without a Numba stub: each array is flattened to Numba's
+    array fields (no meminfo: the caller owns the memory), each scalar passed as is.
+    ``flat`` are the LLVM parameter types of each argument, ``fields`` those of the
+    result struct (the stub's ``restype``); ``same_layout`` as for :func:`make_stub`.
+    Returns the result tuple; re-raises an exception the kernel raised."""
+
+    def __init__(self, address, flat, fields, same_layout=()):
+        params = [_CTYPES[t] for group in flat for t in group]
+        self.function = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                         *params)(address)
+        self.names = [f"f{k}" for k in range(len(fields))]
+        self.result = type("Result", (ctypes.Structure,),
+                           {"_fields_": [(n, _CTYPES[t]) for n, t in zip(self.names, fields)]})
+        self.arrays = [len(group) > 1 for group in flat]
+        self.same_layout = same_layout
+
+    def __call__(self, *args):
+        for i, j, what in self.same_layout:
+            if args[i].shape != args[j].shape or args[i].strides != args[j].strides:
+                raise ActivityError(f"{what} must have the shape and strides of its array")
+        flat = []
+        for a, is_array in zip(args, self.arrays):
+            if is_array:
+                flat += [None, None, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides]
+            else:
+                flat.append(a)
+        out, exc = self.result(), ctypes.c_void_p()
+        status = self.function(ctypes.byref(out), ctypes.byref(exc), *flat)
+        if status != 0:
+            raise _kernel_exception(exc.value)
+        return tuple(getattr(out, name) for name in self.names)
+
+
+def _kernel_exception(excinfo):
+    """The Python exception a kernel raised: Numba's ``excinfo`` points at the pickled
+    ``(class, arguments, location...)`` of a static exception and its length."""
+    if excinfo:
+        pointer, size = ctypes.cast(excinfo, ctypes.POINTER(ctypes.c_void_p))[0], \
+            ctypes.cast(excinfo + 8, ctypes.POINTER(ctypes.c_int32))[0]
+        try:
+            info = pickle.loads(ctypes.string_at(pointer, size))
+            return info[0](*info[1])
+        except Exception:        # noqa: BLE001  (a dynamic exception: its class is all we know)
+            pass
+    return RuntimeError("the kernel raised an exception inside its gradient")

@@ -9,11 +9,12 @@ at one's own risk).
 import os
 import threading
 
+import llvmlite.binding as llvm
 import numba
-from numba import _helperlib
 from numba.core import cgutils, codegen as _codegen, types
+from numba.core.extending import _Intrinsic
 from numba.core.registry import CPUDispatcher, cpu_target
-from numba.core.runtime import rtsys
+from numba.core.runtime import _nrt_python as _nrt, rtsys
 
 from .errors import ADError
 
@@ -77,7 +78,7 @@ def array_view(context, builder, array_type, address, n):
     return ary._getvalue()
 
 
-# -- the target, the runtime, the BLAS helpers ---------------------------------------------
+# -- the target and the runtime ---------------------------------------------------------------
 def target_context():
     return cpu_target.target_context
 
@@ -92,13 +93,30 @@ def start_runtime():
     rtsys.initialize(target_context())
 
 
+def register_runtime_symbols():
+    """Register only the C functions of Numba's runtime (``NRT_Free``, ...) with LLVM, as
+    :func:`start_runtime` does without compiling its IR-defined helpers (object code from
+    the disk cache carries its own copies of those)."""
+    if rtsys._init:
+        return
+    for name, address in _nrt.c_helpers.items():
+        llvm.add_symbol(name if name.startswith("_") else "NRT_" + name, address)
+
+
+_WRAPPERS = ("_ZN7cpython", "cfunc.")     # Numba's Python and C wrappers of a function
+_PROCESS_STATE = ("_ZN08NumbaEnv", "numba.dynamic.globals")
+
+
+def uses_process_state(module):
+    """Whether a function of ``module`` (other than Numba's wrappers) reads a Numba
+    environment or an address of this process: compiled into other code, it would not
+    find them."""
+    return any(not fn.is_declaration and not fn.name.startswith(_WRAPPERS) and
+               any(state in str(fn) for state in _PROCESS_STATE) for fn in module.functions)
+
+
 def runtime_library():
     return rtsys.library
-
-
-def blas_helper(name):
-    """Address of Numba's C helper ``name`` (``xxgemm``, ...)."""
-    return _helperlib.c_helpers[name]
 
 
 # -- dispatchers -------------------------------------------------------------------------
@@ -116,6 +134,11 @@ def recompiled(dispatcher, **options):
     """A new dispatcher of the same Python function with the same options (and ``options``)."""
     kept = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
+
+
+def intrinsic_definition(value):
+    """The Python function an ``@intrinsic`` was made from, or None for other values."""
+    return value._defn if isinstance(value, _Intrinsic) else None
 
 
 def is_debug(dispatcher):

@@ -169,27 +169,46 @@ def written_arguments(layout, clobbers):
     return [k for k in layout.arrays if written == UNKNOWN or layout.data_pointer(k) in written]
 
 
-def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None):
+class NativeParts:
+    """What the disk cache stores of a fresh gradient besides its :class:`CompiledGradient`:
+    the symbol and :class:`native.Compiled`, the stub's argument types (``types``) and
+    their LLVM parameter types (``flat``, per argument), those of its result struct
+    (``fields``), the result's Numba type, and the shadow layout checks."""
+
+    def __init__(self, symbol, compiled, types, flat, fields, result, same_layout):
+        self.symbol, self.compiled, self.types, self.flat = symbol, compiled, types, flat
+        self.fields, self.result, self.same_layout = fields, result, same_layout
+
+
+def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
     """Run every stage for one kernel, argument types and activities: a
-    :class:`CompiledGradient` (the seconds of each stage: ``adcore.last_compile_report()``)."""
+    :class:`CompiledGradient` (the seconds of each stage: ``adcore.last_compile_report()``).
+    ``name`` (the disk cache's key) goes into the gradient's symbol."""
     with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
         primal_ = primal(dispatcher, argtypes)
         with stage("layout"):
             layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
-        symbol = f"adcore_grad_{next(_counter)}"
+        symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
         with stage("analyse"):
             spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
         with stage("generate"):
             generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
             adjoint_ir = gradient_module(primal_.module, generator)
         with stage("compile"):
-            optimised_ir = native.compile_ir(adjoint_ir, symbol, layout.pyname)
+            compiled = native.compile_ir(adjoint_ir, symbol, layout.pyname, custom_rules.linkable)
         shadowed = layout.duplicated + sorted(scratch)
         seed = [seed_type] if layout.returns_array else []
         n = len(argtypes)
+        stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + seed
+        same_layout = [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)]
         with stage("stub"):
-            stub = native.make_stub(symbol, list(argtypes) + [argtypes[k] for k in shadowed] + seed,
-                                    layout.result,
-                                    [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)])
-        return CompiledGradient(layout, stub, shadowed, written_arguments(layout, analyses.clobbers),
-                                distinct, primal_.ir, adjoint_ir, optimised_ir)
+            stub = native.make_stub(symbol, stub_types, layout.result, same_layout)
+        irs = (primal_.ir, adjoint_ir, compiled.ir)
+        grad = CompiledGradient(layout.pyname, symbol, layout.has_primal, shadowed,
+                                written_arguments(layout, analyses.clobbers), distinct,
+                                lambda: irs, stub, None, native=stub)
+        ctx = primal_.kernel.context
+        grad.native_parts = NativeParts(
+            symbol, compiled, stub_types, [numba_abi.flat_types(ctx, t) for t in stub_types],
+            [str(ctx.get_value_type(t)) for t in layout.result.types], layout.result, same_layout)
+        return grad

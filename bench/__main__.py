@@ -11,6 +11,9 @@ import os
 # spinning threads made numpy's matmul times vary 50-fold. Set before numpy loads.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# Each 1st call is a cold compile: adcore's disk cache is off (the compile workload turns
+# it on, in a fresh cache directory of its own, for its rows from the cache).
+os.environ.setdefault("ADCORE_CACHE", "0")
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
@@ -23,8 +26,8 @@ from .measure import peak_rss, reset_peak_rss  # noqa: E402
 from .rows import failed, failures  # noqa: E402
 from .timing import Sampler, default_sampler  # noqa: E402
 
-NOTES = ["adcore keeps compiled gradients in memory only (no on-disk cache), so each 1st call "
-         "is a cold compile; Numba's are too (cache=False)",
+NOTES = ["adcore's on-disk cache is off (ADCORE_CACHE=0) but for the compile workload's rows from "
+         "it, so each 1st call is a cold compile; Numba's are too (cache=False)",
          "single-threaded throughout: one BLAS/OpenMP thread, torch.set_num_threads(1); "
          "JAX uses XLA's defaults"]
 

@@ -11,9 +11,10 @@ or the tuple of values the driver needs.
 import numpy as np
 
 from adcore.annotations import Const, Duplicated
+from adcore.code_reads import library
 from adcore.tree import child, is_node
 
-from .reads import _contiguous, library
+from .reads import _contiguous
 
 _PLAIN = (int, float, complex, str, bytes, bool, type(None), np.number, np.bool_)
 

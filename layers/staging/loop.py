@@ -12,10 +12,10 @@ shape (then ``train`` steps through the items in Python).
 import copy
 import math
 
-import numba
 import numpy as np
 
 import optim
+from adcore.disk_cache import CachedFunction
 from adcore.tree import child
 
 from .lower import Kind
@@ -183,12 +183,13 @@ def _loop_source(staged, stacked, plan):
 
 
 def _compile_loop(staged, stacked, plan):
-    scope = {"stub": staged.grad.native, "_zero": _zero, "math": math}
+    """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
+    gradient's njit stub)."""
+    scope = {"stub": staged.grad, "_zero": _zero, "math": math}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
             scope[f"K{q}_{k}"] = st.kernel
-    exec(_loop_source(staged, stacked, plan), scope)
-    return numba.njit(cache=False)(scope["loop"])
+    return CachedFunction(_loop_source(staged, stacked, plan), "loop", scope)
 
 
 def compiled_train(loss, dup, data, state, error):

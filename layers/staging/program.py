@@ -17,6 +17,7 @@ import numpy as np
 from adcore import tape
 from adcore.annotations import Const, Duplicated
 from adcore import ReverseWithPrimal, compile_gradient
+from adcore.compiled import PROMOTE_AFTER
 from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
@@ -204,7 +205,8 @@ class Staged:
         kinds = [a.kind for a in low.args if a.kind in SHADOWED]
         self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
             [Zeroing.ALWAYS] * (len(dflat) - len(kinds))
-        self.driver = _driver(self.grad.native, flat, dflat, self.zeroing)
+        self.driver = _python_driver(self.grad, flat, dflat, self.zeroing) if self.grad.from_disk \
+            else _driver(self.grad.native, flat, dflat, self.zeroing)
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
@@ -288,6 +290,28 @@ def _driver(stub, flat, dflat, zeroing):
     scope = {"stub": stub, "_zero": _zero}
     exec("\n".join(lines) + "\n", scope)
     return numba.njit(cache=False)(scope["driver"])
+
+
+def _python_driver(grad, flat, dflat, zeroing):
+    """``_driver`` in Python over the ctypes call of a gradient loaded from adcore's disk
+    cache: no Numba compile before the first call; after ``PROMOTE_AFTER`` calls, the
+    njit driver."""
+    n = len(flat)
+    zeroed = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ALWAYS]
+    on_request = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ON_REQUEST]
+    reshaped = list(flat) + list(dflat)
+    calls, njit = [0], []
+
+    def driver(zero, *args):
+        if njit:
+            return njit[0](zero, *args)
+        calls[0] += 1
+        if calls[0] >= PROMOTE_AFTER:
+            njit.append(_driver(grad.native, flat, dflat, zeroing))
+        for k in zeroed + (on_request if zero else []):
+            args[n + k].fill(0)
+        return grad.call(*[x.reshape(-1) if fl else x for x, fl in zip(args, reshaped)])[0]
+    return driver
 
 
 def cache_key(f):

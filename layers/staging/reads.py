@@ -21,7 +21,6 @@ Not seen: names looked up dynamically (``globals()[...]``, ``getattr(obj, name)`
 computed name, ``eval``), and state inside library objects.
 """
 import contextlib
-import dis
 import functools
 import sys
 import types
@@ -29,11 +28,10 @@ import types
 import numba
 import numpy as np
 
+from adcore.code_reads import global_reads, library
 from adcore.errors import UnsupportedError
 from adcore.tape.tracked import Tracked
 
-_LIBRARY = frozenset(sys.stdlib_module_names) | {
-    "numpy", "numba", "llvmlite", "scipy", "adcore", "layers", "optim", "hypothesis", "pytest"}
 _RANDOM = ("numpy.random", "random")
 _SCALARS = (bool, int, complex, str, bytes, type(None), np.integer, np.bool_, np.complexfloating)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -57,33 +55,6 @@ class HiddenStateError(UnsupportedError):
             detail=f"{why}. The compiled path (Duplicated) replays one recording and must "
                    "see every change of what the loss reads; pass such values as "
                    "arguments, or pass the plain model to use the tape engine")
-
-
-def library(obj):
-    """Whether ``obj`` (a module, function or class) belongs to a library, not user code."""
-    name = obj.__name__ if isinstance(obj, types.ModuleType) else \
-        getattr(obj, "__module__", None)
-    return isinstance(name, str) and name.partition(".")[0] in _LIBRARY
-
-
-def global_reads(code):
-    """``{name: {attribute chains}}`` for the globals ``code`` (and the code nested in it)
-    loads, each with the chains of attributes read right after loading it."""
-    out = {}
-    ins = list(dis.get_instructions(code))
-    for k, i in enumerate(ins):
-        if i.opname == "LOAD_GLOBAL":
-            chain = []
-            for j in ins[k + 1:]:
-                if j.opname not in ("LOAD_ATTR", "LOAD_METHOD"):
-                    break
-                chain.append(j.argval)
-            out.setdefault(i.argval, set()).add(tuple(chain))
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            for name, chains in global_reads(c).items():
-                out.setdefault(name, set()).update(chains)
-    return out
 
 
 def _equal(x, ref):
