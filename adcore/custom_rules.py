@@ -44,7 +44,7 @@ from .errors import ADError
 from .numba_abi import array_view, uses_process_state
 from .timings import stage
 
-_RULES = []                    # (target, reverse)
+_RULES = []                    # (target, reverse, outputs, extents, forward)
 _bound = {}                    # (reverse, argtypes) -> symbol
 _libraries = {}                # symbol -> (code library, name of the function in it)
 _counter = itertools.count()

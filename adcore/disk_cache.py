@@ -184,8 +184,8 @@ def _rules():
         try:
             memo = {}
             key = tuple((target if isinstance(target, str) else _value(target, memo),
-                         _value(reverse, memo), outputs, _value(extents, memo))
-                        for target, reverse, outputs, extents in custom_rules._RULES)
+                         _value(reverse, memo), outputs, _value(extents, memo), _value(forward, memo))
+                        for target, reverse, outputs, extents, forward in custom_rules._RULES)
         except Uncacheable:
             key = None
         _state["rules"] = (len(custom_rules._RULES), key)

@@ -235,7 +235,7 @@ class GradientKernel:
     def __init__(self, compiled, argtypes, pyname):
         self.compiled, self.argtypes, self.pyname = compiled, argtypes, pyname
         self.__name__ = f"gradient of {pyname}"
-        self.symbol = re.search(r"define i32 @(adcore_grad_[0-9]+)\(", compiled.adjoint_ir).group(1)
+        self.symbol = compiled.symbol
 
     def _adcore_capture(self, argtypes):
         text = re.sub(r"@ad\.", "@adg.", self.compiled.adjoint_ir)

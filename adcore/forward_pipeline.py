@@ -74,7 +74,7 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
             gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule)
             tangent_ir = tangent_module(primal_.module, gen)
         with stage("compile"):
-            optimised_ir = native.compile_ir(tangent_ir, symbol, layout.pyname)
+            optimised_ir = native.compile_ir(tangent_ir, symbol, layout.pyname).ir
         shadowed = duplicated + sorted(scratch)
         n = len(argtypes)
         with stage("stub"):
@@ -83,16 +83,18 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
             checks = [(n + len(floats) + i, k, f"the tangent of argument {k}")
                       for i, k in enumerate(k for k in shadowed for _ in range(lanes))]
             stub = native.make_stub(symbol, list(argtypes) + floats + arrays, layout.result, checks)
-        return CompiledForward(layout, stub, shadowed, pipeline.written_arguments(layout, analyses.clobbers),
-                               distinct, primal_.ir, tangent_ir, optimised_ir)
+        irs = (primal_.ir, tangent_ir, optimised_ir)
+        return CompiledForward(layout, symbol, stub, shadowed,
+                               pipeline.written_arguments(layout, analyses.clobbers), distinct, irs)
 
 
 class CompiledForward(CompiledGradient):
     """One native tangent function: ``native(*arguments, *float tangents, *shadows)`` (k of
     each, lane by lane) returns ``(primal return?, k tangents of a float return..., 0)``."""
 
-    def __init__(self, layout, *rest):
-        super().__init__(layout, *rest)
+    def __init__(self, layout, symbol, stub, shadowed, written, distinct, irs):
+        super().__init__(layout.pyname, symbol, layout.has_primal, shadowed, written, distinct,
+                         lambda: irs, stub, None, native=stub)
         self.lanes, self.ret_float = layout.lanes, layout.ret_float
         self.tangent_floats = layout.tangent_floats
 
