@@ -6,7 +6,7 @@ operator-overloading engine) needs neither.
 """
 import importlib
 
-from .errors import ADError, UnsupportedError, ActivityError, LinkError
+from .errors import ADError, UnsupportedError, ActivityError, CompileError, LinkError
 from .annotations import Active, Const, Duplicated, Reverse, ReverseWithPrimal
 from .tree import make_zero
 
@@ -18,7 +18,7 @@ _LAZY = {
     "from_llvm": "foreign",
 }
 
-__all__ = ["ADError", "UnsupportedError", "ActivityError", "LinkError", "Active", "Const",
+__all__ = ["ADError", "UnsupportedError", "ActivityError", "CompileError", "LinkError", "Active", "Const",
            "Duplicated", "Reverse", "ReverseWithPrimal", "make_zero", *_LAZY]
 
 

@@ -107,14 +107,38 @@ def is_dispatcher(f):
 
 
 def overload(dispatcher, argtypes):
-    """The compile result of ``dispatcher`` for ``argtypes`` (compiled if needed)."""
-    dispatcher.compile(tuple(argtypes))
-    return dispatcher.overloads[tuple(argtypes)]
+    """The compile result of ``dispatcher`` for ``argtypes`` (compiled if needed; a
+    dispatcher with declared signatures compiles nothing and has them all already)."""
+    argtypes = tuple(argtypes)
+    if argtypes not in dispatcher.overloads:
+        dispatcher.compile(argtypes)
+    return dispatcher.overloads[argtypes]
+
+
+def declares_signatures(dispatcher):
+    """True for a dispatcher given explicit signatures (``@njit("f8(f8[:])")``): Numba
+    compiled them at decoration and compiles no other."""
+    return is_dispatcher(dispatcher) and not dispatcher._can_compile
+
+
+def declared_signatures(dispatcher):
+    """The declared signatures, as ``(array(float64, 1d, A)) -> float64``."""
+    return [f"({', '.join(map(str, s.args))}) -> {s.return_type}" for s in dispatcher.nopython_signatures]
+
+
+def declared_argtypes(dispatcher, argtypes):
+    """The argument types of the declared signature a call with ``argtypes`` runs, as
+    Numba picks it (a C array fits a declared ``[:]``, an int a declared float), or None."""
+    chosen = dispatcher.typingctx.resolve_overload(dispatcher.py_func, dispatcher.nopython_signatures,
+                                                   tuple(argtypes), {}, unsafe_casting=True)
+    return None if chosen is None else tuple(chosen.args)
 
 
 def recompiled(dispatcher, **options):
-    """A new dispatcher of the same Python function with the same options (and ``options``)."""
-    kept = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
+    """A new dispatcher of the same Python function with the same options (and
+    ``options``), compiling lazily and never loading Numba's disk cache (whose code
+    libraries carry no unoptimised module)."""
+    kept = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("nopython", "cache")}
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
 
 
