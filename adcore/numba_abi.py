@@ -7,11 +7,13 @@ module refuses a Numba version it was not tested with (``ADCORE_ALLOW_NUMBA=1`` 
 at one's own risk).
 """
 import os
+import re
 import threading
 
 import numba
 from numba import _helperlib
 from numba.core import cgutils, codegen as _codegen, types
+from numba.core.environment import lookup_environment
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import rtsys
 
@@ -181,3 +183,24 @@ def unoptimised_module(library):
 
 def linked_libraries(library):
     return getattr(library, "_adcore_links", [])
+
+
+# -- environments ----------------------------------------------------------------------
+# A kernel that talks to Python (print) loads its Environment object from a global
+# ``@_ZN08NumbaEnv...`` that Numba fills in when it loads the code; the gradient's module
+# gets the address as a constant instead, and the environments are kept alive here.
+_ENV_GLOBAL = re.compile(r'^(@"?(_ZN08NumbaEnv[^"\s]*)"?) = internal global ptr null', re.M)
+_bound_environments = {}
+
+
+def bind_environments(ir_text):
+    """``ir_text`` with each Numba environment global it defines set to the live
+    environment of that name (left null when there is none: the code then raises
+    Numba's 'missing Environment' error)."""
+    def bound(match):
+        env = lookup_environment(match.group(2))
+        if env is None:
+            return match.group(0)
+        _bound_environments[match.group(2)] = env
+        return f"{match.group(1)} = internal constant ptr inttoptr (i64 {id(env)} to ptr)"
+    return _ENV_GLOBAL.sub(bound, ir_text)
