@@ -28,11 +28,15 @@ class Kernel:
     ``symbol`` names the entry in ``module``; it follows Numba's calling convention
     (``i32 (ptr retptr, ptr excinfo, <flattened arguments>)``) for arguments of
     ``argtypes`` and a result of ``restype`` (Numba types); ``context`` is the Numba
-    target context that flattens them; ``pyname`` names the function in messages."""
+    target context that flattens them; ``pyname`` names the function in messages;
+    ``statements`` are the Python function's typed statements
+    (:func:`adcore.numba_abi.typed_statements`; empty for foreign IR), for errors in the
+    user's words."""
 
-    def __init__(self, argtypes, restype, symbol, module, pyname, context):
+    def __init__(self, argtypes, restype, symbol, module, pyname, context, statements=()):
         self.argtypes, self.restype, self.symbol = argtypes, restype, symbol
         self.module, self.pyname, self.context = module, pyname, context
+        self.statements = statements
 
 
 def as_dispatcher(f):
@@ -128,4 +132,4 @@ def capture(f, argtypes):
         module = _unoptimised_module(cres.library)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
-                  pyname, cres.target_context)
+                  pyname, cres.target_context, numba_abi.typed_statements(cres))

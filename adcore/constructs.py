@@ -1,5 +1,6 @@
-"""Python constructs adcore does not differentiate, recognised by the Numba runtime calls
-they compile to, and named in the user's words.
+"""Python constructs adcore does not differentiate, recognised by Numba's types of the
+kernel's arguments and statements or by the runtime calls they compile to, and named in
+the user's words.
 
 When differentiation fails in a kernel that uses one of them, the error names the
 construct (and its source line, when debug info tells) instead of the LLVM value where
@@ -14,6 +15,11 @@ PARALLEL = ("a parallel=True loop (prange, or an array expression Numba parallel
             "(prange then runs serially and differentiates)")
 LIST = ("a list (for example a list of arrays)",
         "lists are not differentiated; use a tuple of arrays, or one array with an extra axis")
+DICT = ("a dict", "dicts are not differentiated; use arrays indexed by integers")
+SLICE_STORE = ("a slice assignment of an array of 2 or more dimensions (out[:, :] = A)",
+               "Numba's shape check of such an assignment builds its error message with strings "
+               "adcore cannot follow; assign one row at a time in a loop "
+               "(for i in range(n): out[i, :] = A[i]), which differentiates")
 PRINT_OBJECT = ("print of a non-float object (an array or a container)",
                 "print floats (or ints) one by one, or print outside the kernel")
 
@@ -22,34 +28,37 @@ RUNTIME_CALLS = (
     ("do_scheduling_", PARALLEL), ("numba_parallel_for", PARALLEL), ("numba_gufunc_", PARALLEL),
     ("get_parallel_chunksize", PARALLEL),
     ("numba_list_", ("a typed list (numba.typed.List)", LIST[1])),
-    ("NRT_MemInfo_new_varsize", LIST),
-    ("numba_dict_", ("a dict", "dicts are not differentiated; use arrays indexed by integers")),
-    ("NRT_adapt_ndarray_to_python", PRINT_OBJECT), ("numba_unpickle", PRINT_OBJECT),
+    ("numba_dict_", DICT),
+    ("NRT_adapt_ndarray_to_python", PRINT_OBJECT),
 )
-# Numba argument types -> (construct, what to do instead)
-ARGUMENT_TYPES = (
-    (nbtypes.List, ("a Python list argument", "pass a numpy array or a tuple")),
-    (nbtypes.ListType, ("a typed list argument (numba.typed.List)", "pass a numpy array or a tuple")),
-    (nbtypes.DictType, ("a dict argument", "pass numpy arrays")),
-    (nbtypes.Set, ("a set argument", "pass a numpy array")),
+# Numba types of the user's variables and arguments -> (construct, what to do instead)
+VARIABLE_TYPES = (
+    (nbtypes.List, LIST), (nbtypes.ListType, ("a typed list (numba.typed.List)", LIST[1])),
+    (nbtypes.DictType, DICT), (nbtypes.Set, ("a set", "use an array")),
 )
 
 
-def construct_of(callee):
-    """``(construct, advice)`` of a runtime function, or None."""
-    return next((c for prefix, c in RUNTIME_CALLS if (callee or "").startswith(prefix)), None)
+def _of(table, key, match):
+    return next((c for k, c in table if match(key, k)), None)
 
 
-def in_user_words(err, func, argtypes):
-    """``err`` restated as the construct that caused it, when ``func`` (the cleaned
-    kernel) calls a runtime function of one or has an argument of such a type;
+def in_user_words(err, func, kernel):
+    """``err`` restated as the construct that caused it, when ``kernel`` (its cleaned
+    function ``func``) has an argument or variable of a container type, stores a 2-D
+    (or more) array into a slice, or calls a runtime function of such a construct;
     otherwise ``err`` itself."""
-    for instr in func.instructions():
-        found = construct_of(instr.callee) if instr.opcode == "call" else None
-        if found is not None:
-            return UnsupportedError(found[0], err.function, found[1], instr.location)
-    for k, t in enumerate(argtypes):
-        found = next((c for cls, c in ARGUMENT_TYPES if isinstance(t, cls)), None)
+    for k, t in enumerate(kernel.argtypes):
+        found = _of(VARIABLE_TYPES, t, isinstance)
         if found is not None:
             return UnsupportedError(f"{found[0]} (argument {k})", err.function, found[1])
+    for kind, t, location in kernel.statements:
+        found = _of(VARIABLE_TYPES, t, isinstance) if kind == "variable" else \
+            SLICE_STORE if isinstance(t, nbtypes.Array) and t.ndim >= 2 else None
+        if found is not None:
+            return UnsupportedError(found[0], err.function, found[1], location)
+    for instr in func.instructions():
+        if instr.opcode == "call":
+            found = _of(RUNTIME_CALLS, instr.callee or "", str.startswith)
+            if found is not None:
+                return UnsupportedError(found[0], err.function, found[1], instr.location)
     return err

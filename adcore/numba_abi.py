@@ -12,7 +12,7 @@ import threading
 
 import numba
 from numba import _helperlib
-from numba.core import cgutils, codegen as _codegen, types
+from numba.core import cgutils, codegen as _codegen, ir as numba_ir, types
 from numba.core.environment import lookup_environment
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import rtsys
@@ -142,6 +142,22 @@ def recompiled(dispatcher, **options):
     libraries carry no unoptimised module)."""
     kept = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("nopython", "cache")}
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
+
+
+def typed_statements(cres):
+    """``(kind, Numba type, (file, line))`` for each variable assigned (kind "variable")
+    and each value stored by indexing (``out[...] = v``, kind "stored") in the compiled
+    Python function, from Numba's type annotation of compile result ``cres``."""
+    annotation = cres.type_annotation
+    typemap, out = annotation.typemap, []
+    for block in annotation.blocks.values():
+        for stmt in block.body:
+            where = (os.path.basename(stmt.loc.filename), stmt.loc.line)
+            if isinstance(stmt, numba_ir.Assign) and stmt.target.name in typemap:
+                out.append(("variable", typemap[stmt.target.name], where))
+            elif isinstance(stmt, (numba_ir.SetItem, numba_ir.StaticSetItem)) and stmt.value.name in typemap:
+                out.append(("stored", typemap[stmt.value.name], where))
+    return out
 
 
 def is_debug(dispatcher):

@@ -179,7 +179,7 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
                 generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
                 adjoint_ir = gradient_module(primal_.module, generator)
         except UnsupportedError as err:
-            raise in_user_words(err, primal_.func, argtypes) from None
+            raise in_user_words(err, primal_.func, primal_.kernel) from None
         with stage("compile"):
             optimised_ir = native.compile_ir(numba_abi.bind_environments(adjoint_ir), symbol, layout.pyname)
         shadowed = layout.duplicated + sorted(scratch)
