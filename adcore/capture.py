@@ -29,14 +29,13 @@ class Kernel:
     (``i32 (ptr retptr, ptr excinfo, <flattened arguments>)``) for arguments of
     ``argtypes`` and a result of ``restype`` (Numba types); ``context`` is the Numba
     target context that flattens them; ``pyname`` names the function in messages;
-    ``statements`` are the Python function's typed statements
-    (:func:`adcore.numba_abi.typed_statements`; empty for foreign IR), for errors in the
-    user's words."""
+    ``variables`` are ``(Numba type, (file, line))`` of the Python function's variables
+    (empty for foreign IR), for errors in the user's words."""
 
-    def __init__(self, argtypes, restype, symbol, module, pyname, context, statements=()):
+    def __init__(self, argtypes, restype, symbol, module, pyname, context, variables=()):
         self.argtypes, self.restype, self.symbol = argtypes, restype, symbol
         self.module, self.pyname, self.context = module, pyname, context
-        self.statements = statements
+        self.variables = variables
 
 
 def as_dispatcher(f):
@@ -132,4 +131,4 @@ def capture(f, argtypes):
         module = _unoptimised_module(cres.library)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
-                  pyname, cres.target_context, numba_abi.typed_statements(cres))
+                  pyname, cres.target_context, numba_abi.typed_variables(cres))

@@ -1,5 +1,5 @@
 """Python constructs adcore does not differentiate, recognised by Numba's types of the
-kernel's arguments and statements or by the runtime calls they compile to, and named in
+kernel's arguments and variables or by the runtime calls they compile to, and named in
 the user's words.
 
 When differentiation fails in a kernel that uses one of them, the error names the
@@ -16,10 +16,6 @@ PARALLEL = ("a parallel=True loop (prange, or an array expression Numba parallel
 LIST = ("a list (for example a list of arrays)",
         "lists are not differentiated; use a tuple of arrays, or one array with an extra axis")
 DICT = ("a dict", "dicts are not differentiated; use arrays indexed by integers")
-SLICE_STORE = ("a slice assignment of an array of 2 or more dimensions (out[:, :] = A)",
-               "Numba's shape check of such an assignment builds its error message with strings "
-               "adcore cannot follow; assign one row at a time in a loop "
-               "(for i in range(n): out[i, :] = A[i]), which differentiates")
 PRINT_OBJECT = ("print of a non-float object (an array or a container)",
                 "print floats (or ints) one by one, or print outside the kernel")
 
@@ -44,16 +40,14 @@ def _of(table, key, match):
 
 def in_user_words(err, func, kernel):
     """``err`` restated as the construct that caused it, when ``kernel`` (its cleaned
-    function ``func``) has an argument or variable of a container type, stores a 2-D
-    (or more) array into a slice, or calls a runtime function of such a construct;
-    otherwise ``err`` itself."""
+    function ``func``) has an argument or variable of a container type, or calls a
+    runtime function of such a construct; otherwise ``err`` itself."""
     for k, t in enumerate(kernel.argtypes):
         found = _of(VARIABLE_TYPES, t, isinstance)
         if found is not None:
             return UnsupportedError(f"{found[0]} (argument {k})", err.function, found[1])
-    for kind, t, location in kernel.statements:
-        found = _of(VARIABLE_TYPES, t, isinstance) if kind == "variable" else \
-            SLICE_STORE if isinstance(t, nbtypes.Array) and t.ndim >= 2 else None
+    for t, location in kernel.variables:
+        found = _of(VARIABLE_TYPES, t, isinstance)
         if found is not None:
             return UnsupportedError(found[0], err.function, found[1], location)
     for instr in func.instructions():

@@ -79,6 +79,16 @@ def array_view(context, builder, array_type, address, n):
     return ary._getvalue()
 
 
+# Numba's helpers that only build an error message and raise (a slice assignment's shape
+# check): kept as calls, so the string code inside them never reaches the differentiator.
+RAISING_HELPERS = ("ol_raise_with_shape_context_cpu",)
+
+
+def only_raises(symbol):
+    """True for the compiled helper functions listed in ``RAISING_HELPERS``."""
+    return symbol.startswith("_ZN5numba") and any(h in symbol for h in RAISING_HELPERS)
+
+
 # -- the target, the runtime, the BLAS helpers ---------------------------------------------
 def target_context():
     return cpu_target.target_context
@@ -144,20 +154,13 @@ def recompiled(dispatcher, **options):
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
 
 
-def typed_statements(cres):
-    """``(kind, Numba type, (file, line))`` for each variable assigned (kind "variable")
-    and each value stored by indexing (``out[...] = v``, kind "stored") in the compiled
-    Python function, from Numba's type annotation of compile result ``cres``."""
+def typed_variables(cres):
+    """``(Numba type, (file, line))`` of each variable assigned in the compiled Python
+    function, from Numba's type annotation of compile result ``cres``."""
     annotation = cres.type_annotation
-    typemap, out = annotation.typemap, []
-    for block in annotation.blocks.values():
-        for stmt in block.body:
-            where = (os.path.basename(stmt.loc.filename), stmt.loc.line)
-            if isinstance(stmt, numba_ir.Assign) and stmt.target.name in typemap:
-                out.append(("variable", typemap[stmt.target.name], where))
-            elif isinstance(stmt, (numba_ir.SetItem, numba_ir.StaticSetItem)) and stmt.value.name in typemap:
-                out.append(("stored", typemap[stmt.value.name], where))
-    return out
+    return [(annotation.typemap[stmt.target.name], (os.path.basename(stmt.loc.filename), stmt.loc.line))
+            for block in annotation.blocks.values() for stmt in block.body
+            if isinstance(stmt, numba_ir.Assign) and stmt.target.name in annotation.typemap]
 
 
 def is_debug(dispatcher):
