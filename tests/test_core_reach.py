@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from numba.typed import List
 
 import adcore
+import adcore.capture  # noqa: F401  (loads the capture hook first: the declared kernels below compile once)
 from adcore import Active, CompileError, Const, Duplicated, Reverse, UnsupportedError
 from fdcheck import check
 
