@@ -148,9 +148,9 @@ def declared_argtypes(dispatcher, argtypes):
 
 def recompiled(dispatcher, **options):
     """A new dispatcher of the same Python function with the same options (and
-    ``options``), compiling lazily and never loading Numba's disk cache (whose code
-    libraries carry no unoptimised module)."""
-    kept = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("nopython", "cache")}
+    ``options``), compiling lazily (declared signatures are not carried over) and without
+    Numba's disk cache (whose code libraries carry no unoptimised module)."""
+    kept = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
 
 

@@ -182,7 +182,8 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         except UnsupportedError as err:
             raise in_user_words(err, primal_.func, primal_.kernel) from None
         with stage("compile"):
-            optimised_ir = native.compile_ir(numba_abi.bind_environments(adjoint_ir), symbol, layout.pyname)
+            optimised_ir = native.compile_ir(numba_abi.bind_environments(adjoint_ir), symbol,
+                                             layout.pyname)
         shadowed = layout.duplicated + sorted(scratch)
         seed = [seed_type] if layout.returns_array else []
         n = len(argtypes)
