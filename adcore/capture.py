@@ -129,6 +129,10 @@ def capture(f, argtypes):
             dispatcher = numba_abi.recompiled(dispatcher)
             cres = _compiled(dispatcher, argtypes)
         module = _unoptimised_module(cres.library)
+    for fn in module.functions:
+        if not fn.is_declaration and numba_abi.only_raises(fn.name):
+            for attribute in ("noinline", "optnone"):     # stays a call, compiled as it is
+                fn.add_function_attribute(attribute)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
                   pyname, cres.target_context, numba_abi.typed_variables(cres))

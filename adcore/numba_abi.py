@@ -80,7 +80,8 @@ def array_view(context, builder, array_type, address, n):
 
 
 # Numba's helpers that only build an error message and raise (a slice assignment's shape
-# check): kept as calls, so the string code inside them never reaches the differentiator.
+# check): kept as calls, unoptimised, so the string code inside them never reaches the
+# differentiator and costs no optimisation time.
 RAISING_HELPERS = ("ol_raise_with_shape_context_cpu",)
 
 

@@ -48,8 +48,7 @@ class Primal:
             self.kernel = capture(dispatcher, argtypes)
         with stage("clean"):
             keep = {fn.name for fn in self.kernel.module.functions
-                    if not fn.is_declaration and (custom_rules.find(fn.name) is not None
-                                                  or numba_abi.only_raises(fn.name))}
+                    if not fn.is_declaration and custom_rules.find(fn.name) is not None}
             self.module = clean(self.kernel.module, self.kernel.symbol, keep)
         with stage("read"):
             self.ir = str(self.module)
