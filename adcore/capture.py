@@ -70,10 +70,16 @@ def argument_types(dispatcher, values):
     if not numba_abi.declares_signatures(dispatcher):
         return tuple(found)
     declared = numba_abi.declared_argtypes(dispatcher, found)
+    name = dispatcher.py_func.__qualname__
     if declared is None:
         listed = "; ".join(numba_abi.declared_signatures(dispatcher))
-        raise ActivityError(f"{dispatcher.py_func.__qualname__} declares the signatures {listed}; "
+        raise ActivityError(f"{name} declares the signatures {listed}; "
                             f"none accepts arguments of types ({', '.join(map(str, found))})")
+    for k, (given, wanted) in enumerate(zip(found, declared)):
+        if isinstance(given, numba.types.Float) and not isinstance(wanted, numba.types.Float):
+            raise ActivityError(f"argument {k} is a float but {name} declares it {wanted}: "
+                                f"Numba would convert it and its derivative would be lost; "
+                                f"pass a value of the declared type")
     return declared
 
 

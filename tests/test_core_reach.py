@@ -124,6 +124,19 @@ def test_declared_signature_mismatch_lists_the_signatures():
         adcore.gradient(Reverse, declared_dot, np.ones(3), np.ones(3))
 
 
+@numba.njit("f8(f8[:], i8)")
+def declared_int(x, n):
+    return (x ** 2).sum() * n
+
+
+def test_declared_int_parameter_refuses_a_float():
+    with pytest.raises(adcore.ActivityError, match="argument 1 is a float but declared_int declares it int64"):
+        adcore.gradient(Reverse, declared_int, np.ones(3), 3.0)
+    (gx, gn) = adcore.gradient(Reverse, declared_int, np.ones(3), 3)
+    np.testing.assert_allclose(gx, 6.0)
+    assert gn is None
+
+
 # -- Numba's options -----------------------------------------------------------------------
 def _mixed(x, a):
     s = 0.0
