@@ -6,7 +6,7 @@ operator-overloading engine) needs neither.
 """
 import importlib
 
-from .errors import ADError, UnsupportedError, ActivityError, LinkError
+from .errors import ADError, UnsupportedError, ActivityError, CompileError, LinkError
 from .annotations import (Active, BatchDuplicated, Const, Duplicated, Forward, ForwardWithPrimal,
                           Reverse, ReverseWithPrimal)
 from .tree import make_zero
@@ -19,9 +19,9 @@ _LAZY = {
     "from_llvm": "foreign", "jacobian": "forward_api", "hvp": "forward_api", "hessian": "forward_api",
 }
 
-__all__ = ["ADError", "UnsupportedError", "ActivityError", "LinkError", "Active", "Const",
-           "Duplicated", "BatchDuplicated", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
-           "make_zero", *_LAZY]
+__all__ = ["ADError", "UnsupportedError", "ActivityError", "CompileError", "LinkError", "Active",
+           "Const", "Duplicated", "BatchDuplicated", "Reverse", "ReverseWithPrimal", "Forward",
+           "ForwardWithPrimal", "make_zero", *_LAZY]
 
 
 def __getattr__(name):

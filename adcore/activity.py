@@ -10,6 +10,7 @@ from .errors import UnsupportedError
 from .ir import Arg, is_float_type
 from .memory import MEMORY_WRITERS, is_memcpy, is_memory_intrinsic
 from .pointers import UNKNOWN
+from .side_effects import consumes_only
 
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
@@ -84,6 +85,8 @@ class Activity:
                                               f"of its float result (rules of external "
                                               f"symbols differentiate through memory only)")
             return False                 # a custom rule handles the call's derivative
+        if consumes_only(instr):
+            return False                 # print and its helpers: a value read, no derivative
         srcs = instr.operands[1:] if op == "select" else instr.operands
         hit = any(o.defn in varied for o in srcs)
         if hit and (op not in FLOAT_OPS or not instr.is_float):
@@ -107,7 +110,7 @@ class Activity:
                 raise self.unsupported(instr, f"the custom rule of external symbol '{instr.callee}' "
                                               f"cannot return derivatives of float arguments (rules "
                                               f"of external symbols differentiate through memory only)")
-            if instr.opcode == "call" and instr not in varied and rule is None:
+            if instr.opcode == "call" and instr not in varied and rule is None and not consumes_only(instr):
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
                 if self.is_pure_call(instr) or is_memory_intrinsic(instr) or instr.callee in ("NRT_Free",):

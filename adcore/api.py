@@ -11,7 +11,7 @@ import numpy as np
 from . import disk_cache, numba_abi, pipeline
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .arguments import annotate, distinct as _distinct, is_float_scalar
-from .capture import as_dispatcher
+from .capture import argument_types, as_dispatcher
 from .compiled import last_cached_bytes  # noqa: F401  (public)
 from .errors import ActivityError, UnsupportedError
 
@@ -104,7 +104,7 @@ def _located(err, dispatcher, args, differentiate=None):
 
 def _compiled_by_type(f, anns, ret_activity, distinct, seed_type):
     dispatcher = _dispatcher(f)
-    argtypes = tuple(numba.typeof(a.val) for a in anns)
+    argtypes = argument_types(dispatcher, [a.val for a in anns])
     key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, seed_type)
     entry = _cache.get(key)
     if entry is None:
@@ -201,8 +201,8 @@ def compile_gradient(mode, f, *args, dret=None):
 
 def primal_ir(f, *args):
     """The cleaned LLVM IR of ``f`` for these arguments: what the differentiator reads."""
-    anns = annotate(args)
-    return pipeline.primal(_dispatcher(f), tuple(numba.typeof(a.val) for a in anns)).ir
+    dispatcher = _dispatcher(f)
+    return pipeline.primal(dispatcher, argument_types(dispatcher, [a.val for a in annotate(args)])).ir
 
 
 def adjoint_ir(mode, f, *args, optimised=False):

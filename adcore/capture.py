@@ -7,14 +7,18 @@ per-function passes: SSA, no allocas) and the list of libraries it links
 (:func:`adcore.numba_abi.keep_unoptimised_modules`).  Linking those clones gives the kernel
 and all its callees as scalar code, the input the differentiator wants.
 """
+import re
 import threading
+import types
 
 import numba
+from numba.core.errors import NumbaError
 
 from . import numba_abi
-from .errors import ADError
+from .errors import ActivityError, CompileError
 
 _lock = threading.Lock()
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 numba_abi.keep_unoptimised_modules()
 
 
@@ -24,11 +28,14 @@ class Kernel:
     ``symbol`` names the entry in ``module``; it follows Numba's calling convention
     (``i32 (ptr retptr, ptr excinfo, <flattened arguments>)``) for arguments of
     ``argtypes`` and a result of ``restype`` (Numba types); ``context`` is the Numba
-    target context that flattens them; ``pyname`` names the function in messages."""
+    target context that flattens them; ``pyname`` names the function in messages;
+    ``variables`` are ``(Numba type, (file, line))`` of the Python function's variables
+    (empty for foreign IR), for errors in the user's words."""
 
-    def __init__(self, argtypes, restype, symbol, module, pyname, context):
+    def __init__(self, argtypes, restype, symbol, module, pyname, context, variables=()):
         self.argtypes, self.restype, self.symbol = argtypes, restype, symbol
         self.module, self.pyname, self.context = module, pyname, context
+        self.variables = variables
 
 
 def as_dispatcher(f):
@@ -36,9 +43,58 @@ def as_dispatcher(f):
     (``_adcore_capture``), else ``numba.njit(f)``."""
     if numba_abi.is_dispatcher(f) or hasattr(f, "_adcore_capture"):
         return f
-    if callable(f):
+    if isinstance(f, types.FunctionType):
         return numba.njit(f)
-    raise ADError(f"expected a numba.njit function or a Python function, got {f!r}")
+    raise CompileError(f"expected a numba.njit function or a Python function (def or lambda), "
+                       f"got {type(f).__name__} {f!r}: wrap it in a Python function, e.g. "
+                       f"lambda x: np.sum(x)")
+
+
+def _plain(message):
+    """Numba's message without its terminal colours."""
+    return _COLOURS.sub("", str(message)).strip()
+
+
+def argument_types(dispatcher, values):
+    """The Numba types ``dispatcher`` compiles for arguments ``values``: for one with
+    declared signatures (``@njit("f8(f8[:])")``), those of the signature a call runs
+    (else ActivityError listing them); CompileError for a value Numba has no type for."""
+    found = []
+    for k, v in enumerate(values):
+        try:
+            found.append(numba.typeof(v))
+        except ValueError as err:
+            raise CompileError(f"argument {k}: Numba cannot pass a value of type {type(v).__name__} to "
+                               f"compiled code ({_plain(err)}); pass numbers, numpy arrays or "
+                               f"tuples of them") from None
+    if not numba_abi.declares_signatures(dispatcher):
+        return tuple(found)
+    declared = numba_abi.declared_argtypes(dispatcher, found)
+    name = dispatcher.py_func.__qualname__
+    if declared is None:
+        listed = "; ".join(numba_abi.declared_signatures(dispatcher))
+        raise ActivityError(f"{name} declares the signatures {listed}; "
+                            f"none accepts arguments of types ({', '.join(map(str, found))})")
+    for k, (given, wanted) in enumerate(zip(found, declared)):
+        if isinstance(given, numba.types.Float) and not isinstance(wanted, numba.types.Float):
+            raise ActivityError(f"argument {k} is a float but {name} declares it {wanted}: "
+                                f"Numba would convert it and its derivative would be lost; "
+                                f"pass a value of the declared type")
+    return declared
+
+
+def _compiled(dispatcher, argtypes):
+    """Numba's compile result of ``dispatcher`` for ``argtypes``; CompileError with Numba's
+    message when Numba cannot compile it."""
+    try:
+        return numba_abi.overload(dispatcher, argtypes)
+    except NumbaError as err:
+        nones = [k for k, t in enumerate(argtypes) if t == numba.types.none]
+        hint = f" (argument {', '.join(map(str, nones))} is None)" if nones else ""
+        name = getattr(dispatcher.py_func, "__qualname__", dispatcher.py_func)
+        raise CompileError(f"Numba cannot compile {name} for arguments "
+                           f"({', '.join(map(str, argtypes))}){hint}; change the construct or "
+                           f"argument Numba names:\n{_plain(err)}") from None
 
 
 def unoptimised_module(library):
@@ -72,12 +128,17 @@ def capture(f, argtypes):
     if hasattr(dispatcher, "_adcore_capture"):
         return dispatcher._adcore_capture(argtypes)
     with _lock:
-        cres = numba_abi.overload(dispatcher, argtypes)
+        cres = _compiled(dispatcher, argtypes)
         if not numba_abi.has_unoptimised_module(cres.library):
-            # compiled before adcore was loaded: compile a fresh copy so the hook sees it
+            # compiled before adcore was loaded, or loaded from Numba's disk cache:
+            # compile a fresh copy so the hook sees it
             dispatcher = numba_abi.recompiled(dispatcher)
-            cres = numba_abi.overload(dispatcher, argtypes)
+            cres = _compiled(dispatcher, argtypes)
         module = unoptimised_module(cres.library)
+    for fn in module.functions:
+        if not fn.is_declaration and numba_abi.only_raises(fn.name):
+            for attribute in ("noinline", "optnone"):     # stays a call, compiled as it is
+                fn.add_function_attribute(attribute)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
-                  pyname, cres.target_context)
+                  pyname, cres.target_context, numba_abi.typed_variables(cres))

@@ -312,7 +312,7 @@ def _links_portably(compiled):
     """Whether object code links only against symbols every process has, or gradients
     from the disk cache (their symbols name their key), and holds no address of this one."""
     return all(not name.startswith("adcore_") or _CACHED_SYMBOL.fullmatch(name)
-               for name in compiled.externals) and \
+               for name in compiled.externals) and not compiled.holds_process_addresses and \
         "numba.dynamic.globals" not in compiled.ir and "NumbaEnv" not in compiled.ir
 
 

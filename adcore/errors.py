@@ -26,6 +26,10 @@ class ActivityError(ADError):
     """Misuse of activity annotations, detected before anything runs."""
 
 
+class CompileError(ADError):
+    """Numba cannot compile the function for these arguments (Numba's message kept)."""
+
+
 class LinkError(ADError):
     """Compiled code calls external functions that this process does not define."""
 

@@ -15,7 +15,7 @@ import numpy as np
 from . import api, numba_abi
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
 from .arguments import _check_memory, annotate, distinct as _distinct, is_float_scalar, share_memory
-from .capture import Kernel
+from .capture import Kernel, argument_types
 from .errors import ActivityError, UnsupportedError
 from .forward_pipeline import differentiate_forward
 from .numba_abi import target_machine
@@ -98,7 +98,7 @@ def _compiled(f, anns, tangents, lanes):
             entry = _cache.get(key)
             if entry is None:
                 dispatcher = api._dispatcher(f)
-                args = (tuple(numba.typeof(a.val) for a in anns), list(floats), list(arrays), lanes, distinct)
+                args = (argument_types(dispatcher, [a.val for a in anns]), list(floats), list(arrays), lanes, distinct)
                 try:
                     entry = _cache[key] = differentiate_forward(dispatcher, *args)
                 except UnsupportedError as err:
@@ -258,7 +258,7 @@ def _gradient_kernel(f, x, const_args):
     compiled = api._compiled(f, anns, Active)
     key = (compiled, len(anns))
     if key not in _gradients:
-        argtypes = tuple(numba.typeof(a.val) for a in anns)
+        argtypes = argument_types(api._dispatcher(f), [a.val for a in anns])
         shadows = tuple(argtypes[k] for k in compiled.shadowed)
         name = getattr(getattr(f, "py_func", f), "__qualname__", str(f))
         _gradients[key] = (GradientKernel(compiled, argtypes + shadows, name), anns)

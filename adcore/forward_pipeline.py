@@ -10,6 +10,7 @@ import numpy as np
 from . import custom_rules, native, numba_abi, pipeline
 from .annotations import Const, Duplicated
 from .compiled import CompiledGradient, _like_strides
+from .constructs import in_user_words
 from .errors import UnsupportedError
 from .forward import ForwardSpec, TangentGenerator, tangent_module
 from .timings import compiling, stage
@@ -63,18 +64,22 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         with stage("layout"):
             layout = ForwardLayout(primal_, argtypes, tangent_floats, duplicated, lanes)
         symbol = f"adcore_tangent_{next(_counter)}"
-        with stage("analyse"):
-            rule_of = None
-            if stack_rule is not None:
-                base = custom_rules.lookup()
-                rule_of = lambda instr: stack_rule(instr) or base(instr)   # noqa: E731
-            spec, analyses, scratch = pipeline.analyse(
-                primal_, layout, symbol, distinct, rule_of, seeds(primal_.func) if seeds else ())
-        with stage("generate"):
-            gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule)
-            tangent_ir = tangent_module(primal_.module, gen)
+        rule_of = None
+        if stack_rule is not None:
+            base = custom_rules.lookup()
+            rule_of = lambda instr: stack_rule(instr) or base(instr)   # noqa: E731
+        try:
+            with stage("analyse"):
+                spec, analyses, scratch = pipeline.analyse(
+                    primal_, layout, symbol, distinct, rule_of, seeds(primal_.func) if seeds else ())
+            with stage("generate"):
+                gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule)
+                tangent_ir = tangent_module(primal_.module, gen)
+        except UnsupportedError as err:
+            raise in_user_words(err, primal_.func, primal_.kernel) from None
         with stage("compile"):
-            optimised_ir = native.compile_ir(tangent_ir, symbol, layout.pyname).ir
+            optimised_ir = native.compile_ir(numba_abi.bind_environments(tangent_ir), symbol,
+                                             layout.pyname).ir
         shadowed = duplicated + sorted(scratch)
         n = len(argtypes)
         with stage("stub"):

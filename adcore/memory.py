@@ -9,6 +9,7 @@
 from .errors import UnsupportedError
 from .ir import is_float_type
 from .pointers import UNKNOWN, MemInfo, is_allocation, is_heap_allocation
+from .side_effects import consumes_only
 
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
 DEFERRED_FREES = ("NRT_Free", "NRT_MemInfo_call_dtor", "NRT_decref")
@@ -154,8 +155,8 @@ class Clobbers:
             return [instr.operands[1] if instr.opcode == "store" else instr.operands[0]]
         if is_memory_intrinsic(instr):
             return [instr.operands[0]]
-        if instr.opcode != "call" or instr.callee in DEFERRED_FREES:
-            return []                    # the gradient frees only after the reverse pass
+        if instr.opcode != "call" or instr.callee in DEFERRED_FREES or consumes_only(instr):
+            return []                    # frees happen after the reverse pass; print writes nothing
         if self.rule_of(instr) is not None:
             return [instr.operands[k] for k in self.rule_of(instr).outputs]
         if not self.is_pure_call(instr):

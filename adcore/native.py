@@ -122,7 +122,10 @@ def keep_only(module, symbol):
 
 class Compiled:
     """What :func:`compile_ir` made: the optimised IR text, the object code, and the
-    external symbols that code links against."""
+    external symbols that code links against.  ``holds_process_addresses`` is set when the
+    IR was given addresses of this process (Numba environments bound for ``print``)."""
+
+    holds_process_addresses = False
 
     def __init__(self, ir, obj, externals):
         self.ir, self.object, self.externals = ir, obj, externals

@@ -7,11 +7,13 @@ module refuses a Numba version it was not tested with (``ADCORE_ALLOW_NUMBA=1`` 
 at one's own risk).
 """
 import os
+import re
 import threading
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import cgutils, codegen as _codegen, types
+from numba.core import cgutils, codegen as _codegen, ir as numba_ir, types
+from numba.core.environment import lookup_environment
 from numba.core.extending import _Intrinsic
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import _nrt_python as _nrt, rtsys
@@ -78,7 +80,18 @@ def array_view(context, builder, array_type, address, n):
     return ary._getvalue()
 
 
-# -- the target and the runtime ---------------------------------------------------------------
+# Numba's helpers that only build an error message and raise (a slice assignment's shape
+# check): kept as calls, unoptimised, so the string code inside them never reaches the
+# differentiator and costs no optimisation time.
+RAISING_HELPERS = ("ol_raise_with_shape_context_cpu",)
+
+
+def only_raises(symbol):
+    """True for the compiled helper functions listed in ``RAISING_HELPERS``."""
+    return symbol.startswith("_ZN5numba") and any(h in symbol for h in RAISING_HELPERS)
+
+
+# -- the target and the runtime ---------------------------------------------
 def target_context():
     return cpu_target.target_context
 
@@ -125,13 +138,37 @@ def is_dispatcher(f):
 
 
 def overload(dispatcher, argtypes):
-    """The compile result of ``dispatcher`` for ``argtypes`` (compiled if needed)."""
-    dispatcher.compile(tuple(argtypes))
-    return dispatcher.overloads[tuple(argtypes)]
+    """The compile result of ``dispatcher`` for ``argtypes`` (compiled if needed; a
+    dispatcher with declared signatures compiles nothing and has them all already)."""
+    argtypes = tuple(argtypes)
+    if argtypes not in dispatcher.overloads:
+        dispatcher.compile(argtypes)
+    return dispatcher.overloads[argtypes]
+
+
+def declares_signatures(dispatcher):
+    """True for a dispatcher given explicit signatures (``@njit("f8(f8[:])")``): Numba
+    compiled them at decoration and compiles no other."""
+    return is_dispatcher(dispatcher) and not dispatcher._can_compile
+
+
+def declared_signatures(dispatcher):
+    """The declared signatures, as ``(array(float64, 1d, A)) -> float64``."""
+    return [f"({', '.join(map(str, s.args))}) -> {s.return_type}" for s in dispatcher.nopython_signatures]
+
+
+def declared_argtypes(dispatcher, argtypes):
+    """The argument types of the declared signature a call with ``argtypes`` runs, as
+    Numba picks it (a C array fits a declared ``[:]``, an int a declared float), or None."""
+    chosen = dispatcher.typingctx.resolve_overload(dispatcher.py_func, dispatcher.nopython_signatures,
+                                                   tuple(argtypes), {}, unsafe_casting=True)
+    return None if chosen is None else tuple(chosen.args)
 
 
 def recompiled(dispatcher, **options):
-    """A new dispatcher of the same Python function with the same options (and ``options``)."""
+    """A new dispatcher of the same Python function with the same options (and
+    ``options``), compiling lazily (declared signatures are not carried over) and without
+    Numba's disk cache (whose code libraries carry no unoptimised module)."""
     kept = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
 
@@ -139,6 +176,15 @@ def recompiled(dispatcher, **options):
 def intrinsic_definition(value):
     """The Python function an ``@intrinsic`` was made from, or None for other values."""
     return value._defn if isinstance(value, _Intrinsic) else None
+
+
+def typed_variables(cres):
+    """``(Numba type, (file, line))`` of each variable assigned in the compiled Python
+    function, from Numba's type annotation of compile result ``cres``."""
+    annotation = cres.type_annotation
+    return [(annotation.typemap[stmt.target.name], (os.path.basename(stmt.loc.filename), stmt.loc.line))
+            for block in annotation.blocks.values() for stmt in block.body
+            if isinstance(stmt, numba_ir.Assign) and stmt.target.name in annotation.typemap]
 
 
 def is_debug(dispatcher):
@@ -180,3 +226,24 @@ def unoptimised_module(library):
 
 def linked_libraries(library):
     return getattr(library, "_adcore_links", [])
+
+
+# -- environments ----------------------------------------------------------------------
+# A kernel that talks to Python (print) loads its Environment object from a global
+# ``@_ZN08NumbaEnv...`` that Numba fills in when it loads the code; the gradient's module
+# gets the address as a constant instead, and the environments are kept alive here.
+_ENV_GLOBAL = re.compile(r'^(@"?(_ZN08NumbaEnv[^"\s]*)"?) = internal global ptr null', re.M)
+_bound_environments = {}
+
+
+def bind_environments(ir_text):
+    """``ir_text`` with each Numba environment global it defines set to the live
+    environment of that name (left null when there is none: the code then raises
+    Numba's 'missing Environment' error)."""
+    def bound(match):
+        env = lookup_environment(match.group(2))
+        if env is None:
+            return match.group(0)
+        _bound_environments[match.group(2)] = env
+        return f"{match.group(1)} = internal constant ptr inttoptr (i64 {id(env)} to ptr)"
+    return _ENV_GLOBAL.sub(bound, ir_text)

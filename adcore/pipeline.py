@@ -30,6 +30,7 @@ from .capture import capture
 from .cfg import ControlFlow
 from .cleanup import clean
 from .compiled import CompiledGradient
+from .constructs import in_user_words
 from .errors import ActivityError, UnsupportedError
 from .ir import read_function, source_locations
 from .memory import Clobbers, ShadowedMemory
@@ -189,13 +190,18 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         with stage("layout"):
             layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
         symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
-        with stage("analyse"):
-            spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
-        with stage("generate"):
-            generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
-            adjoint_ir = gradient_module(primal_.module, generator)
+        try:
+            with stage("analyse"):
+                spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
+            with stage("generate"):
+                generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
+                adjoint_ir = gradient_module(primal_.module, generator)
+        except UnsupportedError as err:
+            raise in_user_words(err, primal_.func, primal_.kernel) from None
         with stage("compile"):
-            compiled = native.compile_ir(adjoint_ir, symbol, layout.pyname, custom_rules.linkable)
+            bound_ir = numba_abi.bind_environments(adjoint_ir)
+            compiled = native.compile_ir(bound_ir, symbol, layout.pyname, custom_rules.linkable)
+            compiled.holds_process_addresses = bound_ir != adjoint_ir
         shadowed = layout.duplicated + sorted(scratch)
         seed = [seed_type] if layout.returns_array else []
         n = len(argtypes)

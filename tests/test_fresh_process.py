@@ -375,6 +375,30 @@ def f(x):
 
 adcore.autodiff(Reverse, f, Active(np.ones(3)))      # Active on an array
 """, "ActivityError"),
+    "gradient_declared_signature": ("""
+import math
+import numba
+import numpy as np
+import adcore
+from adcore import Reverse
+
+@numba.njit("f8(f8[:], f8)")
+def f(x, a):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sin(a * x[i])
+    return s
+
+x = np.array([0.5, -1.25, 2.0])
+gx, ga = adcore.gradient(Reverse, f, x, 0.3)     # a C array for the declared f8[:]
+np.testing.assert_allclose(gx, 0.3 * np.cos(0.3 * x), rtol=1e-12)
+np.testing.assert_allclose(ga, np.sum(x * np.cos(0.3 * x)), rtol=1e-12)
+""", None),
+    "compile_error_not_a_function": ("""
+import numpy as np
+import adcore
+adcore.gradient(adcore.Reverse, np.sum, np.ones(3))
+""", "CompileError"),
     "link_error_direct_call": ("import adcore\n" + UNDEFINED_IR + """
 adcore.from_llvm(UNDEFINED, "g")(1.0)
 """, "LinkError"),
