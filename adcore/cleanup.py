@@ -1,13 +1,14 @@
 """adcore's own cleanup pipeline: from Numba's unoptimised module to clean scalar SSA.
 
-Every function but the kernel is internalised and marked ``alwaysinline`` so that the
-kernel becomes one self-contained function; then SROA, instcombine, GVN and CFG
+Every function but the kernel is internalised and marked ``alwaysinline``, except the
+recursive ones (:mod:`adcore.callgraph`), which stay calls; then SROA, instcombine, GVN and CFG
 simplification run with no vectorisation and no unrolling, and loops are put in
 loop-simplify and LCSSA form (the differentiator relies on both).  Unnamed values
 are given names so that the IR text can be copied and rewritten.
 """
 import llvmlite.binding as llvm
 
+from .callgraph import kept_as_calls
 from .numba_abi import target_machine
 
 
@@ -27,8 +28,10 @@ def _run(module, *passes):
 
 def clean(module, symbol, keep=()):
     """Reduce ``module`` to the cleaned function ``symbol`` (modified in place and
-    returned); functions named in ``keep`` (those with custom rules) stay calls."""
+    returned); functions named in ``keep`` (those with custom rules) and recursive
+    functions stay calls."""
     tm = target_machine()
+    recursive = kept_as_calls(module)
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     for fn in module.functions:
@@ -38,7 +41,7 @@ def clean(module, symbol, keep=()):
             fn.linkage = "external"
         else:
             fn.linkage = "internal"
-            if fn.name in keep:
+            if fn.name in keep or fn.name in recursive:
                 fn.add_function_attribute("noinline")
             elif not any(b"noinline" in a.split() for a in fn.attributes):
                 fn.add_function_attribute("alwaysinline")

@@ -7,6 +7,7 @@ module refuses a Numba version it was not tested with (``ADCORE_ALLOW_NUMBA=1`` 
 at one's own risk).
 """
 import os
+import re
 import threading
 
 import numba
@@ -75,6 +76,29 @@ def array_view(context, builder, array_type, address, n):
                            strides=cgutils.pack_array(builder, [itemsize]),
                            itemsize=itemsize, meminfo=None)
     return ary._getvalue()
+
+
+# -- symbol names ----------------------------------------------------------------------------
+_ESCAPED = re.compile(r"_([0-9a-f]{2})")
+
+
+def python_name(symbol):
+    """The dotted Python name of a Numba function symbol (``_ZN8__main__3fibB2v1...`` ->
+    ``__main__.fib``: Itanium nested-name parts, ABI tags ``B<n>...`` skipped, Numba's
+    ``_xx`` escapes undone); any other symbol unchanged."""
+    if not symbol.startswith("_ZN"):
+        return symbol
+    parts, k = [], 3
+    while k < len(symbol) and symbol[k] != "E":
+        tag = symbol[k] == "B"
+        m = re.match(r"[0-9]+", symbol[k + tag:])
+        if m is None:
+            return symbol
+        start = k + tag + len(m.group(0))
+        if not tag:
+            parts.append(_ESCAPED.sub(lambda h: chr(int(h.group(1), 16)), symbol[start:start + int(m.group(0))]))
+        k = start + int(m.group(0))
+    return ".".join(parts) if parts else symbol
 
 
 # -- the target, the runtime, the BLAS helpers ---------------------------------------------
