@@ -42,27 +42,27 @@ def as_dispatcher(f):
 
 
 def _unoptimised_module(library):
-    """Link the pre-optimisation clones of ``library``, everything it links, and Numba's
+    """Link the pre-optimisation clones of ``library``, everything it links, the libraries
+    defining what it reaches through Numba's unresolved references (recursion), and Numba's
     runtime library (whose IR-defined helpers, such as ``NRT_MemInfo_data_fast``, have
     no native symbol of their own)."""
-    seen, order, stack = set(), [], [numba_abi.runtime_library(), library]   # the kernel first
+    seen, stack, module = set(), [numba_abi.runtime_library(), library], None   # the kernel first
     while stack:
         lib = stack.pop()
-        if id(lib) in seen:
-            continue
-        seen.add(id(lib))
-        order.append(lib)
-        stack.extend(numba_abi.linked_libraries(lib))
-    module = None
-    for lib in order:
-        part = numba_abi.unoptimised_module(lib)
-        for fn in part.functions:
-            if not fn.is_declaration:
-                fn.linkage = "weak_odr"          # always linked, duplicates merge
-        if module is None:
-            module = part
-        else:
-            module.link_in(part)
+        if id(lib) not in seen:
+            seen.add(id(lib))
+            stack.extend(numba_abi.linked_libraries(lib))
+            part = numba_abi.unoptimised_module(lib)
+            for fn in part.functions:
+                if not fn.is_declaration:
+                    fn.linkage = "weak_odr"      # always linked, duplicates merge
+            if module is None:
+                module = part
+            else:
+                module.link_in(part)
+        if not stack:                            # functions reached through recursion
+            stack = [d for d in map(numba_abi.library_defining, numba_abi.unresolved_targets(module))
+                     if d is not None and id(d) not in seen]
     return module
 
 

@@ -9,7 +9,7 @@ are given names so that the IR text can be copied and rewritten.
 import llvmlite.binding as llvm
 
 from .callgraph import kept_as_calls
-from .numba_abi import target_machine
+from .numba_abi import UNRESOLVED_PREFIX, target_machine
 
 
 def _pass_manager(*passes):
@@ -26,11 +26,32 @@ def _run(module, *passes):
     _pass_manager(*passes).run(module, pb)
 
 
+def resolve_recursive_references(module):
+    """``module`` with each of Numba's unresolved references to a function it defines (made
+    for mutual recursion, :data:`adcore.numba_abi.UNRESOLVED_PREFIX`) made a constant
+    holding that function, so that the calls through it become direct calls (a new module
+    when there are any)."""
+    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    targets = [gv.name for gv in module.global_variables if gv.is_declaration
+               and gv.name.startswith(UNRESOLVED_PREFIX) and gv.name[len(UNRESOLVED_PREFIX):] in defined]
+    if not targets:
+        return module
+    text = str(module)
+    for name in targets:
+        ref = '@"' + name + '"'
+        text = text.replace(f"{ref} = external global ptr",
+                            f"{ref} = internal constant ptr @{name[len(UNRESOLVED_PREFIX):]}")
+    resolved = llvm.parse_assembly(text)
+    _run(resolved, "instruction_combine")     # loads of the constants: direct calls
+    return resolved
+
+
 def clean(module, symbol, keep=()):
-    """Reduce ``module`` to the cleaned function ``symbol`` (modified in place and
-    returned); functions named in ``keep`` (those with custom rules) and recursive
-    functions stay calls."""
+    """Reduce ``module`` to the cleaned function ``symbol`` (returned; ``module`` is modified
+    in place unless Numba's references for recursion are resolved); functions named in
+    ``keep`` (those with custom rules) and recursive functions stay calls."""
     tm = target_machine()
+    module = resolve_recursive_references(module)
     recursive = kept_as_calls(module)
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)

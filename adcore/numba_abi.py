@@ -9,6 +9,7 @@ at one's own risk).
 import os
 import re
 import threading
+import weakref
 
 import numba
 from numba import _helperlib
@@ -101,6 +102,11 @@ def python_name(symbol):
     return ".".join(parts) if parts else symbol
 
 
+# Numba calls a function of a recursive cycle not yet compiled through a global holding
+# its address, ``@".numba.unresolved$<symbol>"``, filled in when the library is linked.
+UNRESOLVED_PREFIX = ".numba.unresolved$"
+
+
 # -- the target, the runtime, the BLAS helpers ---------------------------------------------
 def target_context():
     return cpu_target.target_context
@@ -148,6 +154,18 @@ def is_debug(dispatcher):
 
 # -- the unoptimised modules of code libraries ---------------------------------------------
 _hook_lock = threading.Lock()
+_defining_library = weakref.WeakValueDictionary()     # function symbol -> code library
+
+
+def library_defining(symbol):
+    """The code library (finalised since the hook) that defines function ``symbol``, or None."""
+    return _defining_library.get(symbol)
+
+
+def unresolved_targets(module):
+    """The functions ``module`` reaches through Numba's unresolved references (recursion)."""
+    return [gv.name[len(UNRESOLVED_PREFIX):] for gv in module.global_variables
+            if gv.is_declaration and gv.name.startswith(UNRESOLVED_PREFIX)]
 
 
 def keep_unoptimised_modules():
@@ -162,6 +180,9 @@ def keep_unoptimised_modules():
         def finalize(self):
             self._adcore_own = self._final_module.clone()
             self._adcore_links = list(self._linking_libraries)
+            for fn in self._adcore_own.functions:
+                if not fn.is_declaration:
+                    _defining_library[fn.name] = self
             return original(self)
 
         finalize._adcore_hook = True
