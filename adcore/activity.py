@@ -13,7 +13,7 @@ from .pointers import UNKNOWN
 
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
-INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
+INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui", "ret")      # ret: a callee's result, see _useful
 PUN_TYPES = {"i64": "double", "i32": "float"}
 # external helpers known to read only integers (shapes, strides) through their pointers
 READS_NO_POINTERS = ("numba_attempt_nocopy_reshape", "NRT_Free", "NRT_MemInfo_call_dtor",

@@ -18,9 +18,10 @@ on the heap (freed after the whole reverse pass), since its reverse runs after i
 returned; and since the caller may write the callee's argument memory before the reverse
 runs, loads from it are kept, never reloaded.
 """
-from . import custom_rules, numba_abi
-from .activity import Activity
+from . import numba_abi
+from .activity import READS_NO_POINTERS, Activity
 from .adjoint import AdjointGenerator, Analyses, Spec
+from .callgraph import kept_as_calls
 from .cfg import ControlFlow
 from .errors import UnsupportedError
 from .ir import read_function
@@ -45,13 +46,14 @@ class Split:
 
 
 class Callees:
-    """The defined functions of the cleaned ``module`` a gradient may call (those not
-    inlined), and the pairs generated for them; ``prefix`` names the generated symbols."""
+    """The functions of the cleaned ``module`` a gradient calls (those on a cycle of the call
+    graph: not inlined), and the pairs generated for them; ``prefix`` names the generated
+    symbols."""
 
     def __init__(self, module, rule_of, context, prefix, locations=None):
         self.module, self.rule_of, self.context, self.prefix = module, rule_of, context, prefix
         self.locations = locations
-        self.defined = {fn.name for fn in module.functions if not fn.is_declaration}
+        self.kept = kept_as_calls(module)
         self.functions = {}
         self.pairs = {}
         self.queue = []
@@ -60,24 +62,21 @@ class Callees:
 
     def is_callee(self, instr):
         """True for a call to a function this module defines that has no custom rule."""
-        return instr.opcode == "call" and instr.callee in self.defined and self.rule_of(instr) is None
+        return instr.opcode == "call" and instr.callee in self.kept and self.rule_of(instr) is None
 
-    def rule_of_name(self, name):
-        return custom_rules.find(name)
 
     def float_writes(self, name):
         """Positions of the pointer arguments through which function ``name`` (or what it
         calls) may write floats: a fixed point over the functions kept as calls."""
         if self.writes is None:
-            self.writes = {n: set() for n in self.defined}
+            self.writes = {n: set() for n in self.kept}
             changed = True
             while changed:
                 changed = False
-                for n in self.defined:
-                    if self.rule_of_name(n) is None:
-                        new = self._written_arguments(self.function(n))
-                        changed |= not new <= self.writes[n]
-                        self.writes[n] |= new
+                for n in self.kept:
+                    new = self._written_arguments(self.function(n))
+                    changed |= not new <= self.writes[n]
+                    self.writes[n] |= new
         return self.writes[name]
 
     def _written_arguments(self, func):
@@ -96,7 +95,7 @@ class Callees:
             elif self.is_callee(instr):
                 for k in self.writes[instr.callee]:
                     note(instr.operands[k])
-            elif instr.opcode == "call" and not is_pure_call(instr):
+            elif instr.opcode == "call" and not is_pure_call(instr) and instr.callee not in READS_NO_POINTERS:
                 for o in instr.operands:
                     if o.type == "ptr":
                         note(o)
