@@ -30,7 +30,7 @@ from .emit import Emitter, float_const
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local
 from .reverse import reverse_instruction
-from .shadows import allocation_size, shadow_pointers
+from .shadows import arena_alloca, shadow_pointers
 from .values import Values
 
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
@@ -272,7 +272,7 @@ class AdjointGenerator:
         seed = [f"{t} %ad.seed.{j}" for j, t in enumerate(self.spec.seed[0])] if self.spec.seed else []
         params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params + seed)
         entry = ["ad.entry:"]
-        for stack in ("%ad.stack", "%ad.dtors", "%ad.rawfrees"):
+        for stack in runtime.FRAME_STACKS:
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
@@ -314,7 +314,7 @@ class AdjointGenerator:
         done = e.lines
         args = [f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params
         dret = [f"{rt} %ad.dret"] if self.spec.ret_active else []
-        stacks = ["ptr %ad.stack", "ptr %ad.dtors", "ptr %ad.rawfrees"]
+        stacks = [f"ptr {s}" for s in runtime.FRAME_STACKS]
         entry = ["ad.entry:"] + self.allocas
         augmented = "\n".join(entry + [f"  br label {self.func.entry.ref}"] + forward + exit_)
         reverse_ = "\n".join(entry + start + reverse + done)
@@ -366,10 +366,7 @@ class AdjointGenerator:
         if self.is_callee(instr):
             return self.site(instr).forward(self)
         if self.spec.split and instr.opcode == "alloca" and not instr.synthetic:   # outlives the call
-            lines, size = allocation_size(self, instr)
-            self.stack_types.add("ptr")
-            return "\n  ".join(lines + [f"{instr.ref} = call ptr @ad.shadow.raw(i64 {size})",
-                                        f"call void @ad.push.ptr(ptr %ad.rawfrees, ptr {instr.ref})"])
+            return arena_alloca(self, instr, instr.ref)
         if instr.opcode == "call" and instr.callee == "NRT_decref":
             self.stack_types.add("ptr")
             return f"call void @ad.decref(ptr %ad.dtors, ptr {instr.operands[0].ref})"

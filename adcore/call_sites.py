@@ -11,8 +11,9 @@ the adjoints of the varied float arguments, which are added to theirs.  A site w
 activity at all calls the primal function and has no reverse.
 """
 from .ir import FLOAT_TYPES
+from .runtime import FRAME_STACKS
 
-STACKS = "ptr %ad.stack, ptr %ad.dtors, ptr %ad.rawfrees"
+STACKS = ", ".join(f"ptr {s}" for s in FRAME_STACKS)
 
 
 class CallSite:

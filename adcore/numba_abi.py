@@ -80,13 +80,13 @@ def array_view(context, builder, array_type, address, n):
 
 
 # -- symbol names ----------------------------------------------------------------------------
-_ESCAPED = re.compile(r"_([0-9a-f]{2})")
+LOCALS_ESCAPED = "_3clocals_3e"      # Numba's escape of ``<locals>`` (``_`` itself is not escaped)
 
 
 def python_name(symbol):
     """The dotted Python name of a Numba function symbol (``_ZN8__main__3fibB2v1...`` ->
-    ``__main__.fib``: Itanium nested-name parts, ABI tags ``B<n>...`` skipped, Numba's
-    ``_xx`` escapes undone); any other symbol unchanged."""
+    ``__main__.fib``: Itanium nested-name parts, ABI tags ``B<n>...`` skipped,
+    ``<locals>`` unescaped); any other symbol unchanged."""
     if not symbol.startswith("_ZN"):
         return symbol
     parts, k = [], 3
@@ -97,7 +97,7 @@ def python_name(symbol):
             return symbol
         start = k + tag + len(m.group(0))
         if not tag:
-            parts.append(_ESCAPED.sub(lambda h: chr(int(h.group(1), 16)), symbol[start:start + int(m.group(0))]))
+            parts.append(symbol[start:start + int(m.group(0))].replace(LOCALS_ESCAPED, "<locals>"))
         k = start + int(m.group(0))
     return ".".join(parts) if parts else symbol
 

@@ -8,6 +8,8 @@ pointer stored in a stack slot (or in the return slot) has its shadow stored in 
 slot, and loads from the slot read that.  The reverse pass materialises these shadow
 pointers like any other value: recomputed when pure, else saved.
 """
+import re
+
 from .pointers import ALLOCATORS, RAW_ALLOCATORS, MemInfo, return_slot, stack_slot
 from .ir import Operand, Synthetic, rename, strip_metadata
 
@@ -136,12 +138,24 @@ def allocation_size(gen, instr):
     return lines, total
 
 
-def _shadow_alloca(gen, instr, syn):
-    """A zeroed allocation the size of ``instr``'s: on the stack, or on the heap in a
-    function differentiated as a call (its reverse runs after it has returned)."""
+def arena_alloca(gen, instr, ref):
+    """``ref = `` zeroed memory the size of alloca ``instr``'s from the gradient's arena (in a
+    function differentiated as a call, whose reverse runs after it has returned)."""
+    align = re.search(r",\s*align\s+([0-9]+)", instr.text)
+    if align and int(align.group(1)) > 16:
+        raise gen.unsupported(instr, "a stack allocation aligned to more than 16 bytes in a "
+                                     "function differentiated as a call")
+    gen.stack_types.add("ptr")
     lines, size = allocation_size(gen, instr)
+    return "\n  ".join(lines + [f"{ref} = call ptr @ad.arena.alloc(ptr %ad.arena, ptr %ad.rawfrees, i64 {size})"])
+
+
+def _shadow_alloca(gen, instr, syn):
+    """A zeroed allocation the size of ``instr``'s: on the stack, or from the arena in a
+    function differentiated as a call."""
     if gen.spec.split:
-        return "\n  ".join(lines + [f"{syn.ref} = call ptr @ad.shadow.raw(i64 {size})"])
+        return arena_alloca(gen, instr, syn.ref)
+    lines, size = allocation_size(gen, instr)
     count = instr.operands[0] if instr.operands else None
     allocated = _allocated_type(instr.text)
     counted = f", {count.type} {count.ref}" if lines else ""
