@@ -5,24 +5,26 @@ strongly connected component with more than one function, or one that calls itse
 stays a call, differentiated as a call (:mod:`adcore.calls`).  Inlining is an
 optimisation; recursion cannot be inlined.
 """
+import re
+
+_NAME = r'"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+'
+_DEFINE = re.compile(r"^define\b[^@]*@(" + _NAME + r")\(", re.M)
+_CALL = re.compile(r"\b(?:call|invoke)\b[^@\n]*?@(" + _NAME + r")\(")
+
+
+def _unquote(name):
+    return name[1:-1] if name.startswith('"') else name
 
 
 def call_graph(module):
     """``{function name: set of defined functions it calls}`` over the defined functions
-    of an llvmlite module."""
-    defined = {fn.name for fn in module.functions if not fn.is_declaration}
-    graph = {}
-    for fn in module.functions:
-        if fn.is_declaration:
-            continue
-        callees = set()
-        for block in fn.blocks:
-            for ins in block.instructions:
-                if ins.opcode in ("call", "invoke"):
-                    name = list(ins.operands)[-1].name
-                    if name in defined:
-                        callees.add(name)
-        graph[fn.name] = callees
+    of an llvmlite module (read from its text: walking llvmlite's operands is slow)."""
+    text = str(module)
+    starts = [(m.start(), _unquote(m.group(1))) for m in _DEFINE.finditer(text)]
+    graph = {name: set() for _, name in starts}
+    for k, (start, name) in enumerate(starts):
+        end = starts[k + 1][0] if k + 1 < len(starts) else len(text)
+        graph[name] = {c for c in map(_unquote, _CALL.findall(text, start, end)) if c in graph}
     return graph
 
 

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 import pytest
@@ -201,3 +202,57 @@ C_CASES = [("rsum", lambda: (X6.copy(), 6)), ("parity", lambda: (0.4, 5)),
 @pytest.mark.parametrize("name,args", C_CASES, ids=[c[0] for c in C_CASES])
 def test_c_recursion(opt, name, args):
     check(adcore.from_llvm(clang_ir(opt), name), *args())
+
+
+# -- the inlining decision (a stage test on hand-written IR) -----------------------------------
+CALL_GRAPH = """
+define double @leaf(double %v) {
+  %r = fmul double %v, %v
+  ret double %r
+}
+define double @self(double %v, i64 %n) {
+entry:
+  %stop = icmp eq i64 %n, 0
+  br i1 %stop, label %done, label %more
+more:
+  %m = sub i64 %n, 1
+  %r = call double @self(double %v, i64 %m)
+  %s = call double @leaf(double %r)
+  ret double %s
+done:
+  ret double %v
+}
+define double @ping(double %v, i64 %n) {
+  %r = call double @pong(double %v, i64 %n)
+  ret double %r
+}
+define double @pong(double %v, i64 %n) {
+  %stop = icmp eq i64 %n, 0
+  br i1 %stop, label %done, label %more
+more:
+  %m = sub i64 %n, 1
+  %r = call double @ping(double %v, i64 %m)
+  ret double %r
+done:
+  ret double %v
+}
+define double @kernel(double %v, i64 %n) {
+  %a = call double @self(double %v, i64 %n)
+  %b = call double @ping(double %a, i64 %n)
+  %c = call double @leaf(double %b)
+  ret double %c
+}
+"""
+
+
+def test_recursive_functions_stay_calls_others_are_inlined():
+    from adcore.callgraph import call_graph, kept_as_calls
+    from adcore.cleanup import clean
+    module = llvm.parse_assembly(CALL_GRAPH)
+    assert call_graph(module)["kernel"] == {"self", "ping", "leaf"}
+    assert kept_as_calls(module) == {"self", "ping", "pong"}
+    cleaned = clean(llvm.parse_assembly(CALL_GRAPH), "kernel")
+    defined = {fn.name for fn in cleaned.functions if not fn.is_declaration}
+    assert "leaf" not in defined and {"kernel", "self", "ping", "pong"} <= defined
+    kernel = str(cleaned.get_function("kernel"))
+    assert "@self(" in kernel and "@ping(" in kernel and "@leaf(" not in kernel
