@@ -28,7 +28,7 @@ from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
 from .emit import Emitter, float_const
 from .errors import UnsupportedError
-from .ir import Operand, Synthetic, label, local
+from .ir import Operand, Synthetic, label, local, strip_metadata
 from .reverse import reverse_instruction
 from .shadows import arena_alloca, shadow_pointers
 from .values import Values
@@ -328,7 +328,7 @@ class AdjointGenerator:
         defs = self.defs(block)
         nphis = sum(1 for d in defs if d.opcode == "phi")
         for phi in defs[:nphis]:
-            e.line(phi.text)
+            e.line(self.copy_text(phi))
         if any(k == "pred" for k, _, _ in plan):
             entries = []
             for k, p in enumerate(block.preds):
@@ -373,7 +373,15 @@ class AdjointGenerator:
         if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
-        return instr.text
+        return self.copy_text(instr)
+
+    def copy_text(self, instr):
+        """``instr``'s text for the forward pass.  llvmlite numbers an instruction's metadata
+        as if its function were alone in the module: with functions kept as calls the
+        numbers would name other nodes, so the attachments are dropped."""
+        if self.callees is None or not self.callees.kept:
+            return instr.text
+        return strip_metadata(instr.text)
 
     def save_register(self, instr, saved):
         if instr not in self.values.registers:

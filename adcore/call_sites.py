@@ -39,7 +39,7 @@ class CallSite:
         """The forward pass's call: the augmented forward with the shadows of the pointers."""
         instr = self.instr
         if self.pair is None:
-            return instr.text
+            return gen.copy_text(instr)
         args = [f"{o.type} {o.ref}" for o in instr.operands]
         args += [f"ptr {gen.forward_shadow(instr, instr.operands[k])}" for k in self.shadowed]
         call = f"call {instr.type} @{self.pair.augmented}({', '.join(args)}, {STACKS})"

@@ -18,10 +18,9 @@ on the heap (freed after the whole reverse pass), since its reverse runs after i
 returned; and since the caller may write the callee's argument memory before the reverse
 runs, loads from it are kept, never reloaded.
 """
-from . import numba_abi
+from . import callgraph, numba_abi
 from .activity import READS_NO_POINTERS, Activity
 from .adjoint import AdjointGenerator, Analyses, Spec
-from .callgraph import kept_as_calls
 from .cfg import ControlFlow
 from .errors import UnsupportedError
 from .ir import read_function
@@ -53,7 +52,7 @@ class Callees:
     def __init__(self, module, rule_of, context, prefix, locations=None):
         self.module, self.rule_of, self.context, self.prefix = module, rule_of, context, prefix
         self.locations = locations
-        self.kept = kept_as_calls(module)
+        self.kept = callgraph.kept_as_calls(module)
         self.functions = {}
         self.pairs = {}
         self.queue = []

@@ -41,11 +41,11 @@ def as_dispatcher(f):
     raise ADError(f"expected a numba.njit function or a Python function, got {f!r}")
 
 
-def _unoptimised_module(library):
+def _unoptimised_module(library, cres):
     """Link the pre-optimisation clones of ``library``, everything it links, the libraries
     defining what it reaches through Numba's unresolved references (recursion), and Numba's
     runtime library (whose IR-defined helpers, such as ``NRT_MemInfo_data_fast``, have
-    no native symbol of their own)."""
+    no native symbol of their own).  ``cres``: the kernel's compile result."""
     seen, stack, module = set(), [numba_abi.runtime_library(), library], None   # the kernel first
     while stack:
         lib = stack.pop()
@@ -61,7 +61,7 @@ def _unoptimised_module(library):
             else:
                 module.link_in(part)
         if not stack:                            # functions reached through recursion
-            stack = [d for d in map(numba_abi.library_defining, numba_abi.unresolved_targets(module))
+            stack = [d for d in (numba_abi.library_defining(t, cres) for t in numba_abi.unresolved_targets(module))
                      if d is not None and id(d) not in seen]
     return module
 
@@ -77,7 +77,7 @@ def capture(f, argtypes):
             # compiled before adcore was loaded: compile a fresh copy so the hook sees it
             dispatcher = numba_abi.recompiled(dispatcher)
             cres = numba_abi.overload(dispatcher, argtypes)
-        module = _unoptimised_module(cres.library)
+        module = _unoptimised_module(cres.library, cres)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
                   pyname, cres.target_context)

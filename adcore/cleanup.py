@@ -8,7 +8,7 @@ are given names so that the IR text can be copied and rewritten.
 """
 import llvmlite.binding as llvm
 
-from .callgraph import kept_as_calls
+from . import callgraph
 from .numba_abi import UNRESOLVED_PREFIX, target_machine
 
 
@@ -52,7 +52,7 @@ def clean(module, symbol, keep=()):
     ``keep`` (those with custom rules) and recursive functions stay calls."""
     tm = target_machine()
     module = resolve_recursive_references(module)
-    recursive = kept_as_calls(module)
+    recursive = callgraph.kept_as_calls(module)
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     for fn in module.functions:

@@ -157,9 +157,23 @@ _hook_lock = threading.Lock()
 _defining_library = weakref.WeakValueDictionary()     # function symbol -> code library
 
 
-def library_defining(symbol):
-    """The code library (finalised since the hook) that defines function ``symbol``, or None."""
-    return _defining_library.get(symbol)
+def library_defining(symbol, cres):
+    """The code library that defines function ``symbol``: one finalised since the hook, or
+    that of an overload of an njit function ``cres`` (a compile result) calls, directly or
+    not (compiled before the hook, or dropped by Numba); None if neither."""
+    library = _defining_library.get(symbol)
+    if library is not None:
+        return library
+    seen, stack = set(), [cres]
+    while stack:
+        for t in list(getattr(stack.pop().fndesc, "typemap", {}).values()):
+            if isinstance(t, types.Dispatcher) and id(t.dispatcher) not in seen:
+                seen.add(id(t.dispatcher))
+                for overload in list(t.dispatcher.overloads.values()):
+                    if overload.fndesc.mangled_name == symbol:
+                        return overload.library
+                    stack.append(overload)
+    return None
 
 
 def unresolved_targets(module):

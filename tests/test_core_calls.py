@@ -111,6 +111,45 @@ def test_callee_from_several_sites():
     assert len(augmented) == len(set(augmented)) == 4
 
 
+# -- calls inside loops: what a loop pushes after a call is popped before the call's reverse ----
+@numba.njit
+def calls_in_loop(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        t = math.sin(s) * w + x[i]
+        u = scaled(x, i % 3, t)
+        s = t * u + math.cos(u) * s
+        if u > 0.3:
+            s += scaled(x, 1, s * s)
+    return s
+
+
+@numba.njit
+def writes_in_loop(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        y[i] = fib(x, i % 4) * x[i]
+        s += y[i] * y[i]
+    return s
+
+
+@numba.njit
+def tree(x, n, w):
+    if n == 0:
+        return w * x[0]
+    s = 0.0
+    for i in range(2):                  # the recursive call inside a loop
+        s += math.sin(tree(x, n - 1, w * x[i + 1])) * x[i]
+    return s
+
+
+def test_calls_inside_loops():
+    x = np.random.default_rng(3).uniform(0.1, 0.9, 7)
+    check(calls_in_loop, x, 0.8)
+    check(writes_in_loop, x, np.zeros(7))
+    check(tree, x[:4].copy(), 3, 0.7)
+
+
 # -- exceptions ---------------------------------------------------------------------------------
 @numba.njit
 def descend(x, n, w):
