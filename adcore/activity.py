@@ -14,7 +14,7 @@ from .side_effects import consumes_only
 
 FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
-INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui")
+INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui", "ret")      # ret: a callee's result, see _useful
 PUN_TYPES = {"i64": "double", "i32": "float"}
 # external helpers known to read only integers (shapes, strides) through their pointers
 READS_NO_POINTERS = ("numba_attempt_nocopy_reshape", "NRT_Free", "NRT_MemInfo_call_dtor",
@@ -28,8 +28,10 @@ class Activity:
     pointers.  ``unshadowed_writes`` are the data pointers of arguments without shadow
     that receive varied values (they need scratch shadows)."""
 
-    def __init__(self, func, memory, active_args, retptr, ret_active, data_args, rules):
+    def __init__(self, func, memory, active_args, retptr, ret_active, data_args, rules, calls=None):
         self.func, self.memory, self.pointers = func, memory, memory.pointers
+        self.calls = calls             # the functions differentiated as calls (calls.Callees)
+        self.is_callee = calls.is_callee if calls is not None else (lambda instr: False)
         self.kernel_name = memory.kernel_name
         self.active_args, self.retptr, self.ret_active = set(active_args), retptr, ret_active
         self.data_args = set(data_args)
@@ -55,6 +57,10 @@ class Activity:
     def is_shadowed(self, op):
         return self.memory.is_shadowed(op)
 
+    def reaches_shadow(self, op):
+        """True when pointer operand ``op`` may reach shadowed memory (or cannot be traced)."""
+        return op.type == "ptr" and (self.bases(op) == UNKNOWN or self.memory.reaches_shadow(self.bases(op)))
+
     # -- varied ---------------------------------------------------------------------
     def _varied(self):
         varied = set(self.active_args)
@@ -78,6 +84,9 @@ class Activity:
                     return False         # a pointer kept in float memory is not a float
                 self._check_punned_copy(instr)
             return hit
+        if op == "call" and self.is_callee(instr):
+            return instr.is_float and (any(o.defn in varied for o in instr.operands)
+                                       or any(self.reaches_shadow(o) for o in instr.operands))
         if op == "call" and self.rule_of(instr) is not None:
             if self.rule_of(instr).is_external and instr.is_float:
                 raise self.unsupported(instr, f"the custom rule of external symbol "
@@ -105,6 +114,12 @@ class Activity:
             if instr.opcode in MEMORY_WRITERS[1:] and any(o.defn in varied for o in instr.operands):
                 raise self.unsupported(instr, "atomic update of a differentiable value")
             rule = self.rule_of(instr) if instr.opcode == "call" else None
+            if instr.opcode == "call" and rule is None and self.is_callee(instr):
+                if containers and any(o.type == "ptr" and (self.bases(o) == UNKNOWN or self.bases(o) & containers)
+                                      for o in instr.operands):
+                    raise self.unsupported(instr, f"callee '{instr.callee}' can reach a "
+                                                  f"differentiable array through memory")
+                continue
             if rule is not None and rule.is_external and any(
                     o.defn in varied and is_float_type(o.type) for o in instr.operands):
                 raise self.unsupported(instr, f"the custom rule of external symbol '{instr.callee}' "
@@ -172,6 +187,15 @@ class Activity:
                 self._note_unshadowed_write(instr.operands[0])
             elif instr.opcode == "call" and self.rule_of(instr) is not None:
                 work.extend(o.defn for o in instr.operands if o.defn in self.varied)
+            elif instr.opcode == "call" and self.is_callee(instr):
+                # the callee may write what it receives into the memory it is given
+                work.extend(o.defn for o in instr.operands if o.defn in self.varied)
+                if any(o.defn in self.varied or self.reaches_shadow(o) for o in instr.operands):
+                    for k in self.calls.float_writes(instr.callee):
+                        self._note_unshadowed_write(instr.operands[k])
+            elif instr.opcode == "ret" and self.retptr is None and self.ret_active \
+                    and instr.operands and instr.operands[0].defn in self.varied:
+                work.append(instr.operands[0].defn)      # a callee's float return
         while work:
             v = work.pop()
             if v in useful:

@@ -17,17 +17,32 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
 
 What the reverse pass recomputes and what it keeps is :mod:`adcore.values`' policy; the
 reverse of each instruction is :mod:`adcore.reverse`'s; this module assembles the function.
+
+A function differentiated as a call (:mod:`adcore.calls`) is split where the forward pass
+ends: an augmented forward that pushes every kept value before it returns, and a reverse
+that pops them.  A block's pushes made after a call (on top of the callee's tape) are
+popped just before the callee's reverse.
 """
 from . import numba_abi as abi, runtime
+from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
 from .emit import Emitter, float_const
 from .errors import UnsupportedError
-from .ir import Operand, Synthetic, label, local
+from .ir import Operand, Synthetic, label, local, strip_metadata
 from .reverse import reverse_instruction
-from .shadows import shadow_pointers
+from .shadows import arena_alloca, shadow_pointers
 from .values import Values
 
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
+POPS = "  ;ad.pops "              # where a block's pushes after a call are popped
+
+
+class Analyses:
+    """The analyses of one primal function for one :class:`Spec` (stage ``analyse``)."""
+
+    def __init__(self, cfg, pointers, memory, activity, clobbers, rule_of):
+        self.cfg, self.pointers, self.memory = cfg, pointers, memory
+        self.activity, self.clobbers, self.rule_of = activity, clobbers, rule_of
 
 
 class Spec:
@@ -35,7 +50,7 @@ class Spec:
     layout of the result struct that ``retptr`` points to."""
 
     def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
-                 active_fields, bytes_field, data_args=(), distinct_arrays=True, seed=None):
+                 active_fields, bytes_field, data_args=(), distinct_arrays=True, seed=None, split=None):
         self.symbol, self.pyname = symbol, pyname
         self.active = active                  # [arg index] of Active float arguments
         self.shadows = shadows                # [(data arg index, [flattened types], data position)]
@@ -46,6 +61,7 @@ class Spec:
         self.data_args = data_args            # arg indices of all array data pointers
         self.distinct_arrays = distinct_arrays
         self.seed = seed                      # returned float array: (flattened types, float type)
+        self.split = split                    # a callee's augmented forward and reverse (calls.Split)
 
 
 class AdjointGenerator:
@@ -53,12 +69,13 @@ class AdjointGenerator:
     ``build()`` returns its IR text (the reverse bodies are written first, since they
     decide which values the forward pass must keep)."""
 
-    def __init__(self, func, spec, analyses, context=None):
-        self.func, self.spec, self.context = func, spec, context
+    def __init__(self, func, spec, analyses, context=None, callees=None):
+        self.func, self.spec, self.context, self.callees = func, spec, context, callees
         self.cfg, self.memory, self.clobbers = analyses.cfg, analyses.memory, analyses.clobbers
         self.act, self.rule_of = analyses.activity, analyses.rule_of
         args = func.args
-        self.retptr = args[0]
+        self.retptr = None if spec.split else args[0]     # a callee's return slot is memory
+        self.sites = {}              # call differentiated as a call -> CallSite
         self.shadow_ref = {}
         self.shadow_params = []
         for k, (data_index, types, data_pos) in enumerate(spec.shadows):
@@ -105,6 +122,33 @@ class AdjointGenerator:
             if instr in self.shadow_def:
                 out.append(self.shadow_def[instr])
         return out
+
+    # -- calls differentiated as calls -------------------------------------------------
+    def is_callee(self, instr):
+        return self.callees is not None and self.callees.is_callee(instr)
+
+    def site(self, instr):
+        if instr not in self.sites:
+            self.sites[instr] = CallSite(self, instr)
+        return self.sites[instr]
+
+    def call_index(self, instr):
+        """1 + the number of calls differentiated as calls before ``instr`` in its block."""
+        calls = [i for i in instr.block.instrs if self.is_callee(i)]
+        return calls.index(instr) + 1
+
+    def reverse_call(self, instr):
+        """The reverse of a call: first the pops of what the block pushed after it."""
+        self.e.lines.append(f"{POPS}{self.call_index(instr)}")
+        self.site(instr).reverse(self)
+
+    def forward_shadow(self, instr, op):
+        """The forward pass's name of the shadow of pointer ``op``."""
+        if op.defn in self.shadow_ref:
+            return self.shadow_ref[op.defn]
+        if op.defn in self.shadow_def:
+            return self.shadow_def[op.defn].ref
+        raise self.unsupported(instr, f"the shadow of pointer {op.ref} cannot be computed")
 
     # -- small helpers ---------------------------------------------------------------
     def unsupported(self, instr, detail):
@@ -156,17 +200,20 @@ class AdjointGenerator:
 
     # -- the saving plan -------------------------------------------------------------
     def saves(self, block):
-        """What the forward pass of ``block`` pushes, in order."""
+        """What the forward pass of ``block`` pushes, in order: ``(kind, value, segment)``,
+        the segment counting the calls differentiated as calls before the push."""
         cyclic = block in self.cfg.cyclic
         events = []
         if len(block.preds) > 1 and block not in self.cfg.ivs and block not in self.cfg.branch_merges:
-            events.append(("pred", None))
+            events.append(("pred", None, 0))
+        segment = 0
         for instr in self.defs(block):
+            segment += self.is_callee(instr)
             if instr in self.values.registers and cyclic and instr not in self.inverted:
-                events.append(("reg", instr))
+                events.append(("reg", instr, segment))
         for phi, iv in self.inverted.items():
             if iv.outside is block and cyclic:
-                events.append(("iv", phi))
+                events.append(("iv", phi, segment))
         return events
 
     def _inverted_phis(self):
@@ -208,22 +255,72 @@ class AdjointGenerator:
             forward += self.e.lines
         reverse = []
         for block in blocks:
-            self.e.lines, self.values.memo = reverse_bodies[block]
+            body, self.values.memo = reverse_bodies[block]
+            self.e.lines = []
+            for line in body:
+                if line.startswith(POPS):
+                    self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
+                else:
+                    self.e.lines.append(line)
             self.reverse_tail(block, plans[block], tail_values.get(block))
             reverse += [label("ad.r." + block.name)] + self.e.lines
+        if self.spec.split:
+            return self.split_functions(forward, reverse)
         self.e.lines = []
         self.exits()
         exits = self.e.lines
         seed = [f"{t} %ad.seed.{j}" for j, t in enumerate(self.spec.seed[0])] if self.spec.seed else []
         params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params + seed)
         entry = ["ad.entry:"]
-        for stack in ("%ad.stack", "%ad.dtors", "%ad.rawfrees"):
+        for stack in runtime.FRAME_STACKS:
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         body = "\n".join(entry + forward + exits + reverse)
-        text = f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
-        return text + runtime.helpers(self.stack_types | {"ptr"}, self.memory_types)
+        return f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
+
+    def split_functions(self, forward, reverse):
+        """A callee's augmented forward and reverse (see :mod:`adcore.calls`)."""
+        e, split = self.e, self.spec.split
+        rt, pair = split.ret_type, split.pair
+        kept = list(self.values.registers.items())
+        e.lines = []
+        e.label("ad.fwdexit")
+        result = e(f"phi {rt} " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "result") \
+            if rt != "void" else None
+        which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
+        for value, reg in kept:
+            self.push(value.type, e(f"load {value.type}, ptr {reg}"))
+        self.push("i32", which)
+        e.line(f"ret {rt} {result}" if result else "ret void")
+        exit_ = e.lines
+        e.lines = []
+        which = self.pop("i32")
+        for value, reg in reversed(kept):
+            e.line(f"store {value.type} {self.pop(value.type)}, ptr {reg}")
+        cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
+                         for k, (b, _) in enumerate(self.ret_blocks[1:], 1))
+        e.line(f"switch i32 {which}, label {local('ad.r.' + self.ret_blocks[0][0].name)} [ {cases} ]")
+        start = e.lines
+        e.lines = []
+        e.label("ad.done")
+        adjoints = "undef"
+        for j, index in enumerate(self.spec.active):
+            arg = self.func.args[index]
+            value = e(f"load {arg.type}, ptr {self.slots[arg]}") if arg in self.slots \
+                else float_const(arg.type, 0)
+            adjoints = e(f"insertvalue {pair.adjoint_type} {adjoints}, {arg.type} {value}, {j}")
+        e.line(f"ret {pair.adjoint_type} {adjoints}" if self.spec.active else "ret void")
+        done = e.lines
+        args = [f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params
+        dret = [f"{rt} %ad.dret"] if self.spec.ret_active else []
+        stacks = [f"ptr {s}" for s in runtime.FRAME_STACKS]
+        entry = ["ad.entry:"] + self.allocas
+        augmented = "\n".join(entry + [f"  br label {self.func.entry.ref}"] + forward + exit_)
+        reverse_ = "\n".join(entry + start + reverse + done)
+        return (f"define internal {rt} @{pair.augmented}({', '.join(args + stacks)}) {{\n{augmented}\n}}\n"
+                f"define internal {pair.adjoint_type} @{pair.reverse}({', '.join(args + dret + stacks)}) "
+                f"{{\n{reverse_}\n}}\n")
 
     def forward_block(self, block, plan):
         e = self.e
@@ -231,24 +328,24 @@ class AdjointGenerator:
         defs = self.defs(block)
         nphis = sum(1 for d in defs if d.opcode == "phi")
         for phi in defs[:nphis]:
-            e.line(phi.text)
-        if any(k == "pred" for k, _ in plan):
+            e.line(self.copy_text(phi))
+        if any(k == "pred" for k, _, _ in plan):
             entries = []
             for k, p in enumerate(block.preds):
                 entries += [f"[ {k}, {p.ref} ]"] * p.term.succ.count(block)
             t = pred_type(block)
             pid = e(f"phi {t} {', '.join(entries)}", "pid")
             self.push(t, pid)
-        saved = {v for k, v in plan if k == "reg"}
+        saved = {v for k, v, _ in plan if k == "reg"}
         for phi in defs[:nphis]:
             self.save_register(phi, saved)
         for instr in defs[nphis:]:
             if instr is block.term:
-                for kind, phi in plan:
+                for kind, phi, _ in plan:
                     if kind == "iv":
                         self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
                 if instr.opcode == "ret":
-                    self.ret_blocks.append((block, instr.operands[0]))
+                    self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")
                     continue
             e.line(self.forward_text(instr))
@@ -264,13 +361,27 @@ class AdjointGenerator:
         if instr.opcode == "call" and (instr.callee or "").startswith(("llvm.lifetime.end",
                                                                        "llvm.stackrestore")):
             return f"; {instr.callee} dropped: the reverse pass may read this memory"
+        if self.spec.split and instr.opcode == "call" and (instr.callee or "").startswith("llvm.lifetime"):
+            return f"; {instr.callee} dropped: the allocation is on the heap"
+        if self.is_callee(instr):
+            return self.site(instr).forward(self)
+        if self.spec.split and instr.opcode == "alloca" and not instr.synthetic:   # outlives the call
+            return arena_alloca(self, instr, instr.ref)
         if instr.opcode == "call" and instr.callee == "NRT_decref":
             self.stack_types.add("ptr")
             return f"call void @ad.decref(ptr %ad.dtors, ptr {instr.operands[0].ref})"
         if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
-        return instr.text
+        return self.copy_text(instr)
+
+    def copy_text(self, instr):
+        """``instr``'s text for the forward pass.  llvmlite numbers an instruction's metadata
+        as if its function were alone in the module: with functions kept as calls the
+        numbers would name other nodes, so the attachments are dropped."""
+        if self.callees is None or not self.callees.kept:
+            return instr.text
+        return strip_metadata(instr.text)
 
     def save_register(self, instr, saved):
         if instr not in self.values.registers:
@@ -280,14 +391,20 @@ class AdjointGenerator:
             self.push(instr.type, self.e(f"load {instr.type}, ptr {reg}"))
         self.e.line(f"store {instr.type} {instr.ref}, ptr {reg}")
 
-    def reverse_tail(self, block, plan, tail_value):
-        e = self.e
+    def restore(self, events, block=None):
+        """Pop ``events`` (in reverse): kept values back into their registers; returns the
+        predecessor record, if one is among them."""
         pid = None
-        for kind, value in reversed(plan):
+        for kind, value, _ in reversed(events):
             if kind == "pred":
                 pid = self.pop(pred_type(block))
             else:
-                e.line(f"store {value.type} {self.pop(value.type)}, ptr {self.values.registers[value]}")
+                self.e.line(f"store {value.type} {self.pop(value.type)}, ptr {self.values.registers[value]}")
+        return pid
+
+    def reverse_tail(self, block, plan, tail_value):
+        e = self.e
+        pid = self.restore([ev for ev in plan if ev[2] == 0], block)
         if block is self.func.entry:
             e.line("br label %ad.done")
         elif block in self.cfg.ivs:
@@ -348,7 +465,7 @@ class AdjointGenerator:
         ndim = (len(self.spec.seed[0]) - abi.SHAPE) // 2
 
         def returned(position):        # a field of the returned array struct
-            return e(f"load i64, ptr {e(f'getelementptr i8, ptr %retptr, i64 {abi.field_offset(position)}')}")
+            return e(f"load i64, ptr {e(f'getelementptr i8, ptr {self.retptr.ref}, i64 {abi.field_offset(position)}')}")
 
         nitems = returned(abi.NITEMS)
         same = e(f"icmp eq i64 {nitems}, %ad.seed.{abi.NITEMS}")
@@ -384,7 +501,7 @@ class AdjointGenerator:
         base = e("load ptr, ptr %ad.stack")
         top = e(f"load ptr, ptr {e(f'getelementptr inbounds {runtime.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
         used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
-        field = e(f"getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {spec.bytes_field}")
+        field = e(f"getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {spec.bytes_field}")
         e.line(f"store i64 {used}, ptr {field}")
         ok = e(f"or i1 {e(f'icmp eq i32 {status}, 0')}, {e(f'icmp eq i32 {status}, -2')}")
         e.line(f"br i1 {ok}, label %ad.rseed, label %ad.fail")
@@ -405,7 +522,7 @@ class AdjointGenerator:
             arg = self.func.args[index]
             value = e(f"load {arg.type}, ptr {self.slots[arg]}") if arg in self.slots \
                 else float_const(arg.type, 0)
-            e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr %retptr, i32 0, i32 {field_no}')}")
+            e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {field_no}')}")
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
         self.release()
         e.line("ret i32 0")
@@ -417,10 +534,18 @@ def pred_type(block):
 
 
 def gradient_module(module, gen):
-    """IR text of ``module`` (the cleaned primal) plus the gradient function built by ``gen``."""
-    text = gen.build()
+    """IR text of ``module`` (the cleaned primal) plus the gradient function built by ``gen``
+    and the augmented forward and reverse functions of the calls it differentiates."""
+    texts = [gen.build()]
+    gens = [gen]
+    if gen.callees is not None:
+        texts += gen.callees.generate()
+        gens += gen.callees.generators
     existing = {f.name for f in module.functions}
     decls = dict(runtime.DECLARATIONS)
-    decls.update(gen.e.declarations)
+    for g in gens:
+        decls.update(g.e.declarations)
     extra = [d for name, d in decls.items() if name not in existing]
-    return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n"
+    helpers = runtime.helpers(set().union({"ptr"}, *(g.stack_types for g in gens)),
+                              set().union(*(g.memory_types for g in gens)))
+    return str(module) + "\n" + "".join(texts) + helpers + "\n" + "\n".join(extra) + "\n"

@@ -97,28 +97,29 @@ def _compiled(dispatcher, argtypes):
                            f"argument Numba names:\n{_plain(err)}") from None
 
 
-def unoptimised_module(library):
-    """Link the pre-optimisation clones of ``library``, everything it links, and Numba's
+def unoptimised_module(library, cres=None):
+    """Link the pre-optimisation clones of ``library``, everything it links, the libraries
+    defining what it reaches through Numba's unresolved references (recursion; given the
+    kernel's compile result ``cres``), and Numba's
     runtime library (whose IR-defined helpers, such as ``NRT_MemInfo_data_fast``, have
-    no native symbol of their own)."""
-    seen, order, stack = set(), [], [numba_abi.runtime_library(), library]   # the kernel first
+    no native symbol of their own).  ``cres``: the kernel's compile result."""
+    seen, stack, module = set(), [numba_abi.runtime_library(), library], None   # the kernel first
     while stack:
         lib = stack.pop()
-        if id(lib) in seen:
-            continue
-        seen.add(id(lib))
-        order.append(lib)
-        stack.extend(numba_abi.linked_libraries(lib))
-    module = None
-    for lib in order:
-        part = numba_abi.unoptimised_module(lib)
-        for fn in part.functions:
-            if not fn.is_declaration:
-                fn.linkage = "weak_odr"          # always linked, duplicates merge
-        if module is None:
-            module = part
-        else:
-            module.link_in(part)
+        if id(lib) not in seen:
+            seen.add(id(lib))
+            stack.extend(numba_abi.linked_libraries(lib))
+            part = numba_abi.unoptimised_module(lib)
+            for fn in part.functions:
+                if not fn.is_declaration:
+                    fn.linkage = "weak_odr"      # always linked, duplicates merge
+            if module is None:
+                module = part
+            else:
+                module.link_in(part)
+        if not stack and cres is not None:       # functions reached through recursion
+            stack = [d for d in (numba_abi.library_defining(t, cres) for t in numba_abi.unresolved_targets(module))
+                     if d is not None and id(d) not in seen]
     return module
 
 
@@ -134,7 +135,7 @@ def capture(f, argtypes):
             # compile a fresh copy so the hook sees it
             dispatcher = numba_abi.recompiled(dispatcher)
             cres = _compiled(dispatcher, argtypes)
-        module = unoptimised_module(cres.library)
+        module = unoptimised_module(cres.library, cres)
     for fn in module.functions:
         if not fn.is_declaration and numba_abi.only_raises(fn.name):
             for attribute in ("noinline", "optnone"):     # stays a call, compiled as it is

@@ -1,14 +1,15 @@
 """adcore's own cleanup pipeline: from Numba's unoptimised module to clean scalar SSA.
 
-Every function but the kernel is internalised and marked ``alwaysinline`` so that the
-kernel becomes one self-contained function; then SROA, instcombine, GVN and CFG
+Every function but the kernel is internalised and marked ``alwaysinline``, except the
+recursive ones (:mod:`adcore.callgraph`), which stay calls; then SROA, instcombine, GVN and CFG
 simplification run with no vectorisation and no unrolling, and loops are put in
 loop-simplify and LCSSA form (the differentiator relies on both).  Unnamed values
 are given names so that the IR text can be copied and rewritten.
 """
 import llvmlite.binding as llvm
 
-from .numba_abi import target_machine
+from . import callgraph
+from .numba_abi import UNRESOLVED_PREFIX, target_machine
 
 
 def _pass_manager(*passes):
@@ -25,10 +26,33 @@ def _run(module, *passes):
     _pass_manager(*passes).run(module, pb)
 
 
+def resolve_recursive_references(module):
+    """``module`` with each of Numba's unresolved references to a function it defines (made
+    for mutual recursion, :data:`adcore.numba_abi.UNRESOLVED_PREFIX`) made a constant
+    holding that function, so that the calls through it become direct calls (a new module
+    when there are any)."""
+    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    targets = [gv.name for gv in module.global_variables if gv.is_declaration
+               and gv.name.startswith(UNRESOLVED_PREFIX) and gv.name[len(UNRESOLVED_PREFIX):] in defined]
+    if not targets:
+        return module
+    text = str(module)
+    for name in targets:
+        ref = '@"' + name + '"'
+        text = text.replace(f"{ref} = external global ptr",
+                            f"{ref} = internal constant ptr @{name[len(UNRESOLVED_PREFIX):]}")
+    resolved = llvm.parse_assembly(text)
+    _run(resolved, "instruction_combine")     # loads of the constants: direct calls
+    return resolved
+
+
 def clean(module, symbol, keep=()):
-    """Reduce ``module`` to the cleaned function ``symbol`` (modified in place and
-    returned); functions named in ``keep`` (those with custom rules) stay calls."""
+    """Reduce ``module`` to the cleaned function ``symbol`` (returned; ``module`` is modified
+    in place unless Numba's references for recursion are resolved); functions named in
+    ``keep`` (those with custom rules) and recursive functions stay calls."""
     tm = target_machine()
+    module = resolve_recursive_references(module)
+    recursive = callgraph.kept_as_calls(module)
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     for fn in module.functions:
@@ -38,7 +62,7 @@ def clean(module, symbol, keep=()):
             fn.linkage = "external"
         else:
             fn.linkage = "internal"
-            if fn.name in keep:
+            if fn.name in keep or fn.name in recursive:
                 fn.add_function_attribute("noinline")
             elif not any(b"noinline" in a.split() for a in fn.attributes):
                 fn.add_function_attribute("alwaysinline")

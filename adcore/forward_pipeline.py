@@ -71,7 +71,8 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         try:
             with stage("analyse"):
                 spec, analyses, scratch = pipeline.analyse(
-                    primal_, layout, symbol, distinct, rule_of, seeds(primal_.func) if seeds else ())
+                    primal_, layout, symbol, distinct, rule_of=rule_of,
+                    seeds=seeds(primal_.func) if seeds else ())
             with stage("generate"):
                 gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule)
                 tangent_ir = tangent_module(primal_.module, gen)

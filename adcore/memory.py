@@ -29,10 +29,11 @@ class ShadowedMemory:
     arguments) and the allocations ``func`` uses as float memory; and the float type
     each object holds.  ``kernel_name`` names the function in errors."""
 
-    def __init__(self, func, pointers, shadow_args, rule_of, kernel_name):
+    def __init__(self, func, pointers, shadow_args, rule_of, kernel_name, is_callee=None):
         self.func, self.pointers, self.kernel_name = func, pointers, kernel_name
         self.shadow_args = set(shadow_args)
         self.rule_of = rule_of
+        self.is_callee = is_callee or (lambda instr: False)
         self.element_type = {}
         self.shadow_allocs = self._float_allocations()
 
@@ -94,7 +95,8 @@ class ShadowedMemory:
     def _float_allocations(self):
         """Allocations whose data is read or written as floats, or handed to custom rules
         (a heap temporary only BLAS calls touch, like ``A @ x`` fed to another product,
-        carries derivatives between them); memcpy spreads float-ness both ways."""
+        carries derivatives between them), or to calls differentiated as calls; memcpy
+        spreads float-ness both ways."""
         out = set()
         for instr in self.func.instructions():
             if instr.opcode in ("load", "store"):
@@ -106,7 +108,7 @@ class ShadowedMemory:
                         self.element_type[b] = t
                         if is_allocation(b):
                             out.add(b)
-            elif instr.opcode == "call" and self.rule_of(instr) is not None:
+            elif instr.opcode == "call" and (self.rule_of(instr) is not None or self.is_callee(instr)):
                 for o in instr.operands:
                     bs = self.pointers.bases(o) if o.type == "ptr" else UNKNOWN
                     if bs != UNKNOWN:
@@ -138,11 +140,14 @@ class ShadowedMemory:
 class Clobbers:
     """For each block, the bases its instructions may write; answers whether a write
     may follow a given instruction.  With ``distinct_arrays`` False (the caller's arrays
-    may overlap) any two array arguments are taken to alias."""
+    may overlap) any two array arguments are taken to alias.  ``outside`` are the bases
+    code outside the function may write after it returns (a callee's pointer arguments,
+    whose reverse runs after the caller has gone on): never reloaded."""
 
-    def __init__(self, func, pointers, rule_of, is_pure_call, data_args, distinct_arrays):
+    def __init__(self, func, pointers, rule_of, is_pure_call, data_args, distinct_arrays, outside=()):
         self.pointers, self.rule_of, self.is_pure_call = pointers, rule_of, is_pure_call
         self.data_args, self.distinct_arrays = set(data_args), distinct_arrays
+        self.outside = frozenset(outside)
         self.written = {}
         for block in func.blocks:
             for pos, instr in enumerate(block.instrs):
@@ -185,6 +190,8 @@ class Clobbers:
         return self._reach[block]
 
     def _written_after(self, instr, clobbers):
+        if self.outside and clobbers(self.outside):
+            return True
         pos = instr.block.instrs.index(instr)
         if any(clobbers(ws) for p, ws in self.written.get(instr.block, ()) if p > pos):
             return True

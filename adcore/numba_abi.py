@@ -9,6 +9,7 @@ at one's own risk).
 import os
 import re
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 import numba
@@ -89,6 +90,36 @@ RAISING_HELPERS = ("ol_raise_with_shape_context_cpu",)
 def only_raises(symbol):
     """True for the compiled helper functions listed in ``RAISING_HELPERS``."""
     return symbol.startswith("_ZN5numba") and any(h in symbol for h in RAISING_HELPERS)
+
+
+
+
+# -- symbol names ----------------------------------------------------------------------------
+LOCALS_ESCAPED = "_3clocals_3e"      # Numba's escape of ``<locals>`` (``_`` itself is not escaped)
+
+
+def python_name(symbol):
+    """The dotted Python name of a Numba function symbol (``_ZN8__main__3fibB2v1...`` ->
+    ``__main__.fib``: Itanium nested-name parts, ABI tags ``B<n>...`` skipped,
+    ``<locals>`` unescaped); any other symbol unchanged."""
+    if not symbol.startswith("_ZN"):
+        return symbol
+    parts, k = [], 3
+    while k < len(symbol) and symbol[k] != "E":
+        tag = symbol[k] == "B"
+        m = re.match(r"[0-9]+", symbol[k + tag:])
+        if m is None:
+            return symbol
+        start = k + tag + len(m.group(0))
+        if not tag:
+            parts.append(symbol[start:start + int(m.group(0))].replace(LOCALS_ESCAPED, "<locals>"))
+        k = start + int(m.group(0))
+    return ".".join(parts) if parts else symbol
+
+
+# Numba calls a function of a recursive cycle not yet compiled through a global holding
+# its address, ``@".numba.unresolved$<symbol>"``, filled in when the library is linked.
+UNRESOLVED_PREFIX = ".numba.unresolved$"
 
 
 # -- the target and the runtime ---------------------------------------------
@@ -193,6 +224,32 @@ def is_debug(dispatcher):
 
 # -- the unoptimised modules of code libraries ---------------------------------------------
 _hook_lock = threading.Lock()
+_defining_library = weakref.WeakValueDictionary()     # function symbol -> code library
+
+
+def library_defining(symbol, cres):
+    """The code library that defines function ``symbol``: one finalised since the hook, or
+    that of an overload of an njit function ``cres`` (a compile result) calls, directly or
+    not (compiled before the hook, or dropped by Numba); None if neither."""
+    library = _defining_library.get(symbol)
+    if library is not None:
+        return library
+    seen, stack = set(), [cres]
+    while stack:
+        for t in list(getattr(stack.pop().fndesc, "typemap", {}).values()):
+            if isinstance(t, types.Dispatcher) and id(t.dispatcher) not in seen:
+                seen.add(id(t.dispatcher))
+                for overload in list(t.dispatcher.overloads.values()):
+                    if overload.fndesc.mangled_name == symbol:
+                        return overload.library
+                    stack.append(overload)
+    return None
+
+
+def unresolved_targets(module):
+    """The functions ``module`` reaches through Numba's unresolved references (recursion)."""
+    return [gv.name[len(UNRESOLVED_PREFIX):] for gv in module.global_variables
+            if gv.is_declaration and gv.name.startswith(UNRESOLVED_PREFIX)]
 
 
 def keep_unoptimised_modules():
@@ -207,6 +264,9 @@ def keep_unoptimised_modules():
         def finalize(self):
             self._adcore_own = self._final_module.clone()
             self._adcore_links = list(self._linking_libraries)
+            for fn in self._adcore_own.functions:
+                if not fn.is_declaration:
+                    _defining_library[fn.name] = self
             return original(self)
 
         finalize._adcore_hook = True

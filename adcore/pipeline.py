@@ -24,8 +24,9 @@ from numba.core import types as nbtypes
 
 from . import custom_rules, native, numba_abi
 from .activity import Activity
-from .adjoint import AdjointGenerator, Spec, gradient_module
+from .adjoint import AdjointGenerator, Analyses, Spec, gradient_module
 from .annotations import Active, Const, Duplicated
+from .calls import Callees
 from .capture import capture
 from .cfg import ControlFlow
 from .cleanup import clean
@@ -54,8 +55,8 @@ class Primal:
             self.module = clean(self.kernel.module, self.kernel.symbol, keep)
         with stage("read"):
             self.ir = str(self.module)
-            self.func = read_function(self.module.get_function(self.kernel.symbol),
-                                      source_locations(self.ir))
+            self.locations = source_locations(self.ir)
+            self.func = read_function(self.module.get_function(self.kernel.symbol), self.locations)
 
 
 def primal(dispatcher, argtypes):
@@ -129,34 +130,29 @@ def _check_return(pyname, restype, ret_activity, seed_type):
     return returns_array
 
 
-class Analyses:
-    """The analyses of one primal function for one :class:`Spec` (stage ``analyse``)."""
-
-    def __init__(self, cfg, pointers, memory, activity, clobbers, rule_of):
-        self.cfg, self.pointers, self.memory = cfg, pointers, memory
-        self.activity, self.clobbers, self.rule_of = activity, clobbers, rule_of
-
-
-def analyse(primal_, layout, symbol, distinct, rule_of=None, seeds=()):
+def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds=()):
     """Stage ``analyse``, with the scratch-shadow fixed point: returns ``(spec, analyses,
     scratch)``, ``scratch`` the Const array arguments given internal shadows (those a
     pointer may reach together with shadowed memory, and those that receive derivatives).
+    ``callees``: the functions differentiated as calls (:class:`adcore.calls.Callees`), else
     ``rule_of`` (default: the custom rules) finds the calls a generator handles itself;
     ``seeds`` are values that carry derivatives besides the Active arguments."""
     func, args = primal_.func, primal_.func.args
     cfg, pointers = ControlFlow(func), PointerBases(func)
-    rule_of = rule_of or custom_rules.lookup()
+    rule_of = callees.rule_of if callees is not None else rule_of or custom_rules.lookup()
+    is_callee = callees.is_callee if callees is not None else None
     by_pointer = {layout.data_pointer(k): k for k in layout.arrays}
     data_args = list(by_pointer)
     scratch = set()
     while True:
         spec = layout.spec(symbol, scratch, distinct)
-        memory = ShadowedMemory(func, pointers, [args[s[0]] for s in spec.shadows], rule_of, spec.pyname)
+        memory = ShadowedMemory(func, pointers, [args[s[0]] for s in spec.shadows], rule_of, spec.pyname,
+                                is_callee)
         more = {by_pointer[p] for p in memory.mixed_constants(data_args)} - scratch
         if not more:
             activity = Activity(func, memory, [args[i] for i in spec.active] + list(seeds), args[0],
-                                spec.ret_active,
-                                data_args, (rule_of, is_differentiable_call, is_pure_call))
+                                spec.ret_active, data_args,
+                                (rule_of, is_differentiable_call, is_pure_call), callees)
             more = {by_pointer[p] for p in activity.unshadowed_writes} - scratch
         if not more:
             clobbers = Clobbers(func, pointers, rule_of, is_pure_call, data_args, distinct)
@@ -190,11 +186,13 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         with stage("layout"):
             layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
         symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
+        callees = Callees(primal_.module, custom_rules.lookup(), primal_.kernel.context, symbol,
+                          primal_.locations)
         try:
             with stage("analyse"):
-                spec, analyses, scratch = analyse(primal_, layout, symbol, distinct)
+                spec, analyses, scratch = analyse(primal_, layout, symbol, distinct, callees)
             with stage("generate"):
-                generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context)
+                generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context, callees)
                 adjoint_ir = gradient_module(primal_.module, generator)
         except UnsupportedError as err:
             raise in_user_words(err, primal_.func, primal_.kernel) from None

@@ -1,5 +1,6 @@
 """The reverse of one primal instruction: stores, loads, memory intrinsics, calls with
-custom rules, and everything the rule table of :mod:`adcore.rules` covers."""
+custom rules, calls differentiated as calls, and everything the rule table of
+:mod:`adcore.rules` covers."""
 from .emit import Expr, float_const
 from .ir import Operand, is_float_type
 from .memory import is_memory_intrinsic
@@ -36,6 +37,13 @@ def reverse_instruction(gen, instr):
         return
     if gen.rule_of(instr) is not None:
         reverse_rule_call(gen, instr, gen.rule_of(instr))
+        return
+    if gen.is_callee(instr):
+        gen.reverse_call(instr)
+        return
+    if instr.opcode == "ret" and gen.spec.split and gen.spec.ret_active:
+        if instr.operands[0].defn in act.active:        # a callee's float result: its adjoint
+            gen.accumulate(instr.operands[0].defn, "%ad.dret")
         return
     if instr not in act.active or instr.opcode == "phi":
         return

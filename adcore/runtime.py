@@ -10,6 +10,8 @@ import re
 
 from .numba_abi import MEMINFO_DATA, MEMINFO_TYPE
 
+ARENA_CHUNK = 65536             # bytes of each chunk of the arena (more for a larger request)
+FRAME_STACKS = ("%ad.stack", "%ad.dtors", "%ad.rawfrees", "%ad.arena")   # a gradient's stacks
 SIZES = {"double": 8, "float": 4, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1, "ptr": 8}
 
 
@@ -27,7 +29,9 @@ def type_tag(type_):
 
 def helpers(types, copy_types=()):
     """IR text of the stack helpers (grow, push/pop for each type in ``types``), of the
-    deferred decref and release of meminfos, of zeroed shadow allocations, of operand
+    arena (zeroed 16-byte aligned memory in chunks freed with the deferred frees: the
+    stack allocations of functions differentiated as calls), of the deferred decref and
+    release of meminfos, of zeroed shadow allocations, of operand
     copies for custom rules, and of the memcpy adjoint for each float type in
     ``copy_types``."""
     out = [f"""define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {{
@@ -54,7 +58,34 @@ entry:
   store ptr %nend, ptr %endp
   ret void
 }}"""]
-    out.append(f"""define internal void @ad.release(ptr %s, ptr %release) noinline {{
+    out.append(f"""define internal ptr @ad.arena.alloc(ptr %a, ptr %frees, i64 %size) {{
+entry:
+  %topp = getelementptr inbounds {STACK_TYPE}, ptr %a, i32 0, i32 1
+  %endp = getelementptr inbounds {STACK_TYPE}, ptr %a, i32 0, i32 2
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %s15 = add i64 %size, 15
+  %rounded = and i64 %s15, -16
+  %next = getelementptr i8, ptr %top, i64 %rounded
+  %full = icmp ugt ptr %next, %end
+  %empty = icmp eq ptr %top, null
+  %grow = or i1 %full, %empty
+  br i1 %grow, label %chunk, label %put
+chunk:
+  %cap = call i64 @llvm.umax.i64(i64 %rounded, i64 {ARENA_CHUNK})
+  %c = call ptr @NRT_Allocate(i64 %cap)
+  call void @ad.push.ptr(ptr %frees, ptr %c)
+  %cend = getelementptr i8, ptr %c, i64 %cap
+  store ptr %cend, ptr %endp
+  br label %put
+put:
+  %at = phi ptr [ %top, %entry ], [ %c, %chunk ]
+  %after = getelementptr i8, ptr %at, i64 %rounded
+  store ptr %after, ptr %topp
+  call void @llvm.memset.p0.i64(ptr %at, i8 0, i64 %size, i1 false)
+  ret ptr %at
+}}
+define internal void @ad.release(ptr %s, ptr %release) noinline {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
   %base = load ptr, ptr %s

@@ -8,6 +8,8 @@ pointer stored in a stack slot (or in the return slot) has its shadow stored in 
 slot, and loads from the slot read that.  The reverse pass materialises these shadow
 pointers like any other value: recomputed when pure, else saved.
 """
+import re
+
 from .pointers import ALLOCATORS, RAW_ALLOCATORS, MemInfo, return_slot, stack_slot
 from .ir import Operand, Synthetic, rename, strip_metadata
 
@@ -98,7 +100,7 @@ class _ShadowPointers:
                 if store.opcode != "store" or store.operands[0].type != "ptr" \
                         or self.shadow_ref(store.operands[0]) is None:
                     continue
-                offset = return_slot(store.operands[1], self.gen.retptr)
+                offset = return_slot(store.operands[1], self.gen.retptr) if self.gen.retptr else None
                 if stack_slot(store.operands[1]) is not None:
                     slot = self.shadow_slot(store.operands[1])
                 elif offset is not None:        # a returned array's shadow
@@ -119,22 +121,44 @@ def _allocated_type(alloca_text):
     return rest
 
 
-def _shadow_alloca(gen, instr, syn):
-    """A zeroed stack allocation the size of ``instr``'s (a runtime element count
-    included: C's variable-length arrays)."""
+def allocation_size(gen, instr):
+    """``(lines, size)``: the i64 byte size of the memory alloca ``instr`` allocates (a
+    runtime element count included: C's variable-length arrays), and the lines computing it."""
     allocated = _allocated_type(instr.text)
     size = f"ptrtoint (ptr getelementptr ({allocated}, ptr null, i32 1) to i64)"
     count = instr.operands[0] if instr.operands else None
     if count is None or count.is_const and count.ref == "1":
-        lines = [f"{syn.ref} = alloca {allocated}"]
-    else:
-        lines = [f"{syn.ref} = alloca {allocated}, {count.type} {count.ref}"]
-        n = count.ref
-        if count.type != "i64":
-            n = gen.e.fresh("shn")
-            lines.append(f"{n} = zext {count.type} {count.ref} to i64")
-        total = gen.e.fresh("shbytes")
-        lines.append(f"{total} = mul i64 {n}, {size}")
-        size = total
+        return [], size
+    lines, n = [], count.ref
+    if count.type != "i64":
+        n = gen.e.fresh("shn")
+        lines.append(f"{n} = zext {count.type} {count.ref} to i64")
+    total = gen.e.fresh("shbytes")
+    lines.append(f"{total} = mul i64 {n}, {size}")
+    return lines, total
+
+
+def arena_alloca(gen, instr, ref):
+    """``ref = `` zeroed memory the size of alloca ``instr``'s from the gradient's arena (in a
+    function differentiated as a call, whose reverse runs after it has returned)."""
+    align = re.search(r",\s*align\s+([0-9]+)", instr.text)
+    if align and int(align.group(1)) > 16:
+        raise gen.unsupported(instr, "a stack allocation aligned to more than 16 bytes in a "
+                                     "function differentiated as a call")
+    gen.stack_types.add("ptr")
+    lines, size = allocation_size(gen, instr)
+    return "\n  ".join(lines + [f"{ref} = call ptr @ad.arena.alloc(ptr %ad.arena, ptr %ad.rawfrees, i64 {size})"])
+
+
+def _shadow_alloca(gen, instr, syn):
+    """A zeroed allocation the size of ``instr``'s: on the stack, or from the arena in a
+    function differentiated as a call."""
+    if gen.spec.split:
+        return arena_alloca(gen, instr, syn.ref)
+    lines, size = allocation_size(gen, instr)
+    count = instr.operands[0] if instr.operands else None
+    allocated = _allocated_type(instr.text)
+    counted = f", {count.type} {count.ref}" if lines else ""
+    lines.append(f"{syn.ref} = alloca {allocated}{counted}")
     lines.append(f"call void @llvm.memset.p0.i64(ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
     return "\n  ".join(lines)

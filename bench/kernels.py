@@ -133,6 +133,24 @@ def matmul_grad_numpy(A, B, dA, dB):
     dB += 2.0 * (A.T @ C)
 
 
+# -- double recursion: calls differentiated as calls ------------------------------------------
+@numba.njit
+def fib(x, n):
+    if n < 2:
+        return x[0] * x[n]
+    return fib(x, n - 1) + fib(x, n - 2)
+
+
+@numba.njit
+def fib_grad(x, n, dx):
+    if n < 2:
+        dx[0] += x[n]
+        dx[n] += x[0]
+        return
+    fib_grad(x, n - 1, dx)
+    fib_grad(x, n - 2, dx)
+
+
 # -- a kernel that allocates temporaries ----------------------------------------------------
 @numba.njit
 def allocating(a, b):
@@ -147,6 +165,13 @@ def allocating_grad(a, b, da, db):
         g = 2.0 * t * (1.0 - t * t)
         da[i] += g * b[i]
         db[i] += g * a[i]
+
+
+def fib_leaves(n):
+    a, b = 1, 1
+    for _ in range(n - 1):
+        a, b = b, a + b
+    return b
 
 
 def resident_memory(calls=100_000, n=64):
@@ -186,6 +211,8 @@ def workloads(quick=False):
     A, B = rng.standard_normal((k, k)), rng.standard_normal((k, k))
     dA, dB = np.zeros_like(A), np.zeros_like(B)
     na = n // 10
+    depth = 15 if quick else 21                # 987 or 17,711 leaves
+    xf, dxf = np.array([0.9, 1.1]), np.zeros(2)
     a, b, da, db = rng.standard_normal(na), rng.standard_normal(na), np.zeros(na), np.zeros(na)
 
     return [
@@ -210,6 +237,10 @@ def workloads(quick=False):
          lambda: matmul(A, B),
          lambda: adcore.autodiff(Reverse, matmul, Duplicated(A, dA), Duplicated(B, dB)),
          lambda: matmul_grad_numpy(A, B, dA, dB)),
+        ("recursive fib", f"{fib_leaves(depth)} leaves",
+         lambda: fib(xf, depth),
+         lambda: adcore.autodiff(Reverse, fib, Duplicated(xf, dxf), depth),
+         lambda: fib_grad(xf, depth, dxf)),
         ("allocating kernel", f"n={na}",
          lambda: allocating(a, b),
          lambda: adcore.autodiff(Reverse, allocating, Duplicated(a, da), Duplicated(b, db)),
