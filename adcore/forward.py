@@ -35,6 +35,8 @@ class ForwardSpec:
     :class:`adcore.adjoint.Spec`; ``result_type`` the LLVM struct ``retptr`` points to and
     ``tangent_field`` its first tangent field (None: the return has no tangent)."""
 
+    split = None          # forward mode differentiates no function as a call (adjoint.Spec.split)
+
     def __init__(self, symbol, pyname, lanes, tangent_args, shadows, result_type, tangent_field):
         self.symbol, self.pyname, self.lanes = symbol, pyname, lanes
         self.tangent_args, self.shadows = tangent_args, shadows
@@ -56,7 +58,7 @@ class _Lane:
     reads of a generator)."""
 
     def __init__(self, gen, j, shadow_ref):
-        self.gen, self.memory, self.cfg, self.e = gen, gen.memory, gen.cfg, gen.e
+        self.gen, self.memory, self.cfg, self.e, self.spec = gen, gen.memory, gen.cfg, gen.e, gen.spec
         self.retptr, self.shadow_ref, self.returned_shadow = gen.retptr, shadow_ref, {}
         self.shadow_def = shadow_pointers(self)
         self.j = j
