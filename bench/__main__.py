@@ -11,9 +11,6 @@ import os
 # spinning threads made numpy's matmul times vary 50-fold. Set before numpy loads.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-# Each 1st call is a cold compile: adcore's disk cache is off (the compile workload turns
-# it on, in a fresh cache directory of its own, for its rows from the cache).
-os.environ.setdefault("ADCORE_CACHE", "0")
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
@@ -113,6 +110,9 @@ def _what_to_run(args, parser):
 
 
 def main(argv=None):
+    # Each 1st call is a cold compile: adcore's disk cache is off (the compile workload turns
+    # it on, in a fresh cache directory of its own, for its rows from the cache).
+    os.environ.setdefault("ADCORE_CACHE", "0")
     parser = _parser()
     args = parser.parse_args(argv)
     if args.compare:

@@ -24,6 +24,13 @@ from fdcheck import fd_gradient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def cache_on(monkeypatch):
+    """The cache is on in these tests whatever the environment says (conftest.py points it
+    at the session's temporary directory)."""
+    monkeypatch.delenv("ADCORE_CACHE", raising=False)
+
+
 # -- in one process: the key -------------------------------------------------------------
 def _defined(source, **env):
     """The njit function ``kern`` of ``source`` defined in a fresh namespace."""
