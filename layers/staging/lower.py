@@ -30,12 +30,13 @@ class Kind(enum.Enum):
     INPUT = "a constant leaf"
     INDEX = "an integer array argument used for indexing, flat"
     INDEX_ND = "an integer array argument handed to a user kernel in its shape"
+    STATE = "a layer's state array of an argument (running statistics), read and written in place, flat"
     CONST = "an array baked from the recording"
     WORK = "a workspace buffer"
     KBUF = "a buffer handed to a user kernel"
 
 
-LEAVES = (Kind.PARAM, Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # taken from the call's arguments
+LEAVES = (Kind.PARAM, Kind.INPUT, Kind.INDEX, Kind.INDEX_ND, Kind.STATE)   # taken from the call's arguments
 SHADOWED = (Kind.PARAM, Kind.WORK, Kind.KBUF)                 # ``Duplicated`` in the program
 
 
@@ -67,12 +68,13 @@ class Lowering:
     """Generate the program for ``records``; ``leaves`` maps input ids to program args:
     ``{id: (Kind.PARAM | Kind.INPUT, name, value)}``; ``indices`` maps ``id(array)`` of
     integer argument arrays to their program names (``Kind.INDEX`` args; the
-    ``Kind.INDEX_ND`` arg of one is named with a suffix ``nd``)."""
+    ``Kind.INDEX_ND`` arg of one is named with a suffix ``nd``); ``states`` maps
+    ``id(array)`` of layers' state arrays to their names (``Kind.STATE`` args)."""
 
-    def __init__(self, records, leaves, indices):
+    def __init__(self, records, leaves, indices, states):
         self.lines, self.depth, self.counter = [], 1, 0
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
-        self.indices, self.kernel_names = indices, {}
+        self.indices, self.states, self.kernel_names = indices, states, {}
         self.globals = {"K": kernels, "S": kernels.S, "math": math, "np": np}
         for rec_id, (kind, name, value) in leaves.items():
             self.views[rec_id] = self._leaf(kind, name, value)
@@ -110,8 +112,12 @@ class Lowering:
         if isinstance(value, Derived):
             raise ValueDependentError("uses an array computed from traced values outside "
                                       "recorded operations (a comparison, argmax, round, ...)")
-        ident = self.indices.get(id(value))
         arr = np.ascontiguousarray(value)
+        ident = self.states.get(id(value))
+        if ident is not None:
+            self._state_arg(ident)
+            return View(ident, 0, arr.shape, c_strides(arr.shape), arr.dtype)
+        ident = self.indices.get(id(value))
         if ident is not None:
             if all(a.name != ident for a in self.args):
                 self.args.append(Arg(ident, Kind.INDEX, ident))
@@ -417,7 +423,8 @@ class Lowering:
 
     def _kernel(self, rec, value):
         """A user ``@njit`` kernel ``kernel(out, *operands)``: operands and output get
-        buffers of their own (with real shapes); the output is then copied to the workspace."""
+        buffers of their own (with real shapes; the output's zeroed first); the output is
+        then copied to the workspace."""
         kernel = rec.attrs["kernel"]
         name = self.kernel_names.setdefault(kernel, f"KF{len(self.kernel_names)}")
         self.globals[name] = kernel
@@ -436,6 +443,9 @@ class Lowering:
             else:
                 src = self.operand(rec, k)
                 bufs.append(src.at([]) if src is not None else "None")
+        idx = self.open_loops(value.shape)   # zeroed at every call: the kernel gets a new
+        self.emit(f"{out_buf}[{', '.join(idx)}] = 0")   # zero array, and may skip entries
+        self.close_loops(idx)
         self.emit(f"{name}({', '.join([out_buf] + bufs)})")
         out = self.buffer(value.shape, value.dtype)
         idx = self.open_loops(value.shape)
@@ -444,10 +454,15 @@ class Lowering:
         return out
 
     def _kernel_const(self, v):
-        """A constant operand of a user kernel, in its own shape: an integer argument
-        array (``indices``) is passed through, anything else is baked."""
+        """A constant operand of a user kernel, in its own shape: a layer's state array
+        (``states``, which the kernel may update) and an integer argument array
+        (``indices``) are passed through, anything else is baked."""
         if isinstance(v, Derived):
             self.const(v)
+        name = self.states.get(id(v))
+        if name is not None:
+            self._state_arg(name)
+            return name if v.ndim == 1 else f"{name}.reshape({v.shape})"
         key = self.indices.get(id(v))
         if key is not None:
             name = f"{key}nd"
@@ -457,6 +472,10 @@ class Lowering:
         name = self.fresh("C")
         self.args.append(Arg(name, Kind.CONST, np.ascontiguousarray(v)))
         return name
+
+    def _state_arg(self, name):
+        if all(a.name != name for a in self.args):
+            self.args.append(Arg(name, Kind.STATE, name))
 
     def _kbuf(self, shape, dtype):
         if not shape:

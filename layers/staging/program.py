@@ -77,7 +77,7 @@ class Staged:
             grads.append(mirror if dv is not None else "None")
             walked.append((val, found))
         reads.value(f, "fn", "the loss")
-        leaves, indices, exprs = {}, {}, {}
+        leaves, indices, states, exprs = {}, {}, {}, {}
         for gather, sample, tr in reads.inputs:
             name = f"X{len(exprs)}"
             leaves[tr.id] = (Kind.INPUT, name, tr.value)
@@ -85,7 +85,7 @@ class Staged:
         with reads.substituted():
             tracked = [tape.track(val, t) for val, _ in walked]
             for j, ((val, found), tr) in enumerate(zip(walked, tracked)):
-                self._arg_leaves(j, found, tr, leaves, indices, exprs)
+                self._arg_leaves(j, found, tr, leaves, indices, states, exprs)
             with tracing():
                 out = f(*tracked)
         self._check_output(out)
@@ -99,7 +99,7 @@ class Staged:
             if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float)):
                 raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
             loss_id = None
-        low = Lowering(t.records, leaves, indices)
+        low = Lowering(t.records, leaves, indices, states)
         self.source = low.source(loss_id, loss)
         self.out, self.views = out, low.views
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
@@ -117,10 +117,16 @@ class Staged:
         w.check(f"not isinstance({var}, (Const, Duplicated))")
         return var, a, None, None
 
-    def _arg_leaves(self, j, found, tr, leaves, indices, exprs):
-        """Name the leaves of argument ``j`` (``found`` by ``emit_tree``, tracked as ``tr``)."""
+    def _arg_leaves(self, j, found, tr, leaves, indices, states, exprs):
+        """Name the leaves and state arrays of argument ``j`` (``found`` by ``emit_tree``,
+        tracked as ``tr``)."""
         floats = iter(_tracked_leaves(tr))
-        for path, var, dvar, value in found:
+        for path, var, dvar, value, state in found:
+            if state:
+                name = f"S{len(exprs)}"
+                states[id(value)] = name
+                exprs[name] = (var, None, value, j, path)
+                continue
             if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
                 name = f"I{len(exprs)}"
                 indices[id(value)] = name
@@ -171,6 +177,8 @@ class Staged:
                 anns.append(Duplicated(value, np.zeros_like(value)))
                 shadows.append(dvar)
                 dflat.append(True)
+            elif a.kind == Kind.STATE:
+                anns.append(Const(sample.reshape(-1).copy()))
             elif a.kind in (Kind.INPUT, Kind.INDEX, Kind.CONST):
                 value = a.payload
                 if isinstance(value, np.ndarray) and a.kind == Kind.INPUT:
