@@ -95,12 +95,18 @@ def test_driver_passes_scratch_shadows_in_shadowed_order():
                             Const(c), Duplicated(w, np.zeros(5)))
     assert grad.shadowed == [0, 2, 1]
     Z = program.Zeroing
-    driver = program._driver(grad.native, [False] * 3, [False] * 3, [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS])
+    zeroing = [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS]
     dp, dw, dc = np.zeros(5), np.zeros(5), np.full(5, 7.0)     # a stale scratch shadow
+    fixed = {1: c, 2: w, 4: dw}                                # passed as addresses
+    driver = program._driver(grad.native, [False] * 3, [False] * 3, zeroing, fixed)
+    call = program._Caller(driver, sorted(fixed), 6)
     for _ in range(2):
-        assert driver(True, p, c, w, dp, dw, dc) == pytest.approx(np.sum(4 * p * p))
+        assert call.run(True, (p, c, w, dp, dw, dc)) == pytest.approx(np.sum(4 * p * p))
         np.testing.assert_allclose(dp, 8 * p)
-    assert not dw.any()
+    assert not dw.any() and not dc.any()
+    w2 = np.zeros(5)                                           # another object: new address
+    assert call.run(True, (p, c, w2, dp, dw, dc)) == pytest.approx(np.sum(4 * p * p))
+    assert np.array_equal(w2, c * c) and call.objects[1] is w2
 
 
 def test_workspace_shadow_stays_zero():
@@ -119,7 +125,7 @@ def test_workspace_shadow_stays_zero():
     for _ in range(3):
         again = gradient(loss, dup, x, y)[0]
         for z, d in zip(e.zeroing, dargs[len(e.flat):]):
-            if z == "never":
+            if z == program.Zeroing.NEVER:
                 assert not d.any()
     close(again, first, rtol=1e-6)
     close(first, gradient(loss, model, x, y)[0], rtol=2e-4)

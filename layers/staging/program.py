@@ -22,11 +22,14 @@ from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
 from .guard import GuardWriter, emit_tree
+from optim.addresses import view
+
 from .lower import LEAVES, SHADOWED, Kind, Lowering
 from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
+VARYING = (Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # new objects at each call, in general
 _cache = {}
 _cache_lock = threading.RLock()
 
@@ -212,7 +215,12 @@ class Staged:
         kinds = [a.kind for a in low.args if a.kind in SHADOWED]
         self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
             [Zeroing.ALWAYS] * (len(dflat) - len(kinds))
-        self.driver = _driver(self.grad.native, flat, dflat, self.zeroing)
+        # The stub's arrays that stay the same objects from call to call (all but the
+        # inputs) reach the driver as addresses: {driver position: sample of the stub's}.
+        fixed = {k: anns[k].val for k, a in enumerate(low.args) if a.kind not in VARYING}
+        fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
+        self.driver = _driver(self.grad.native, flat, dflat, self.zeroing, fixed)
+        self.call = _Caller(self.driver, sorted(fixed), len(flat) + len(dflat))
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
@@ -235,7 +243,7 @@ class Staged:
     def run(self, dargs, grads, zero):
         """``(val, grads)`` for the driver arguments ``dargs`` gathered from a call."""
         with self.lock:
-            r = self.driver(zero, *dargs)
+            r = self.call.run(zero, dargs)
             val = self.scalar(r) if self.scalar is not None else self._value(self.out, dargs)
         return val, grads
 
@@ -276,26 +284,64 @@ class Zeroing(enum.Enum):
 ZEROING = {Kind.PARAM: Zeroing.ON_REQUEST, Kind.WORK: Zeroing.NEVER}
 
 
-def _driver(stub, flat, dflat, zeroing):
-    """An njit ``driver(zero, *args, *shadows)``: zero the shadows as ``zeroing`` says (see
-    ``ZEROING``), call the gradient, return the loss.  The shadows come in the order of
-    the gradient's ``shadowed``: the parameters' and buffers', then those adcore gave
-    Const arrays."""
+def _driver(stub, flat, dflat, zeroing, fixed):
+    """An njit ``driver(zero, addresses, *others)``: zero the shadows as ``zeroing`` says
+    (see ``ZEROING``), call the gradient, return the loss.  Its arguments are the stub's
+    (``*args, *shadows``, the shadows in the order of the gradient's ``shadowed``: the
+    parameters' and buffers', then those adcore gave Const arrays); those at the positions
+    of ``fixed`` (``{position: the stub's sample array}``) come as ``addresses`` (one int64
+    array, see ``optim.addresses``: numba's dispatcher costs per array argument), the
+    others in order as ``others``."""
     n, m = len(flat), len(dflat)
-    a = [f"a{k}" for k in range(n)]
-    d = [f"d{k}" for k in range(m)]
-    lines = [f"def driver(zero, {', '.join(a + d)}):"]
-    for k in range(m):
-        if zeroing[k] == Zeroing.ON_REQUEST:
-            lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))")
-        elif zeroing[k] == Zeroing.ALWAYS:
-            lines.append(f"    _zero({d[k]}.reshape(-1))")
-    call = [f"{x}.reshape(-1)" if fl else x for x, fl in zip(a, flat)]
-    call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, dflat)]
+    names = [f"a{k}" for k in range(n)] + [f"d{k}" for k in range(m)]
+    flags = list(flat) + list(dflat)
+    lines = [f"def driver(zero, addresses{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):"]
+    scope = {"stub": stub, "_zero": _zero, "view": view}
+    call = []
+    for k, x in enumerate(names):
+        if k in fixed:
+            scope[f"T{k}"] = fixed[k].dtype.type
+            lines.append(f"    {x} = view(addresses[{sorted(fixed).index(k)}], "
+                         f"{fixed[k].shape!r}, T{k})")
+            call.append(x)
+        else:
+            call.append(f"{x}.reshape(-1)" if flags[k] else x)
+    for q in range(m):
+        if zeroing[q] == Zeroing.ON_REQUEST:
+            lines.append(f"    if zero:\n        _zero({call[n + q]}.reshape(-1))")
+        elif zeroing[q] == Zeroing.ALWAYS:
+            lines.append(f"    _zero({call[n + q]}.reshape(-1))")
     lines.append(f"    return stub({', '.join(call)})[0]")
-    scope = {"stub": stub, "_zero": _zero}
     exec("\n".join(lines) + "\n", scope)
     return numba.njit(cache=False)(scope["driver"])
+
+
+class _Caller:
+    """Calls the driver with the gathered arguments: the arrays at ``fixed`` positions as
+    addresses, computed again only when one of them is another object than at the last
+    call (an array keeps its data while referenced: ``optim.addresses``)."""
+
+    def __init__(self, driver, fixed, n):
+        self.objects, self.addresses = [None] * len(fixed), np.zeros(len(fixed), np.int64)
+        names = [f"a{k}" for k in range(n)]
+        same = " and ".join(f"{names[k]} is F[{q}]" for q, k in enumerate(fixed)) or "True"
+        others = "".join(f", {x}" for k, x in enumerate(names) if k not in fixed)
+        scope = {"driver": driver, "F": self.objects, "A": self.addresses}
+        exec(f"def run(zero, dargs):\n"
+             f"    {''.join(x + ', ' for x in names)}= dargs\n"
+             f"    if not ({same}):\n"
+             f"        refresh(dargs)\n"
+             f"    return driver(zero, A{others})\n", scope)
+        scope["refresh"] = self._refresh
+        self.fixed, self.run = fixed, scope["run"]
+
+    def _refresh(self, dargs):
+        for q, k in enumerate(self.fixed):
+            a = dargs[k]
+            if not (a.flags.c_contiguous and a.flags.writeable):
+                raise ActivityError("a Duplicated model's arrays must be writeable C-contiguous "
+                                    "arrays (np.ascontiguousarray); one was replaced by another")
+            self.objects[q], self.addresses[q] = a, a.__array_interface__["data"][0]
 
 
 def cache_key(f):
@@ -339,5 +385,9 @@ def _new(f, args):
 
 def stage(f, args, zero):
     """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args``."""
+    for e in _cache.get(getattr(f, "__code__", f), ()):   # the repeat call: lookup's first loop
+        got = e.gather(f, *args)
+        if got is not None:
+            return e.run(got[0], got[1], zero)
     e, (dargs, grads) = lookup(f, args)
     return e.run(dargs, grads, zero)
