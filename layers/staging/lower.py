@@ -69,10 +69,13 @@ class Lowering:
     ``{id: (Kind.PARAM | Kind.INPUT, name, value)}``; ``indices`` maps ``id(array)`` of
     integer argument arrays to their program names (``Kind.INDEX`` args; the
     ``Kind.INDEX_ND`` arg of one is named with a suffix ``nd``); ``states`` maps
-    ``id(array)`` of layers' state arrays to their names (``Kind.STATE`` args)."""
+    ``id(array)`` of layers' state arrays to their names (``Kind.STATE`` args); the
+    records in ``outputs`` (the loss, traced aux outputs) are kept in memory, others may be
+    computed inline where they are used (``inlined``)."""
 
-    def __init__(self, records, leaves, indices, states):
+    def __init__(self, records, leaves, indices, states, outputs=()):
         self.lines, self.depth, self.counter = [], 1, 0
+        self.inline = inlined(records, outputs)
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
         self.indices, self.states, self.kernel_names = indices, states, {}
         self.globals = {"K": kernels, "S": kernels.S, "math": math, "np": np}
@@ -212,9 +215,16 @@ class Lowering:
         value = np.asarray(rec.value)
         scalar = RULES[rec.op].scalar
         if scalar is not None:
-            out = self.buffer(value.shape, value.dtype)
-            self.store(out, scalar(rec) if callable(scalar) else scalar,
-                       [self.operand(rec, k) for k in range(len(rec.args)) if rec.args[k] is not None])
+            template = scalar(rec) if callable(scalar) else scalar
+            operands = [self.operand(rec, k) for k in range(len(rec.args))
+                        if rec.args[k] is not None]
+            if rec.out in self.inline:
+                cast = "np.float32" if value.dtype == np.float32 else ""   # as a store would
+                out = ExprView(f"{cast}({template})", [o.broadcast(value.shape) for o in operands],
+                               value.shape, value.dtype)
+            else:
+                out = self.buffer(value.shape, value.dtype)
+                self.store(out, template, operands)
         elif rec.op in self.STRUCTURAL:
             out = self.STRUCTURAL[rec.op](self, rec, value)
         else:
@@ -493,6 +503,58 @@ class Lowering:
         "copy": _same, "getitem": _getitem, "take": _take, "setitem": _setitem,
         "concatenate": _join, "stack": _join, "njit_kernel": _kernel,
     }
+
+
+def _template(rec):
+    scalar = RULES[rec.op].scalar
+    return scalar(rec) if callable(scalar) else scalar
+
+
+def inlined(records, outputs):
+    """The ids of elementwise records computed inline in their one consumer instead of
+    stored: the consumer is a sum/mean, or elementwise of the same shape and reads the
+    value once (``{k}`` once in its template), no kernel call runs in between (it could
+    change a state array the expression reads), and it is not in ``outputs``.  Fusing
+    ``tanh(x @ W.T + b)`` or ``sum((y - t) ** 2)`` into one loop saves a pass over memory
+    and the stored intermediate (forward and reverse)."""
+    uses, consumer = {}, {}
+    for rec in records:
+        for k, i in enumerate(rec.inputs):
+            if i is not None:
+                uses[i] = uses.get(i, 0) + 1
+                consumer[i] = (rec, k)
+        for a in rec.args:
+            if isinstance(a, Derived):   # recomputed from traced values: keep those stored
+                for i in _derived_refs(a):
+                    uses[i] = uses.get(i, 0) + 2
+    out = set()
+    for i, n in uses.items():
+        rec = records[i]
+        if n != 1 or i in outputs or rec.op not in RULES or RULES[rec.op].scalar is None or \
+                not isinstance(_template(rec), str):
+            continue
+        user, k = consumer[i]
+        if any(r.op == "njit_kernel" for r in records[i + 1:user.out]):
+            continue
+        if user.op in ("sum", "mean"):
+            out.add(i)
+        elif RULES[user.op].scalar is not None and np.shape(user.value) == np.shape(rec.value):
+            position = sum(1 for a in user.args[:k] if a is not None)
+            t = _template(user)
+            text = "".join(t) if isinstance(t, tuple) else t
+            if text.count(f"{{{position}}}") == 1:
+                out.add(i)
+    return out
+
+
+def _derived_refs(v):
+    if v.expr is None:
+        return
+    for o in v.expr[1]:
+        if isinstance(o, TapeRef):
+            yield o.id
+        elif isinstance(o, Derived):
+            yield from _derived_refs(o)
 
 
 def work_name(dtype):

@@ -102,7 +102,8 @@ class Staged:
             if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float)):
                 raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
             loss_id = None
-        low = Lowering(t.records, leaves, indices, states)
+        low = Lowering(t.records, leaves, indices, states,
+                       {v.id for v in _tracked_leaves(out) + [loss] if type(v) is Tracked})
         self.source = low.source(loss_id, loss)
         self.out, self.views = out, low.views
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
