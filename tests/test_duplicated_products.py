@@ -132,9 +132,10 @@ def test_workspace_shadow_stays_zero():
 
 
 def test_elementwise_chains_are_fused_and_aux_values_kept():
-    """Bias and activation after a product are one loop; an elementwise value read twice
-    (``r * r``), reduced, or returned as an aux output stays in memory; gradients and the
-    aux value agree with the tape engine."""
+    """A value used once is computed inline in the next elementwise op, unless that op
+    calls a function the value does not (the bias add keeps its own SIMD loop before
+    tanh); a sum reads its operand inline; a value read twice (``r * r``) or returned as
+    an aux output stays in memory.  Gradients and the aux value agree with the tape."""
     model = Chain(Dense(3, 4, tanh, rng=7), Dense(4, 2, sigmoid, rng=8))
     x, y = RNG.standard_normal((5, 3)).astype(np.float32), RNG.uniform(size=(5, 2))
 
@@ -144,9 +145,11 @@ def test_elementwise_chains_are_fused_and_aux_values_kept():
     dup = Duplicated(model)
     (val, aux), g = program.stage(loss, (dup, x, y), True)
     source = staged(loss, dup, x, y).source
-    assert source.count("math.tanh(np.float32((") == 1      # bias + tanh: one loop
-    assert source.count("for ") == 2 + 2 + 2    # 2 layers (bias, activation, - y), sum(exp)
-    assert "math.exp" in source.split("+= ")[1]
+    assert "= math.tanh(W_float32[" in source                # not fused with the bias add
+    assert "= (np.float32(S.sigmoid(W_float32[" in source    # sigmoid(.) - y: one loop
+    assert "((0.5 * W_float64[" in source                     # 0.5 * r inline in (.) * r
+    assert "math.exp" in source.split("+= ")[1]               # sum(exp(.)): one loop
+    assert source.count("for ") == 4 + 4 + 2 + 2
     (ref_val, ref_aux), ref_g = withgradient(loss, model, x, y)
     np.testing.assert_allclose(aux["r"], ref_aux["r"], rtol=1e-5)
     assert float(val) == pytest.approx(float(ref_val), rel=1e-5)
