@@ -11,7 +11,6 @@ import math
 import numpy as np
 
 from . import activations, norm_kernels, show
-from .checks import expect_shape
 from .core import Layer, as_input
 from .init import _rng
 from .modes import is_active

@@ -21,9 +21,9 @@ from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
-from .guard import GuardWriter, emit_tree
 from optim.addresses import view
 
+from .guard import GuardWriter, emit_tree
 from .lower import LEAVES, SHADOWED, Kind, Lowering
 from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
@@ -296,7 +296,8 @@ def _driver(stub, flat, dflat, zeroing, fixed):
     n, m = len(flat), len(dflat)
     names = [f"a{k}" for k in range(n)] + [f"d{k}" for k in range(m)]
     flags = list(flat) + list(dflat)
-    lines = [f"def driver(zero, addresses{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):"]
+    others = "".join(", " + x for k, x in enumerate(names) if k not in fixed)
+    lines = [f"def driver(zero, addresses{others}):"]
     scope = {"stub": stub, "_zero": _zero, "view": view}
     call = []
     for k, x in enumerate(names):
