@@ -3,21 +3,18 @@
 ``BatchNorm`` and ``Dropout`` follow the mode of ``layers.modes`` (``trainmode`` /
 ``testmode``, automatic by default).  Their computations are Numba kernels
 (``layers.norm_kernels``) that read the running statistics and the random state at run
-time, so a compiled ``Duplicated`` program never bakes them in.
+time: they are the layers' ``__state_fields__``, which a compiled ``Duplicated`` program
+takes by reference from the model at each call, reads and updates in place.
 """
 import math
 
 import numpy as np
 
-from adcore.errors import UnsupportedError
-
 from . import activations, norm_kernels, show
-from .checks import expect_shape
 from .core import Layer, as_input
 from .init import _rng
 from .modes import is_active
 from .njit_layer import kernel_call
-from .staging.trace import active as staging
 
 __all__ = ["LayerNorm", "BatchNorm", "Dropout"]
 
@@ -75,11 +72,6 @@ class BatchNorm(Layer):
                              f"...), got shape {np.shape(x)}")
         x3 = x.reshape(x.shape[0], n, math.prod(x.shape[2:]))
         if is_active(self, x, self.scale, self.bias):
-            if staging():
-                raise UnsupportedError(
-                    f"{self.show_string()} in training mode", None,
-                    "a Duplicated model's compiled program does not update the running "
-                    "statistics yet; use the plain model (tape engine), or testmode(model)")
             if x3.shape[0] * x3.shape[2] < 2:
                 raise ValueError(f"{self.show_string()} in training mode needs more than one "
                                  f"value per channel, got an input of shape {x.shape}")
@@ -107,6 +99,8 @@ class Dropout(Layer):
     ``rng`` (a seed or a ``numpy.random.Generator``) seeds the layer's own random state,
     which each call advances (on both engines, and inside compiled programs).
     """
+
+    __state_fields__ = ("state",)
 
     def __init__(self, p, *, rng=None):
         if not 0 <= p < 1:

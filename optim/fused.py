@@ -48,13 +48,13 @@ class Plan:
         self.native = self._native()
         self.addresses = np.array([a.__array_interface__["data"][0] for a in self.arrays],
                                   np.int64)
-        self.hyperparameters = np.array(self.hyper + [0.0], np.float64)
+        self.hyperparameters = np.array(self.hyper + [0.0], np.float64)   # last: a failed check's value
 
     def run(self):
         """Update in place; raises ``FloatingPointError`` as ``Rule.apply`` does."""
-        k, c = self.native(self.addresses, self.hyperparameters)
+        k = self.native(self.addresses, self.hyperparameters)   # an int: no tuple to box
         if k >= 0:
-            raise FloatingPointError(f"{self.checks[k]} is {c}")
+            raise FloatingPointError(f"{self.checks[k]} is {self.hyperparameters[-1]}")
 
     # -- the guard ------------------------------------------------------------------
     def _const(self, prefix, obj):
@@ -139,7 +139,7 @@ class Plan:
             if st.check:
                 self.checks.append(st.check)
                 self.body.append(f"    c = {call}\n    if not np.isfinite(c):\n"
-                                 f"        return {len(self.checks) - 1}, float(c)")
+                                 f"        h[h.size - 1] = c\n        return {len(self.checks) - 1}")
             else:
                 self.body.append(f"    {call}")
         self.body.append(f"    for i in range({xv.size}):\n        {xa}[i] -= {d}[i]")
@@ -150,7 +150,7 @@ class Plan:
         return f"view(p[{len(self.arrays) - 1}], {a.size}, np.{a.dtype.name})"
 
     def _native(self):
-        source = "def update(p, h):\n" + "\n".join(self.body) + "\n    return -1, 0.0\n"
+        source = "def update(p, h):\n" + "\n".join(self.body) + "\n    return -1\n"
         kernels = tuple(self.kernels)
         key = (source, kernels)
         if key not in _natives:

@@ -160,6 +160,32 @@ def test_njit_layer_both_engines_match_numpy_definition(tape_rules):
     assert_same(ref, gradient(loss, Duplicated(model), x)[0])  # compiled program
 
 
+@numba.njit
+def positive_part_kernel(out, x):          # writes only where x > 0: out starts at zero
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            if x[i, j] > 0:
+                out[i, j] = x[i, j] ** 2
+
+
+class PositivePart(L.Layer):
+    def __call__(self, x):
+        return kernel_call(positive_part_kernel, x.shape, x)
+
+
+def test_njit_layer_output_starts_at_zero_on_every_call(tape_rules):
+    """The compiled program reuses its buffers: a kernel that skips entries must still
+    see a zero output at the second call (where other entries were written before)."""
+    model = Chain(Dense(3, 4, rng=12), PositivePart(), Dense(4, 1, rng=13))
+    loss = lambda m, x: np.sum(m(x))
+    dup = Duplicated(model)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((6, 3)).astype(np.float32)
+        val, g = withgradient(loss, dup, x)
+        assert val == pytest.approx(float(loss(model, x)), rel=1e-5)
+        assert_same(gradient(loss, model, x)[0], g[0])
+
+
 # -- random chains -----------------------------------------------------------------------
 @st.composite
 def chains(draw):

@@ -284,7 +284,8 @@ def make_property_loss():
 
 PROPERTY_LOSS, SET_CELL = make_property_loss()
 STEPS = st.sampled_from(["rebind x", "mutate x", "scale", "rebind attr", "mutate attr",
-                         "cell", "mutate default", "mutate base"])
+                         "cell", "mutate default", "mutate base", "replace weight",
+                         "replace shadow"])
 
 
 @settings(max_examples=int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25)), deadline=None,
@@ -311,7 +312,28 @@ def test_random_rebinding_and_mutation_between_calls(steps, seed):
             SET_CELL(rng.standard_normal(2).astype(dtype))
         elif step == "mutate default":
             PROPERTY_LOSS.__defaults__[0][:] = rng.standard_normal(2)
+        elif step == "replace weight":     # the driver's cached addresses must follow
+            MODEL.weight = rng.standard_normal(MODEL.weight.shape).astype(np.float32)
+        elif step == "replace shadow":
+            DUP.dval.weight = np.full_like(MODEL.weight, 7.0)
         else:
             PBASE[:] = rng.standard_normal((3, 2))
         check(PROPERTY_LOSS)
     assert programs(PROPERTY_LOSS) <= 4          # dtypes of PX and the cell, not values
+
+
+def test_replaced_model_arrays_are_used_and_must_be_contiguous():
+    f = lambda m: np.sum(m(x) ** 2)
+    check(f)
+    old = MODEL.weight
+    MODEL.weight = np.asfortranarray(RNG.standard_normal(old.shape).astype(np.float32))
+    try:
+        if MODEL.weight.flags.c_contiguous:        # a (2, 3) array: Fortran order is not C
+            raise AssertionError("expected a non-contiguous weight")
+        with pytest.raises(adcore.ActivityError, match="C-contiguous"):
+            gradient(f, DUP)
+        MODEL.weight = np.ascontiguousarray(MODEL.weight)
+        check(f)
+    finally:
+        MODEL.weight = old
+    check(f)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from adcore import Const, Duplicated, ReverseWithPrimal, compile_gradient
-from layers import Chain, Dense, gradient, relu, sigmoid, softmax, tanh
+from layers import Chain, Dense, gradient, relu, sigmoid, softmax, tanh, withgradient
 from layers.staging import products, program
 
 RNG = np.random.default_rng(3)
@@ -95,12 +95,18 @@ def test_driver_passes_scratch_shadows_in_shadowed_order():
                             Const(c), Duplicated(w, np.zeros(5)))
     assert grad.shadowed == [0, 2, 1]
     Z = program.Zeroing
-    driver = program._driver(grad.native, [False] * 3, [False] * 3, [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS])
+    zeroing = [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS]
     dp, dw, dc = np.zeros(5), np.zeros(5), np.full(5, 7.0)     # a stale scratch shadow
+    fixed = {1: c, 2: w, 4: dw}                                # passed as addresses
+    driver = program._driver(grad.native, [False] * 3, [False] * 3, zeroing, fixed)
+    call = program._Caller(driver, sorted(fixed), 6)
     for _ in range(2):
-        assert driver(True, p, c, w, dp, dw, dc) == pytest.approx(np.sum(4 * p * p))
+        assert call.run(True, (p, c, w, dp, dw, dc)) == pytest.approx(np.sum(4 * p * p))
         np.testing.assert_allclose(dp, 8 * p)
-    assert not dw.any()
+    assert not dw.any() and not dc.any()
+    w2 = np.zeros(5)                                           # another object: new address
+    assert call.run(True, (p, c, w2, dp, dw, dc)) == pytest.approx(np.sum(4 * p * p))
+    assert np.array_equal(w2, c * c) and call.objects[1] is w2
 
 
 def test_workspace_shadow_stays_zero():
@@ -119,7 +125,32 @@ def test_workspace_shadow_stays_zero():
     for _ in range(3):
         again = gradient(loss, dup, x, y)[0]
         for z, d in zip(e.zeroing, dargs[len(e.flat):]):
-            if z == "never":
+            if z == program.Zeroing.NEVER:
                 assert not d.any()
     close(again, first, rtol=1e-6)
     close(first, gradient(loss, model, x, y)[0], rtol=2e-4)
+
+
+def test_elementwise_chains_are_fused_and_aux_values_kept():
+    """A value used once is computed inline in the next elementwise op, unless that op
+    calls a function the value does not (the bias add keeps its own SIMD loop before
+    tanh); a sum reads its operand inline; a value read twice (``r * r``) or returned as
+    an aux output stays in memory.  Gradients and the aux value agree with the tape."""
+    model = Chain(Dense(3, 4, tanh, rng=7), Dense(4, 2, sigmoid, rng=8))
+    x, y = RNG.standard_normal((5, 3)).astype(np.float32), RNG.uniform(size=(5, 2))
+
+    def loss(m, x, y):
+        r = m(x) - y
+        return np.sum(np.exp(0.5 * r * r)), {"r": r}
+    dup = Duplicated(model)
+    (val, aux), g = program.stage(loss, (dup, x, y), True)
+    source = staged(loss, dup, x, y).source
+    assert "= math.tanh(W_float32[" in source                # not fused with the bias add
+    assert "= (np.float32(S.sigmoid(W_float32[" in source    # sigmoid(.) - y: one loop
+    assert "((0.5 * W_float64[" in source                     # 0.5 * r inline in (.) * r
+    assert "math.exp" in source.split("+= ")[1]               # sum(exp(.)): one loop
+    assert source.count("for ") == 4 + 4 + 2 + 2
+    (ref_val, ref_aux), ref_g = withgradient(loss, model, x, y)
+    np.testing.assert_allclose(aux["r"], ref_aux["r"], rtol=1e-5)
+    assert float(val) == pytest.approx(float(ref_val), rel=1e-5)
+    close(g[0], ref_g[0], rtol=2e-4)

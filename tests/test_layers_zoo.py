@@ -17,6 +17,9 @@ from layers import (BatchNorm, Chain, Conv, Dense, Dropout, GlobalMeanPool, Laye
                     MeanPool, Parallel, SkipConnection, flatten, gradient, load, relu, save, tanh,
                     trainmode)
 from layers import testmode as use_testmode   # not collected as a test
+from layers import train
+from layers.staging.program import lookup
+from optim import Adam, setup
 
 EXAMPLES = int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", "25"))
 
@@ -221,8 +224,82 @@ def test_batchnorm_running_statistics_move_once_per_gradient():
     mu = m[0](x).astype(np.float64).mean(axis=(0, 2, 3))
     gradient(lambda m: np.sum(m(x) ** 2), m)
     np.testing.assert_allclose(m[1].running_mean, 0.1 * mu, rtol=1e-5, atol=1e-6)
-    with pytest.raises(UnsupportedError, match=r"BatchNorm\(3\) in training mode"):
-        gradient(lambda m: np.sum(m(x) ** 2), Duplicated(m))
+
+
+def params(model):
+    return [a.copy() for _, a in leaves(model)]
+
+
+def _bn_model(dtype):
+    return Chain(Dense(4, 3, bias=False, rng=0, dtype=dtype), BatchNorm(3, tanh, dtype=dtype),
+                 Dropout(0.3, rng=2), Dense(3, 2, rng=1, dtype=dtype))
+
+
+def _stats(model):
+    return [model[1].running_mean.copy(), model[1].running_var.copy()]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batchnorm_training_on_duplicated_updates_running_statistics_as_tape(dtype):
+    """Both engines agree on gradients, parameters, running statistics and dropout's
+    random state after gradient calls and a compiled ``train`` pass (one program: the
+    state arrays are inputs, not guarded by content); test mode then uses the statistics,
+    which the compiled program reads at each call (an in-place change reaches it); the
+    training-mode gradient agrees with finite differences (float64)."""
+    tol = dict(rtol=1e-8, atol=1e-12) if dtype == np.float64 else dict(rtol=2e-4, atol=2e-5)
+    tape_m, dup_m = _bn_model(dtype), _bn_model(dtype)
+    dup = Duplicated(dup_m)
+    rng = np.random.default_rng(1)
+    data = [(rng.standard_normal((5, 4)).astype(dtype),
+             rng.standard_normal((5, 2)).astype(dtype)) for _ in range(6)]
+
+    def agree():
+        for a, b in zip(_stats(tape_m) + params(tape_m), _stats(dup_m) + params(dup_m)):
+            np.testing.assert_allclose(b, a, **tol)
+
+    def same_gradients(x, y):
+        g_tape, g_dup = gradient(_loss, tape_m, x, y)[0], gradient(_loss, dup, x, y)[0]
+        for (_, a), (_, b) in zip(leaves(g_tape), leaves(g_dup)):
+            np.testing.assert_allclose(b, a, **tol)
+
+    for x, y in data[:3]:
+        same_gradients(x, y)
+        agree()
+        staged = lookup(_loss, (dup,) + data[0])[0]
+        assert staged is lookup(_loss, (dup,) + data[0])[0]   # one program: state is input
+    assert np.array_equal(dup_m[2].state, tape_m[2].state)    # dropout drew the same masks
+    s_tape, s_dup = setup(Adam(0.01), tape_m), setup(Adam(0.01), dup)
+    train(_loss, tape_m, data[3:], s_tape)
+    train(_loss, dup, data[3:], s_dup)
+    assert lookup(_loss, (dup,) + data[3])[0].plan is not None     # the native loop ran
+    agree()
+    moved = _stats(dup_m)
+    assert not np.allclose(moved[0], 0) and not np.allclose(moved[1], 1)
+    use_testmode(tape_m), use_testmode(dup_m)
+    x, y = data[0]
+    np.testing.assert_allclose(dup_m(x), tape_m(x), **tol)
+    if dtype == np.float32:    # one compiled test-mode program is enough (compile time)
+        return
+    same_gradients(x, y)
+    for m in (tape_m, dup_m):
+        m[1].running_var *= 2.0
+    same_gradients(x, y)
+    np.testing.assert_array_equal(dup_m[1].running_mean, moved[0])   # test mode: unmoved
+    np.testing.assert_array_equal(dup_m[1].running_var, 2.0 * moved[1])
+    agree()
+    trainmode(dup_m, "auto")   # the first program again: against finite differences
+    state = dup_m[2].state.copy()
+    grads = [a.copy() for _, a in leaves(gradient(_loss, dup, x, y)[0])]
+    trainmode(dup_m)           # plain calls in training mode
+    for (_, p), g in zip(leaves(dup_m), grads):
+        for idx in [(0,) * p.ndim, tuple(n - 1 for n in p.shape)]:
+            old, h, values = p[idx], 1e-6, []
+            for v in (old + h, old - h):
+                p[idx] = v
+                dup_m[2].state[:] = state          # the same dropout mask
+                values.append(_loss(dup_m, x, y))
+            p[idx] = old
+            assert g[idx] == pytest.approx((values[0] - values[1]) / (2 * h), rel=1e-5, abs=1e-7)
 
 
 # -- printing, saving, errors ----------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 
 from adcore.annotations import Const, Duplicated
 from adcore.code_reads import library
+from adcore.errors import ActivityError
 from adcore.tree import child, is_node
 
 from .reads import _contiguous
@@ -84,11 +85,26 @@ class GuardWriter:
         return scope["gather"]
 
 
+def emit_state(w, reads, var, value, sink, path):
+    """Check ``var`` holds a layer's state array like ``value`` (a name of the layer's
+    ``__state_fields__``: running statistics, a random state), which the program reads and
+    writes in place, so it must be that very array: writeable and C-contiguous."""
+    if not (value.flags.c_contiguous and value.flags.writeable):
+        raise ActivityError(f"{'.'.join(map(str, path))} is not a writeable C-contiguous "
+                            "array; the compiled program updates it in place "
+                            "(np.ascontiguousarray)")
+    w.array(var, value)
+    w.check(f"{var}.flags.c_contiguous and {var}.flags.writeable")
+    reads.argument(var, value)
+    sink(path, var, None, value, True)
+
+
 def emit_tree(w, reads, var, value, dvar, dvalue, sink, path=()):
     """Write the checks for ``var`` holding a tree like ``value`` (and ``dvar`` its shadow
     like ``dvalue``, or ``None``).  Each float or integer array and float leaf goes to
-    ``sink(path, var, dvar, value)``; everything else (static attributes of nodes, other
-    objects) is walked by ``reads`` (a ``layers.staging.reads.Reads``).  Returns the
+    ``sink(path, var, dvar, value, False)``, each layer's state array (``emit_state``) to
+    ``sink(path, var, None, value, True)``; everything else (static attributes of nodes,
+    other objects) is walked by ``reads`` (a ``layers.staging.reads.Reads``).  Returns the
     expression of the gradient mirror (dicts for nodes, tuples, the shadow arrays at
     float array leaves, else ``None``)."""
     where = ".".join(map(str, path)) or "argument"
@@ -97,13 +113,13 @@ def emit_tree(w, reads, var, value, dvar, dvalue, sink, path=()):
         reads.argument(var, value)
         if dvar is not None and value.dtype.kind == "f":
             w.array(dvar, value)
-            sink(path, var, dvar, value)
+            sink(path, var, dvar, value, False)
             return dvar
-        sink(path, var, None, value)
+        sink(path, var, None, value, False)
         return "None"
     if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
         w.check(f"type({var}) is {w.const(type(value))}")
-        sink(path, var, None, value)
+        sink(path, var, None, value, False)
         return "None"
 
     def sub(key, attr):
@@ -120,8 +136,11 @@ def emit_tree(w, reads, var, value, dvar, dvalue, sink, path=()):
         if not library(type(value)):
             reads.cls(type(value))
             w.check(f"tuple({var}.__dict__) == {w.const(tuple(d))}")
+        states = getattr(type(value), "__state_fields__", ())
         for k in d:
-            if k not in fields:
+            if k in states and isinstance(d[k], np.ndarray):
+                emit_state(w, reads, w.let(f"{var}.{k}"), d[k], sink, path + (k,))
+            elif k not in fields:
                 reads.item(d, k, f"{var}.__dict__[{k!r}]", f"{where}.{k}")
         items = [f"{k!r}: {sub(k, True)}" for k in fields]
         return "{" + ", ".join(items) + "}"

@@ -10,6 +10,7 @@ The program's arguments are listed in ``Lowering.args`` as ``Arg(name, kind, pay
 """
 import enum
 import math
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,12 +31,13 @@ class Kind(enum.Enum):
     INPUT = "a constant leaf"
     INDEX = "an integer array argument used for indexing, flat"
     INDEX_ND = "an integer array argument handed to a user kernel in its shape"
+    STATE = "a layer's state array of an argument (running statistics), read and written in place, flat"
     CONST = "an array baked from the recording"
     WORK = "a workspace buffer"
     KBUF = "a buffer handed to a user kernel"
 
 
-LEAVES = (Kind.PARAM, Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # taken from the call's arguments
+LEAVES = (Kind.PARAM, Kind.INPUT, Kind.INDEX, Kind.INDEX_ND, Kind.STATE)   # taken from the call's arguments
 SHADOWED = (Kind.PARAM, Kind.WORK, Kind.KBUF)                 # ``Duplicated`` in the program
 
 
@@ -67,12 +69,16 @@ class Lowering:
     """Generate the program for ``records``; ``leaves`` maps input ids to program args:
     ``{id: (Kind.PARAM | Kind.INPUT, name, value)}``; ``indices`` maps ``id(array)`` of
     integer argument arrays to their program names (``Kind.INDEX`` args; the
-    ``Kind.INDEX_ND`` arg of one is named with a suffix ``nd``)."""
+    ``Kind.INDEX_ND`` arg of one is named with a suffix ``nd``); ``states`` maps
+    ``id(array)`` of layers' state arrays to their names (``Kind.STATE`` args); the
+    records in ``outputs`` (the loss, traced aux outputs) are kept in memory, others may be
+    computed inline where they are used (``inlined``)."""
 
-    def __init__(self, records, leaves, indices):
+    def __init__(self, records, leaves, indices, states, outputs=()):
         self.lines, self.depth, self.counter = [], 1, 0
+        self.inline = inlined(records, outputs)
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
-        self.indices, self.kernel_names = indices, {}
+        self.indices, self.states, self.kernel_names = indices, states, {}
         self.globals = {"K": kernels, "S": kernels.S, "math": math, "np": np}
         for rec_id, (kind, name, value) in leaves.items():
             self.views[rec_id] = self._leaf(kind, name, value)
@@ -110,8 +116,12 @@ class Lowering:
         if isinstance(value, Derived):
             raise ValueDependentError("uses an array computed from traced values outside "
                                       "recorded operations (a comparison, argmax, round, ...)")
-        ident = self.indices.get(id(value))
         arr = np.ascontiguousarray(value)
+        ident = self.states.get(id(value))
+        if ident is not None:
+            self._state_arg(ident)
+            return View(ident, 0, arr.shape, c_strides(arr.shape), arr.dtype)
+        ident = self.indices.get(id(value))
         if ident is not None:
             if all(a.name != ident for a in self.args):
                 self.args.append(Arg(ident, Kind.INDEX, ident))
@@ -206,9 +216,16 @@ class Lowering:
         value = np.asarray(rec.value)
         scalar = RULES[rec.op].scalar
         if scalar is not None:
-            out = self.buffer(value.shape, value.dtype)
-            self.store(out, scalar(rec) if callable(scalar) else scalar,
-                       [self.operand(rec, k) for k in range(len(rec.args)) if rec.args[k] is not None])
+            template = scalar(rec) if callable(scalar) else scalar
+            operands = [self.operand(rec, k) for k in range(len(rec.args))
+                        if rec.args[k] is not None]
+            if rec.out in self.inline:
+                cast = "np.float32" if value.dtype == np.float32 else ""   # as a store would
+                out = ExprView(f"{cast}({template})", [o.broadcast(value.shape) for o in operands],
+                               value.shape, value.dtype)
+            else:
+                out = self.buffer(value.shape, value.dtype)
+                self.store(out, template, operands)
         elif rec.op in self.STRUCTURAL:
             out = self.STRUCTURAL[rec.op](self, rec, value)
         else:
@@ -417,7 +434,8 @@ class Lowering:
 
     def _kernel(self, rec, value):
         """A user ``@njit`` kernel ``kernel(out, *operands)``: operands and output get
-        buffers of their own (with real shapes); the output is then copied to the workspace."""
+        buffers of their own (with real shapes; the output's zeroed first); the output is
+        then copied to the workspace."""
         kernel = rec.attrs["kernel"]
         name = self.kernel_names.setdefault(kernel, f"KF{len(self.kernel_names)}")
         self.globals[name] = kernel
@@ -436,6 +454,9 @@ class Lowering:
             else:
                 src = self.operand(rec, k)
                 bufs.append(src.at([]) if src is not None else "None")
+        idx = self.open_loops(value.shape)   # zeroed at every call: the kernel gets a new
+        self.emit(f"{out_buf}[{', '.join(idx)}] = 0")   # zero array, and may skip entries
+        self.close_loops(idx)
         self.emit(f"{name}({', '.join([out_buf] + bufs)})")
         out = self.buffer(value.shape, value.dtype)
         idx = self.open_loops(value.shape)
@@ -444,10 +465,15 @@ class Lowering:
         return out
 
     def _kernel_const(self, v):
-        """A constant operand of a user kernel, in its own shape: an integer argument
-        array (``indices``) is passed through, anything else is baked."""
+        """A constant operand of a user kernel, in its own shape: a layer's state array
+        (``states``, which the kernel may update) and an integer argument array
+        (``indices``) are passed through, anything else is baked."""
         if isinstance(v, Derived):
             self.const(v)
+        name = self.states.get(id(v))
+        if name is not None:
+            self._state_arg(name)
+            return name if v.ndim == 1 else f"{name}.reshape({v.shape})"
         key = self.indices.get(id(v))
         if key is not None:
             name = f"{key}nd"
@@ -457,6 +483,10 @@ class Lowering:
         name = self.fresh("C")
         self.args.append(Arg(name, Kind.CONST, np.ascontiguousarray(v)))
         return name
+
+    def _state_arg(self, name):
+        if all(a.name != name for a in self.args):
+            self.args.append(Arg(name, Kind.STATE, name))
 
     def _kbuf(self, shape, dtype):
         if not shape:
@@ -474,6 +504,65 @@ class Lowering:
         "copy": _same, "getitem": _getitem, "take": _take, "setitem": _setitem,
         "concatenate": _join, "stack": _join, "njit_kernel": _kernel,
     }
+
+
+def _template(rec):
+    scalar = RULES[rec.op].scalar
+    return scalar(rec) if callable(scalar) else scalar
+
+
+# A function call in a scalar template (``math.tanh(...)``, ``S.sigmoid(...)``): LLVM keeps
+# such loops scalar, so arithmetic moved into one would lose its SIMD loop (measured: the
+# seed model's bias add fused into its tanh loop made training 15% slower).
+_CALL = re.compile(r"[A-Za-z_]\(")
+
+
+def inlined(records, outputs):
+    """The ids of elementwise records computed inline in their one consumer instead of
+    stored: the consumer is a sum/mean, or elementwise of the same shape, reads the value
+    once (``{k}`` once in its template) and calls no function unless the record does
+    (``_CALL``); no kernel call runs in between (it could change a state array the
+    expression reads), and the record is not in ``outputs``.  Fusing ``relu(x @ W.T + b)``
+    or ``sum(exp(-(y - t) ** 2))`` saves passes over memory and stored intermediates."""
+    uses, consumer = {}, {}
+    for rec in records:
+        for k, i in enumerate(rec.inputs):
+            if i is not None:
+                uses[i] = uses.get(i, 0) + 1
+                consumer[i] = (rec, k)
+        for a in rec.args:
+            if isinstance(a, Derived):   # recomputed from traced values: keep those stored
+                for i in _derived_refs(a):
+                    uses[i] = uses.get(i, 0) + 2
+    out = set()
+    for i, n in uses.items():
+        rec = records[i]
+        if n != 1 or i in outputs or rec.op not in RULES or RULES[rec.op].scalar is None or \
+                not isinstance(_template(rec), str):
+            continue
+        user, k = consumer[i]
+        if any(r.op == "njit_kernel" for r in records[i + 1:user.out]):
+            continue
+        if user.op in ("sum", "mean"):
+            out.add(i)
+        elif RULES[user.op].scalar is not None and np.shape(user.value) == np.shape(rec.value):
+            position = sum(1 for a in user.args[:k] if a is not None)
+            t = _template(user)
+            text = "".join(t) if isinstance(t, tuple) else t
+            if text.count(f"{{{position}}}") == 1 and (_CALL.search(_template(rec)) or
+                                                      not _CALL.search(text)):
+                out.add(i)
+    return out
+
+
+def _derived_refs(v):
+    if v.expr is None:
+        return
+    for o in v.expr[1]:
+        if isinstance(o, TapeRef):
+            yield o.id
+        elif isinstance(o, Derived):
+            yield from _derived_refs(o)
 
 
 def work_name(dtype):

@@ -22,12 +22,15 @@ from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
+from optim.addresses import view
+
 from .guard import GuardWriter, emit_tree
 from .lower import LEAVES, SHADOWED, Kind, Lowering
 from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
+VARYING = (Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # new objects at each call, in general
 _cache = {}
 _cache_lock = threading.RLock()
 
@@ -78,7 +81,7 @@ class Staged:
             grads.append(mirror if dv is not None else "None")
             walked.append((val, found))
         reads.value(f, "fn", "the loss")
-        leaves, indices, exprs = {}, {}, {}
+        leaves, indices, states, exprs = {}, {}, {}, {}
         for gather, sample, tr in reads.inputs:
             name = f"X{len(exprs)}"
             leaves[tr.id] = (Kind.INPUT, name, tr.value)
@@ -86,7 +89,7 @@ class Staged:
         with reads.substituted():
             tracked = [tape.track(val, t) for val, _ in walked]
             for j, ((val, found), tr) in enumerate(zip(walked, tracked)):
-                self._arg_leaves(j, found, tr, leaves, indices, exprs)
+                self._arg_leaves(j, found, tr, leaves, indices, states, exprs)
             with tracing():
                 out = f(*tracked)
         self._check_output(out)
@@ -100,7 +103,8 @@ class Staged:
             if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float)):
                 raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
             loss_id = None
-        low = Lowering(t.records, leaves, indices)
+        low = Lowering(t.records, leaves, indices, states,
+                       {v.id for v in _tracked_leaves(out) + [loss] if type(v) is Tracked})
         self.source = low.source(loss_id, loss)
         self.out, self.views = out, low.views
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
@@ -118,10 +122,16 @@ class Staged:
         w.check(f"not isinstance({var}, (Const, Duplicated))")
         return var, a, None, None
 
-    def _arg_leaves(self, j, found, tr, leaves, indices, exprs):
-        """Name the leaves of argument ``j`` (``found`` by ``emit_tree``, tracked as ``tr``)."""
+    def _arg_leaves(self, j, found, tr, leaves, indices, states, exprs):
+        """Name the leaves and state arrays of argument ``j`` (``found`` by ``emit_tree``,
+        tracked as ``tr``)."""
         floats = iter(_tracked_leaves(tr))
-        for path, var, dvar, value in found:
+        for path, var, dvar, value, state in found:
+            if state:
+                name = f"S{len(exprs)}"
+                states[id(value)] = name
+                exprs[name] = (var, None, value, j, path)
+                continue
             if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
                 name = f"I{len(exprs)}"
                 indices[id(value)] = name
@@ -172,6 +182,8 @@ class Staged:
                 anns.append(Duplicated(value, np.zeros_like(value)))
                 shadows.append(dvar)
                 dflat.append(True)
+            elif a.kind == Kind.STATE:
+                anns.append(Const(sample.reshape(-1).copy()))
             elif a.kind in (Kind.INPUT, Kind.INDEX, Kind.CONST):
                 value = a.payload
                 if isinstance(value, np.ndarray) and a.kind == Kind.INPUT:
@@ -205,8 +217,17 @@ class Staged:
         kinds = [a.kind for a in low.args if a.kind in SHADOWED]
         self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
             [Zeroing.ALWAYS] * (len(dflat) - len(kinds))
-        self.driver = _python_driver(self.grad, flat, dflat, self.zeroing) if self.grad.from_disk \
-            else _driver(self.grad.native, flat, dflat, self.zeroing)
+        # The stub's arrays that stay the same objects from call to call (all but the
+        # inputs) reach the njit driver as addresses: {driver position: sample of the stub's}.
+        # A gradient from the disk cache runs a Python driver over its ctypes call first.
+        fixed = {k: anns[k].val for k, a in enumerate(low.args) if a.kind not in VARYING}
+        fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
+        if self.grad.from_disk:
+            self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, sorted(fixed))
+            self.call = _DirectCaller(self.driver)
+        else:
+            self.driver = _driver(self.grad.native, flat, dflat, self.zeroing, fixed)
+            self.call = _Caller(self.driver, sorted(fixed), len(flat) + len(dflat))
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
@@ -229,7 +250,7 @@ class Staged:
     def run(self, dargs, grads, zero):
         """``(val, grads)`` for the driver arguments ``dargs`` gathered from a call."""
         with self.lock:
-            r = self.driver(zero, *dargs)
+            r = self.call.run(zero, dargs)
             val = self.scalar(r) if self.scalar is not None else self._value(self.out, dargs)
         return val, grads
 
@@ -270,32 +291,44 @@ class Zeroing(enum.Enum):
 ZEROING = {Kind.PARAM: Zeroing.ON_REQUEST, Kind.WORK: Zeroing.NEVER}
 
 
-def _driver(stub, flat, dflat, zeroing):
-    """An njit ``driver(zero, *args, *shadows)``: zero the shadows as ``zeroing`` says (see
-    ``ZEROING``), call the gradient, return the loss.  The shadows come in the order of
-    the gradient's ``shadowed``: the parameters' and buffers', then those adcore gave
-    Const arrays."""
+def _driver(stub, flat, dflat, zeroing, fixed):
+    """An njit ``driver(zero, addresses, *others)``: zero the shadows as ``zeroing`` says
+    (see ``ZEROING``), call the gradient, return the loss.  Its arguments are the stub's
+    (``*args, *shadows``, the shadows in the order of the gradient's ``shadowed``: the
+    parameters' and buffers', then those adcore gave Const arrays); those at the positions
+    of ``fixed`` (``{position: the stub's sample array}``) come as ``addresses`` (one int64
+    array, see ``optim.addresses``: numba's dispatcher costs per array argument), the
+    others in order as ``others``."""
     n, m = len(flat), len(dflat)
-    a = [f"a{k}" for k in range(n)]
-    d = [f"d{k}" for k in range(m)]
-    lines = [f"def driver(zero, {', '.join(a + d)}):"]
-    for k in range(m):
-        if zeroing[k] == Zeroing.ON_REQUEST:
-            lines.append(f"    if zero:\n        _zero({d[k]}.reshape(-1))")
-        elif zeroing[k] == Zeroing.ALWAYS:
-            lines.append(f"    _zero({d[k]}.reshape(-1))")
-    call = [f"{x}.reshape(-1)" if fl else x for x, fl in zip(a, flat)]
-    call += [f"{x}.reshape(-1)" if fl else x for x, fl in zip(d, dflat)]
+    names = [f"a{k}" for k in range(n)] + [f"d{k}" for k in range(m)]
+    flags = list(flat) + list(dflat)
+    others = "".join(", " + x for k, x in enumerate(names) if k not in fixed)
+    lines = [f"def driver(zero, addresses{others}):"]
+    scope = {"stub": stub, "_zero": _zero, "view": view}
+    call = []
+    for k, x in enumerate(names):
+        if k in fixed:
+            scope[f"T{k}"] = fixed[k].dtype.type
+            lines.append(f"    {x} = view(addresses[{sorted(fixed).index(k)}], "
+                         f"{fixed[k].shape!r}, T{k})")
+            call.append(x)
+        else:
+            call.append(f"{x}.reshape(-1)" if flags[k] else x)
+    for q in range(m):
+        if zeroing[q] == Zeroing.ON_REQUEST:
+            lines.append(f"    if zero:\n        _zero({call[n + q]}.reshape(-1))")
+        elif zeroing[q] == Zeroing.ALWAYS:
+            lines.append(f"    _zero({call[n + q]}.reshape(-1))")
     lines.append(f"    return stub({', '.join(call)})[0]")
-    scope = {"stub": stub, "_zero": _zero}
     exec("\n".join(lines) + "\n", scope)
     return numba.njit(cache=False)(scope["driver"])
 
 
-def _python_driver(grad, flat, dflat, zeroing):
+def _python_driver(grad, flat, dflat, zeroing, fixed):
     """``_driver`` in Python over the ctypes call of a gradient loaded from adcore's disk
     cache: no Numba compile before the first call; after ``PROMOTE_AFTER`` calls, the
-    njit driver."""
+    njit driver.  The arrays at ``fixed`` positions must be C-contiguous, as ``_Caller``
+    requires."""
     n = len(flat)
     zeroed = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ALWAYS]
     on_request = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ON_REQUEST]
@@ -307,11 +340,52 @@ def _python_driver(grad, flat, dflat, zeroing):
             return njit[0](zero, *args)
         calls[0] += 1
         if calls[0] >= PROMOTE_AFTER:
-            njit.append(_driver(grad.native, flat, dflat, zeroing))
+            njit.append(lambda zero, *args, f=_driver(grad.native, flat, dflat, zeroing, {}):
+                        f(zero, _NO_ADDRESSES, *args))
+        if not all(args[k].flags.c_contiguous and args[k].flags.writeable for k in fixed):
+            raise ActivityError(_NOT_CONTIGUOUS)
         for k in zeroed + (on_request if zero else []):
             args[n + k].fill(0)
         return grad.call(*[x.reshape(-1) if fl else x for x, fl in zip(args, reshaped)])[0]
     return driver
+
+
+_NO_ADDRESSES = np.zeros(0, np.int64)
+_NOT_CONTIGUOUS = ("a Duplicated model's arrays must be writeable C-contiguous arrays "
+                   "(np.ascontiguousarray); one was replaced by another")
+
+
+class _DirectCaller:
+    """Calls a driver that takes every array itself (the Python driver)."""
+
+    def __init__(self, driver):
+        self.run = lambda zero, dargs: driver(zero, *dargs)
+
+class _Caller:
+    """Calls the driver with the gathered arguments: the arrays at ``fixed`` positions as
+    addresses, computed again only when one of them is another object than at the last
+    call (an array keeps its data while referenced: ``optim.addresses``)."""
+
+    def __init__(self, driver, fixed, n):
+        self.objects, self.addresses = [None] * len(fixed), np.zeros(len(fixed), np.int64)
+        names = [f"a{k}" for k in range(n)]
+        same = " and ".join(f"{names[k]} is F[{q}]" for q, k in enumerate(fixed)) or "True"
+        others = "".join(f", {x}" for k, x in enumerate(names) if k not in fixed)
+        scope = {"driver": driver, "F": self.objects, "A": self.addresses}
+        exec(f"def run(zero, dargs):\n"
+             f"    {''.join(x + ', ' for x in names)}= dargs\n"
+             f"    if not ({same}):\n"
+             f"        refresh(dargs)\n"
+             f"    return driver(zero, A{others})\n", scope)
+        scope["refresh"] = self._refresh
+        self.fixed, self.run = fixed, scope["run"]
+
+    def _refresh(self, dargs):
+        for q, k in enumerate(self.fixed):
+            a = dargs[k]
+            if not (a.flags.c_contiguous and a.flags.writeable):
+                raise ActivityError(_NOT_CONTIGUOUS)
+            self.objects[q], self.addresses[q] = a, a.__array_interface__["data"][0]
 
 
 def cache_key(f):
@@ -355,5 +429,9 @@ def _new(f, args):
 
 def stage(f, args, zero):
     """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args``."""
+    for e in _cache.get(getattr(f, "__code__", f), ()):   # the repeat call: lookup's first loop
+        got = e.gather(f, *args)
+        if got is not None:
+            return e.run(got[0], got[1], zero)
     e, (dargs, grads) = lookup(f, args)
     return e.run(dargs, grads, zero)
