@@ -9,6 +9,7 @@ derivative adcore cannot vouch for are refused here with ``UnsupportedError``.
 from .errors import UnsupportedError
 from .ir import Arg, is_float_type
 from .memory import MEMORY_WRITERS, is_memcpy, is_memory_intrinsic
+from .numba_abi import python_name
 from .pointers import UNKNOWN
 from .side_effects import consumes_only
 
@@ -90,7 +91,7 @@ class Activity:
         if op == "call" and self.rule_of(instr) is not None:
             if self.rule_of(instr).is_external and instr.is_float:
                 raise self.unsupported(instr, f"the custom rule of external symbol "
-                                              f"'{instr.callee}' cannot return the derivative "
+                                              f"'{python_name(instr.callee)}' cannot return the derivative "
                                               f"of its float result (rules of external "
                                               f"symbols differentiate through memory only)")
             return False                 # a custom rule handles the call's derivative
@@ -103,8 +104,17 @@ class Activity:
                 return False
             raise self.unsupported(instr, "no derivative rule for this instruction")
         if hit and op == "call" and not self.is_differentiable_call(instr):
-            raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
+            raise self.unsupported(instr, f"no derivative rule for callee {self._callee(instr)}")
         return hit
+
+    def _callee(self, instr):
+        """The callee of a call in the user's words: its Python name, and for a Numba
+        function left a call (a recursive one) when there are no callees to differentiate
+        (forward mode), that only reverse mode differentiates it."""
+        name = python_name(instr.callee)
+        if name != instr.callee and self.calls is None:
+            return f"'{name}' (a recursive function: only reverse mode differentiates calls to it)"
+        return f"'{name}'"
 
     def _check_calls(self):
         """Refuse calls and atomics through which a derivative would be lost."""
@@ -117,25 +127,25 @@ class Activity:
             if instr.opcode == "call" and rule is None and self.is_callee(instr):
                 if containers and any(o.type == "ptr" and (self.bases(o) == UNKNOWN or self.bases(o) & containers)
                                       for o in instr.operands):
-                    raise self.unsupported(instr, f"callee '{instr.callee}' can reach a "
+                    raise self.unsupported(instr, f"callee '{python_name(instr.callee)}' can reach a "
                                                   f"differentiable array through memory")
                 continue
             if rule is not None and rule.is_external and any(
                     o.defn in varied and is_float_type(o.type) for o in instr.operands):
-                raise self.unsupported(instr, f"the custom rule of external symbol '{instr.callee}' "
+                raise self.unsupported(instr, f"the custom rule of external symbol '{python_name(instr.callee)}' "
                                               f"cannot return derivatives of float arguments (rules "
                                               f"of external symbols differentiate through memory only)")
             if instr.opcode == "call" and instr not in varied and rule is None and not consumes_only(instr):
                 if any(o.defn in varied for o in instr.operands):
-                    raise self.unsupported(instr, f"no derivative rule for callee '{instr.callee}'")
+                    raise self.unsupported(instr, f"no derivative rule for callee {self._callee(instr)}")
                 if self.is_pure_call(instr) or is_memory_intrinsic(instr) or instr.callee in ("NRT_Free",):
                     continue
                 if any(o.type == "ptr" and self.memory.reaches_shadow(self.bases(o)) for o in instr.operands):
-                    raise self.unsupported(instr, f"callee '{instr.callee}' receives a differentiable array")
+                    raise self.unsupported(instr, f"callee {self._callee(instr)} receives a differentiable array")
                 if instr.callee not in READS_NO_POINTERS and any(
                         o.type == "ptr" and (self.bases(o) == UNKNOWN or self.bases(o) & containers)
                         for o in instr.operands) and containers:
-                    raise self.unsupported(instr, f"callee '{instr.callee}' can reach a differentiable "
+                    raise self.unsupported(instr, f"callee '{python_name(instr.callee)}' can reach a differentiable "
                                                   f"array through memory (a parallel loop?)")
 
     def _shadowed_pointer_containers(self):

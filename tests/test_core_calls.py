@@ -47,6 +47,12 @@ def test_double_recursion_closed_form(x0, x1, n):
 
 
 # -- a recursive callee with a loop, writing the array it is given ------------------------------
+def test_forward_mode_refuses_recursion_naming_the_function():
+    x = np.linspace(0.5, 1.0, 5)
+    with pytest.raises(UnsupportedError, match=r"'[\w.]*fib' \(a recursive function: only reverse mode"):
+        adcore.autodiff(adcore.Forward, fib, Duplicated(x, np.ones(5)), Const(4))
+
+
 @numba.njit
 def prefix(x, i, w):
     if i == 0:
