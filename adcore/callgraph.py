@@ -7,6 +7,8 @@ optimisation; recursion cannot be inlined.
 """
 import re
 
+from .cfg import on_cycles
+
 _NAME = r'"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+'
 _DEFINE = re.compile(r"^define\b[^@]*@(" + _NAME + r")\(", re.M)
 _CALL = re.compile(r"\b(?:call|invoke)\b[^@\n]*?@(" + _NAME + r")\(")
@@ -29,45 +31,8 @@ def call_graph(module):
 
 
 def recursive_functions(graph):
-    """The functions of ``graph`` that lie on a cycle (Tarjan's strongly connected
-    components, iteratively)."""
-    index, low, stack, on, out = {}, {}, [], set(), set()
-    counter = 0
-    for root in graph:
-        if root in index:
-            continue
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        work = [(root, iter(sorted(graph[root])))]
-        while work:
-            node, it = work[-1]
-            w = next(it, None)
-            if w is None:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        x = stack.pop()
-                        on.discard(x)
-                        component.append(x)
-                        if x == node:
-                            break
-                    if len(component) > 1 or node in graph[node]:
-                        out.update(component)
-            elif w not in index:
-                index[w] = low[w] = counter
-                counter += 1
-                stack.append(w)
-                on.add(w)
-                work.append((w, iter(sorted(graph.get(w, ())))))
-            elif w in on:
-                low[node] = min(low[node], index[w])
-    return out
+    """The functions of ``graph`` that lie on a cycle."""
+    return on_cycles(graph, lambda name: sorted(graph.get(name, ())))
 
 
 def kept_as_calls(module):

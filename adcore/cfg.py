@@ -87,7 +87,7 @@ class ControlFlow:
             b.preds = [p for p in b.preds if p in reachable]
         self.idom = dominators(func, self.rpo)
         self.loops = self._natural_loops()
-        self.cyclic = self._cyclic_blocks()
+        self.cyclic = on_cycles(self.rpo, lambda b: b.succ)
         self.ivs = {}
         for loop in self.loops:
             iv = self._induction_variable(loop)
@@ -133,48 +133,6 @@ class ControlFlow:
                             loop.blocks.add(n)
                             stack.extend(n.preds)
         return list(loops.values())
-
-    def _cyclic_blocks(self):
-        """Blocks on some cycle (strongly connected components with a cycle, Tarjan)."""
-        index, low, stack, on, out = {}, {}, [], set(), set()
-        counter = [0]
-
-        def strong(v):
-            work = [(v, iter(v.succ))]
-            index[v] = low[v] = counter[0]
-            counter[0] += 1
-            stack.append(v)
-            on.add(v)
-            while work:
-                node, it = work[-1]
-                w = next(it, None)
-                if w is None:
-                    work.pop()
-                    if work:
-                        low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                    if low[node] == index[node]:
-                        comp = []
-                        while True:
-                            x = stack.pop()
-                            on.discard(x)
-                            comp.append(x)
-                            if x is node:
-                                break
-                        if len(comp) > 1 or node in node.succ:
-                            out.update(comp)
-                elif w not in index:
-                    index[w] = low[w] = counter[0]
-                    counter[0] += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(w.succ)))
-                elif w in on:
-                    low[node] = min(low[node], index[w])
-
-        for b in self.rpo:
-            if b not in index:
-                strong(b)
-        return out
 
     def _induction_variable(self, loop):
         h = loop.header
@@ -224,3 +182,41 @@ def _is_int(text):
 
 def _negate(text):
     return str(-int(text))
+
+
+def on_cycles(nodes, successors):
+    """The nodes that lie on a cycle of the graph ``successors(node)`` spans from ``nodes``
+    (the strongly connected components with a cycle: Tarjan's algorithm, iteratively)."""
+    index, low, stack, on, out = {}, {}, [], set(), set()
+    for root in nodes:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        work = [(root, iter(successors(root)))]
+        while work:
+            node, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        component.append(x)
+                        if x == node:
+                            break
+                    if len(component) > 1 or node in successors(node):
+                        out.update(component)
+            elif w not in index:
+                index[w] = low[w] = len(index)
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(successors(w))))
+            elif w in on:
+                low[node] = min(low[node], index[w])
+    return out
