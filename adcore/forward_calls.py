@@ -3,7 +3,8 @@ function, see :mod:`adcore.custom_rules`) just before the call, with the call's 
 and one lane's shadows and tangents."""
 from numba.core import types as nbtypes
 
-from . import custom_rules, numba_abi
+from . import custom_rules
+from .rule_calls import njit_rule_arguments
 
 
 def forward_rule_call(gen, instr, rule, lane):
@@ -45,31 +46,8 @@ def _njit(gen, instr, rule, lane):
     """``forward(args..., tangents of array and float args...)`` for an njit callee (arrays
     as borrowed views: null meminfo); its float result is the tangent of the call's return."""
     ctx, ops = gen.context, instr.operands
-    pos, groups = 2, []
-    for t in rule.argtypes:
-        n = len(numba_abi.flat_types(ctx, t))
-        groups.append((t, ops[pos:pos + n]))
-        pos += n
-    args = [f"{o.type} {'null' if isinstance(t, nbtypes.Array) and j == numba_abi.MEMINFO else o.ref}"
-            for t, g in groups for j, o in enumerate(g)]
-    types_ = list(rule.argtypes)
-    for t, g in groups:
-        if isinstance(t, nbtypes.Array):
-            data = numba_abi.data_position(ctx, t)
-            shadowed = gen.memory.is_shadowed(g[data])
-            for j, o in enumerate(g):
-                if j == numba_abi.MEMINFO:
-                    args.append("ptr null")
-                elif j == data:
-                    args.append(f"ptr {lane.shadow(o) if shadowed else 'null'}")
-                elif not shadowed and j in (numba_abi.NITEMS, numba_abi.shape_field(0)):   # empty
-                    args.append(f"{o.type} 0")
-                else:
-                    args.append(f"{o.type} {o.ref}")
-            types_.append(t)
-        elif isinstance(t, nbtypes.Float):
-            args.append(f"{g[0].type} {gen.tangent(g[0], lane.j)}")
-            types_.append(t)
+    _, args, types_ = njit_rule_arguments(gen, rule, ops, lambda o: o.ref, lane.shadow,
+                                          lambda o: gen.tangent(o, lane.j))
     ret, restype, out_type = _call(gen, rule.forward, args, types_)
     if isinstance(rule.restype, nbtypes.Float) and gen.memory.is_shadowed(ops[0]):
         rt = str(ctx.get_value_type(rule.restype))

@@ -90,31 +90,7 @@ def _njit(gen, instr, rule):
     call passes Numba's flattened arguments after its return slot and excinfo."""
     e, act, ctx = gen.e, gen.act, gen.context
     ops = instr.operands
-    pos, groups = 2, []
-    for t in rule.argtypes:
-        n = len(numba_abi.flat_types(ctx, t))
-        groups.append((t, ops[pos:pos + n]))
-        pos += n
-    # arrays reach the reverse without their meminfo (null: Numba's reference counting
-    # skips it), as borrowed views: the forward pass has deferred their frees, and a
-    # reference taken and dropped in the reverse would free them a second time
-    args = [f"{o.type} {'null' if is_array and j == numba_abi.MEMINFO else gen.values.materialise(o)}"
-            for t, g in groups for is_array in [isinstance(t, nbtypes.Array)] for j, o in enumerate(g)]
-    types_ = list(rule.argtypes)
-    for t, g in groups:
-        if isinstance(t, nbtypes.Array):
-            data = numba_abi.data_position(ctx, t)
-            shadowed = gen.memory.is_shadowed(g[data])
-            for j, o in enumerate(g):
-                if j == numba_abi.MEMINFO:
-                    args.append("ptr null")
-                elif j == data:
-                    args.append(f"ptr {gen.shadow(o) if shadowed else 'null'}")
-                elif not shadowed and j in (numba_abi.NITEMS, numba_abi.shape_field(0)):   # empty shadow
-                    args.append(f"{o.type} 0")
-                else:
-                    args.append(f"{o.type} {gen.values.materialise(o)}")
-            types_.append(t)
+    groups, args, types_ = njit_rule_arguments(gen, rule, ops, gen.values.materialise, gen.shadow)
     float_ret = isinstance(rule.restype, nbtypes.Float)
     if float_ret:
         rt = str(ctx.get_value_type(rule.restype))
@@ -140,3 +116,40 @@ def _njit(gen, instr, rule):
         if o.defn in act.active:
             field = e(f"getelementptr inbounds {out_type}, ptr {ret}, i32 0, i32 {k}")
             gen.accumulate(o.defn, e(f"load {o.type}, ptr {field}"))
+
+
+def njit_rule_arguments(gen, rule, ops, value, shadow, float_tangent=None):
+    """``(groups, args, types)`` of a call to an njit rule for a call to an njit callee with
+    operands ``ops`` (Numba's flattened arguments after the return slot and excinfo):
+    ``groups`` pairs each Numba argument type with its operands; ``args`` are the callee's
+    arguments, then per array argument its shadow view (``shadow(o)`` of its data pointer;
+    an unshadowed one is empty) or, with ``float_tangent``, per float argument
+    ``float_tangent(o)``, in argument order.  ``value(o)`` is an operand's value.  Arrays
+    are borrowed views (null meminfo): Numba's reference counting skips them, so a rule
+    cannot free an array the kernel still owns."""
+    ctx, pos, groups = gen.context, 2, []
+    for t in rule.argtypes:
+        n = len(numba_abi.flat_types(ctx, t))
+        groups.append((t, ops[pos:pos + n]))
+        pos += n
+    args = [f"{o.type} {'null' if is_array and j == numba_abi.MEMINFO else value(o)}"
+            for t, g in groups for is_array in [isinstance(t, nbtypes.Array)] for j, o in enumerate(g)]
+    types_ = list(rule.argtypes)
+    for t, g in groups:
+        if isinstance(t, nbtypes.Array):
+            data = numba_abi.data_position(ctx, t)
+            shadowed = gen.memory.is_shadowed(g[data])
+            for j, o in enumerate(g):
+                if j == numba_abi.MEMINFO:
+                    args.append("ptr null")
+                elif j == data:
+                    args.append(f"ptr {shadow(o) if shadowed else 'null'}")
+                elif not shadowed and j in (numba_abi.NITEMS, numba_abi.shape_field(0)):   # empty shadow
+                    args.append(f"{o.type} 0")
+                else:
+                    args.append(f"{o.type} {value(o)}")
+            types_.append(t)
+        elif isinstance(t, nbtypes.Float) and float_tangent is not None:
+            args.append(f"{g[0].type} {float_tangent(g[0])}")
+            types_.append(t)
+    return groups, args, types_
