@@ -6,6 +6,7 @@ run by adcore.tape and the peers. ``instance(c)`` reads ADBench's ``lstm_l2_c102
 first ``c`` characters); the loss of the whole file is ADBench's 0.66666518.
 """
 import math
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from .gmm import adbench_dir
 
 ADBENCH_LOSS = 0.66666518     # ADBench's value for lstm_l2_c1024.txt
+BUNDLED = Path(__file__).resolve().parent / "adbench"     # a copy of ADBench's file
 
 
 class Instance:
@@ -32,11 +34,12 @@ class Instance:
 
 
 def instance(c=1024, seed=0):
-    """ADBench's lstm_l2_c1024 instance cut to its first ``c`` characters when the file is at
-    hand (else a generated one of the same shape, from ``seed``)."""
+    """ADBench's lstm_l2_c1024 instance (from ADBench's folder, else the copy beside this
+    module) cut to its first ``c`` characters; a generated one of the same shape, from
+    ``seed``, for longer sequences."""
     folder = adbench_dir()
-    path = folder / "lstm_l2_c1024.txt" if folder else None
-    if path is not None and path.exists() and c <= 1024:
+    path = folder / "lstm_l2_c1024.txt" if folder else BUNDLED / "lstm_l2_c1024.txt"
+    if path.exists() and c <= 1024:
         tok = path.read_text().split()
         l, full, b = (int(t) for t in tok[:3])
         vals = np.array(tok[3:], dtype=np.float64)

@@ -24,11 +24,13 @@ from fdcheck import fd_gradient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def cache_on(monkeypatch):
+@pytest.fixture(scope="module", autouse=True)
+def cache_on():
     """The cache is on in these tests whatever the environment says (conftest.py points it
-    at the session's temporary directory)."""
-    monkeypatch.delenv("ADCORE_CACHE", raising=False)
+    at the session's temporary directory); module-scoped, so module fixtures see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("ADCORE_CACHE", raising=False)
+        yield
 
 
 # -- in one process: the key -------------------------------------------------------------
