@@ -26,7 +26,7 @@ popped just before the callee's reverse.
 from . import numba_abi as abi, runtime
 from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
-from .emit import Emitter, float_const
+from .emit import Emitter, GeneratorBase, float_const
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, strip_metadata
 from .reverse import reverse_instruction
@@ -64,7 +64,7 @@ class Spec:
         self.split = split                    # a callee's augmented forward and reverse (calls.Split)
 
 
-class AdjointGenerator:
+class AdjointGenerator(GeneratorBase):
     """Builds the gradient function of one primal function for one :class:`Spec`:
     ``build()`` returns its IR text (the reverse bodies are written first, since they
     decide which values the forward pass must keep)."""
@@ -151,14 +151,6 @@ class AdjointGenerator:
         raise self.unsupported(instr, f"the shadow of pointer {op.ref} cannot be computed")
 
     # -- small helpers ---------------------------------------------------------------
-    def unsupported(self, instr, detail):
-        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
-
-    def alloca(self, type_, hint):
-        ref = self.e.fresh(hint)
-        self.allocas.append(f"  {ref} = alloca {type_}")
-        return ref
-
     def slot(self, value):
         if value not in self.slots:
             t = self.act.value_type(value)

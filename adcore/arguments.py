@@ -30,16 +30,21 @@ def annotate(args):
             if v.dtype.kind != "f" or v.dtype.itemsize not in (4, 8):
                 raise ActivityError(f"argument {k}: Duplicated on a {v.dtype} array; only float32 and "
                                     f"float64 arrays carry derivatives (pass it plainly or as Const)")
-            d = ann.dval
-            if not isinstance(d, np.ndarray) or d.shape != v.shape or d.dtype != v.dtype:
-                got = f"{d.dtype}{list(d.shape)}" if isinstance(d, np.ndarray) else type(d).__name__
-                raise ActivityError(f"argument {k}: shadow is {got} but its primal is "
-                                    f"{v.dtype}{list(v.shape)}; they must match in shape and dtype")
-            if not d.flags.writeable:
-                raise ActivityError(f"argument {k}: the shadow array is read-only")
+            check_shadow(k, v, ann.dval, "shadow")
         out.append(ann)
     _check_memory(out)
     return out
+
+
+def check_shadow(k, v, d, what):
+    """ActivityError unless ``d`` (``what``: "shadow" or "tangent") can stand beside array
+    argument ``k`` of value ``v``: an array of its shape and dtype that can be written."""
+    if not isinstance(d, np.ndarray) or d.shape != v.shape or d.dtype != v.dtype:
+        got = f"{d.dtype}{list(d.shape)}" if isinstance(d, np.ndarray) else type(d).__name__
+        raise ActivityError(f"argument {k}: {what} is {got} but its primal is "
+                            f"{v.dtype}{list(v.shape)}; they must match in shape and dtype")
+    if not d.flags.writeable:
+        raise ActivityError(f"argument {k}: the {what} array is read-only")
 
 
 def _overlaps_itself(x):

@@ -90,10 +90,6 @@ class BoundRule:
     def is_external(self):
         return self.argtypes is None
 
-    def reverse_symbol(self, types_):
-        """The native symbol of ``reverse`` compiled for ``types_`` (registered with LLVM)."""
-        return native_symbol(self.reverse, types_)
-
 
 def native_symbol(function, types_):
     """``(symbol, return type)`` of njit ``function`` compiled for ``types_``, registered

@@ -30,6 +30,19 @@ def is_finite_literal(value):
     return np.isfinite(number)
 
 
+class GeneratorBase:
+    """What the adjoint and tangent generators share: ``self.e`` (an :class:`Emitter`),
+    ``self.allocas`` (the entry block's allocas) and ``self.spec`` (naming the kernel)."""
+
+    def unsupported(self, instr, detail):
+        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
+
+    def alloca(self, type_, hint):
+        ref = self.e.fresh(hint)
+        self.allocas.append(f"  {ref} = alloca {type_}")
+        return ref
+
+
 class Emitter:
     """Collects lines of one LLVM function and hands out fresh local names."""
 

@@ -19,7 +19,7 @@ differentiated as the ``vÂ·p`` they stand for: at ``v = 0`` its tangent is ``dvÂ
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
 from . import runtime
-from .emit import Emitter, Expr, float_const
+from .emit import Emitter, GeneratorBase, Expr, float_const
 from .errors import UnsupportedError
 from .forward_calls import forward_rule_call
 from .ir import Operand, is_float_type, strip_metadata
@@ -78,7 +78,7 @@ class _Lane:
         return self.shadow_def[d].ref
 
 
-class TangentGenerator:
+class TangentGenerator(GeneratorBase):
     """Builds the tangent function of one primal function for one :class:`ForwardSpec`.
     ``stack_rule(instr)`` tells the value-stack calls of stack mode (None otherwise)."""
 
@@ -111,14 +111,6 @@ class TangentGenerator:
                 shadow_refs[j][args[data_index]] = names[data_pos]
         self.lanes = [_Lane(self, j, shadow_refs[j]) for j in range(k)]
         self.names = {}
-
-    def unsupported(self, instr, detail):
-        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
-
-    def alloca(self, type_, hint):
-        ref = self.e.fresh(hint)
-        self.allocas.append(f"  {ref} = alloca {type_}")
-        return ref
 
     def tangent(self, op, j):
         """The IR spelling of lane ``j``'s tangent of operand ``op`` (a zero constant when it

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import api, numba_abi
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
-from .arguments import _check_memory, annotate, distinct as _distinct, is_float_scalar, share_memory
+from .arguments import _check_memory, annotate, check_shadow, distinct as _distinct, is_float_scalar, share_memory
 from .capture import Kernel, argument_types
 from .errors import ActivityError, UnsupportedError
 from .forward_pipeline import differentiate_forward
@@ -51,12 +51,7 @@ def _tangents(k, ann, lanes):
         raise ActivityError(f"argument {k}: {type(ann).__name__} on {what}; only floats and float32/"
                             f"float64 arrays carry tangents (pass it plainly or as Const)")
     for t in ts:
-        if not isinstance(t, np.ndarray) or t.shape != v.shape or t.dtype != v.dtype:
-            got = f"{t.dtype}{list(t.shape)}" if isinstance(t, np.ndarray) else type(t).__name__
-            raise ActivityError(f"argument {k}: tangent is {got} but its primal is "
-                                f"{v.dtype}{list(v.shape)}; they must match in shape and dtype")
-        if not t.flags.writeable:
-            raise ActivityError(f"argument {k}: the tangent array is read-only")
+        check_shadow(k, v, t, "tangent")
     return ts
 
 

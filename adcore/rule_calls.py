@@ -66,24 +66,10 @@ def reads_array(pointers, op):
 
 
 def _external(gen, instr, rule, copied):
-    e = gen.e
-    args, types_ = [], []
-    for k, o in enumerate(instr.operands):
-        v = gen.values.materialise(copied[k] if k in copied else o)
-        if o.type == "ptr":
-            v = e(f"ptrtoint ptr {v} to i64")
-        args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")
-        types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
-    for o in instr.operands:
-        if o.type == "ptr":
-            sh = e(f"ptrtoint ptr {gen.shadow(o)} to i64") if gen.memory.is_shadowed(o) else "0"
-            args.append(f"i64 {sh}")
-            types_.append(custom_rules.LLVM_TO_NUMBA["i64"])
-    symbol, _ = rule.reverse_symbol(types_)
-    params = ", ".join(["ptr", "ptr"] + [a.split(" ")[0] for a in args])
-    e.declare(symbol, f"declare i32 @{symbol}({params})")
-    ret, exc = gen.alloca("i64", "ruleret"), gen.alloca("ptr", "ruleexc")
-    e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+    args, types_ = external_rule_arguments(
+        gen, instr.operands, lambda k, o: gen.values.materialise(copied[k] if k in copied else o), gen.shadow)
+    call_rule(gen, rule.reverse, args, types_, out_type="i64")
+
 
 def _njit(gen, instr, rule):
     """``reverse(args..., shadows of array args..., dret)`` for an njit callee, whose
@@ -103,12 +89,7 @@ def _njit(gen, instr, rule):
             dret = float_const(rt, 0)
         args.append(f"{rt} {dret}")
         types_.append(rule.restype)
-    symbol, restype = rule.reverse_symbol(types_)
-    params = ", ".join(["ptr", "ptr"] + [a.rsplit(" ", 1)[0] for a in args])
-    e.declare(symbol, f"declare i32 @{symbol}({params})")
-    out_type = "i64" if restype == nbtypes.none else str(ctx.get_value_type(restype))
-    ret, exc = gen.alloca(out_type, "ruleret"), gen.alloca("ptr", "ruleexc")
-    e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+    ret, restype, out_type = call_rule(gen, rule.reverse, args, types_)
     if restype == nbtypes.none:
         return
     floats = [g[0] for t, g in groups if isinstance(t, nbtypes.Float)]
@@ -153,3 +134,35 @@ def njit_rule_arguments(gen, rule, ops, value, shadow, float_tangent=None):
             args.append(f"{g[0].type} {float_tangent(g[0])}")
             types_.append(t)
     return groups, args, types_
+
+
+def call_rule(gen, function, args, types_, out_type=None):
+    """Emit a call of njit ``function`` (a rule's reverse or forward) compiled for
+    ``types_`` on the IR arguments ``args``: ``(its return slot, its Numba return type, the
+    slot's LLVM type)`` (``out_type``, else i64 for None or the return's own type)."""
+    symbol, restype = custom_rules.native_symbol(function, types_)
+    params = ", ".join(["ptr", "ptr"] + [a.rsplit(" ", 1)[0] for a in args])
+    gen.e.declare(symbol, f"declare i32 @{symbol}({params})")
+    out_type = out_type or ("i64" if restype == nbtypes.none else str(gen.context.get_value_type(restype)))
+    ret, exc = gen.alloca(out_type, "ruleret"), gen.alloca("ptr", "ruleexc")
+    gen.e(f"call i32 @{symbol}(ptr {ret}, ptr {exc}, {', '.join(args)})")
+    return ret, restype, out_type
+
+
+def external_rule_arguments(gen, ops, value, shadow):
+    """``(args, types)`` of a call to the rule of an external symbol with operands ``ops``:
+    each operand (``value(k, o)``; a pointer as its int64 address), then per pointer operand
+    the address of its shadow (``shadow(o)``; 0 when it has none)."""
+    e, args, types_ = gen.e, [], []
+    for k, o in enumerate(ops):
+        v = value(k, o)
+        if o.type == "ptr":
+            v = e(f"ptrtoint ptr {v} to i64")
+        args.append(f"{'i64' if o.type == 'ptr' else o.type} {v}")
+        types_.append(custom_rules.LLVM_TO_NUMBA[o.type])
+    for o in ops:
+        if o.type == "ptr":
+            sh = e(f"ptrtoint ptr {shadow(o)} to i64") if gen.memory.is_shadowed(o) else "0"
+            args.append(f"i64 {sh}")
+            types_.append(custom_rules.LLVM_TO_NUMBA["i64"])
+    return args, types_

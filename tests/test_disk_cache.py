@@ -18,7 +18,7 @@ import pytest
 
 import adcore
 from adcore import Active, Duplicated, Reverse, api, compiled, disk_cache, pipeline
-from adcore.arguments import annotate, distinct
+from adcore.arguments import annotate
 from fdcheck import fd_gradient
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -230,18 +230,8 @@ def test_evicted_from_memory_it_is_loaded_from_disk_not_recompiled(cache_dir, mo
 KERNELS = """
 import json, os, numba, numpy as np, adcore
 from adcore import Reverse
-
-@numba.njit
-def helper(v):
-    return {body}
-
-@numba.njit
-def kern(x):
-    s = 0.0
-    for i in range(x.size):
-        s += helper(x[i])
-    return s
-
+SCALE = 1.0
+""" + HELPER + """
 @numba.njit
 def product(A, x):
     return np.sum(np.tanh(A @ x))

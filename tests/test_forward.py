@@ -12,6 +12,7 @@ from hypothesis import example, given, settings, strategies as st
 import adcore
 from adcore import (ActivityError, Active, BatchDuplicated, Const, Duplicated, Forward,
                     ForwardWithPrimal, Reverse, UnsupportedError)
+from bench.kernels import logsumexp, stencil     # stencil: in place, every step overwrites u
 from fdcheck import check_forward
 from test_core_property import compile_kernel, kernels
 
@@ -56,18 +57,6 @@ def until(x, a):                       # a data-dependent trip count and an earl
 
 
 @numba.njit
-def stencil(u, steps):                 # in place: every step overwrites u
-    n = u.shape[0]
-    for t in range(steps):
-        for i in range(1, n - 1):
-            u[i] = 0.25 * u[i - 1] + 0.5 * u[i] + 0.25 * u[i + 1]
-    s = 0.0
-    for i in range(n):
-        s += u[i] * u[i]
-    return s
-
-
-@numba.njit
 def allocating(a, b):
     t = np.tanh(a * b + 0.5)
     u = np.empty_like(t)
@@ -105,18 +94,6 @@ def minmax_pow(x, y):
 def no_return(x, out):
     for i in range(x.shape[0]):
         out[i] = math.hypot(x[i], 1.0) * math.expm1(x[i])
-
-
-@numba.njit
-def logsumexp(x):
-    m = x[0]
-    for i in range(1, x.shape[0]):
-        if x[i] > m:
-            m = x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += math.exp(x[i] - m)
-    return m + math.log(s)
 
 
 CASES = [
