@@ -14,7 +14,7 @@ from .tree import make_zero
 # entry point -> the module defining it, imported on first access
 _LAZY = {
     "autodiff": "api", "gradient": "api", "primal_ir": "api", "adjoint_ir": "api",
-    "last_cached_bytes": "api", "compile_gradient": "api", "last_compile_report": "timings",
+    "last_cached_bytes": "api", "compile_gradient": "api", "cache_report": "api", "last_compile_report": "timings",
     "register_rule": "custom_rules", "rule": "custom_rules", "carray": "custom_rules",
     "from_llvm": "foreign", "jacobian": "forward_api", "hvp": "forward_api", "hessian": "forward_api",
 }

@@ -31,6 +31,7 @@ from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, strip_metadata
 from .reverse import reverse_instruction
 from .shadows import arena_alloca, shadow_pointers
+from .snapshots import Snapshots
 from .values import Values
 
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
@@ -50,7 +51,8 @@ class Spec:
     layout of the result struct that ``retptr`` points to."""
 
     def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
-                 active_fields, bytes_field, data_args=(), distinct_arrays=True, seed=None, split=None):
+                 active_fields, bytes_field, data_args=(), distinct_arrays=True, seed=None, split=None,
+                 extents=None):
         self.symbol, self.pyname = symbol, pyname
         self.active = active                  # [arg index] of Active float arguments
         self.shadows = shadows                # [(data arg index, [flattened types], data position)]
@@ -62,6 +64,7 @@ class Spec:
         self.distinct_arrays = distinct_arrays
         self.seed = seed                      # returned float array: (flattened types, float type)
         self.split = split                    # a callee's augmented forward and reverse (calls.Split)
+        self.extents = extents or {}          # contiguous array: data arg index -> (nitems, itemsize) indices
 
 
 class AdjointGenerator(GeneratorBase):
@@ -71,6 +74,7 @@ class AdjointGenerator(GeneratorBase):
 
     def __init__(self, func, spec, analyses, context=None, callees=None):
         self.func, self.spec, self.context, self.callees = func, spec, context, callees
+        self.analyses = analyses
         self.cfg, self.memory, self.clobbers = analyses.cfg, analyses.memory, analyses.clobbers
         self.act, self.rule_of = analyses.activity, analyses.rule_of
         args = func.args
@@ -93,7 +97,10 @@ class AdjointGenerator(GeneratorBase):
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
-        self.values = Values(self.cfg, self.clobbers, self.e, self.alloca)
+        extents = {} if spec.split else {args[d]: (args[n], args[i]) for d, (n, i) in spec.extents.items()}
+        self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
+                                   extents, spec.distinct_arrays)
+        self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
         self.shadow_def = shadow_pointers(self)
 
     def before_call(self, call, lines, copies):
@@ -172,6 +179,13 @@ class AdjointGenerator(GeneratorBase):
         self.e.line(f"store {t} {float_const(t, 0)}, ptr {s}")
         return dy
 
+    def copy_array(self, helper, stack, array):
+        """Copy array ``(data, nitems, itemsize)`` onto ``stack`` (``helper`` "snapshot") or
+        back from it ("restore")."""
+        data, nitems, itemsize = array
+        size = self.e(f"mul i64 {nitems.ref}, {itemsize.ref}")
+        self.e.line(f"call void @ad.{helper}(ptr {stack}, ptr {data.ref}, i64 {size})")
+
     def push(self, type_, ref, stack="%ad.stack"):
         self.stack_types.add(type_)
         self.e.line(f"call void @ad.push.{runtime.type_tag(type_)}(ptr {stack}, {type_} {ref})")
@@ -208,6 +222,16 @@ class AdjointGenerator(GeneratorBase):
                 events.append(("iv", phi, segment))
         return events
 
+    def cache_plan(self):
+        """What the forward pass pushes per iteration of a loop (after ``build``):
+        ``(block, kind, value)`` with kind "reg" (a kept value), "pred" (which
+        predecessor entered ``block``), "iv" (a loop counter's start) or "snapshot" (``value``
+        the array ``(data, nitems, itemsize)`` copied at the end of the iteration)."""
+        out = [(b, kind, v) for b, plan in self.plans.items() for kind, v, _ in plan]
+        out += [(latch, "snapshot", array) for latch, arrays in self.snapshots.at.items()
+                for array in arrays]
+        return out
+
     def _inverted_phis(self):
         """Registered header phis ``p = phi [init, outside], [p + C, latch]`` of loops with
         a counter: the reverse pass runs them backwards instead of saving them."""
@@ -239,7 +263,7 @@ class AdjointGenerator(GeneratorBase):
                 tail_values[block] = self.values.materialise(self.cfg.branch_merges[block][0])
             reverse_bodies[block] = (self.e.lines, self.values.memo)
         self.inverted = self._inverted_phis()
-        plans = {b: self.saves(b) for b in blocks}
+        plans = self.plans = {b: self.saves(b) for b in blocks}
         forward = []
         for block in blocks:
             self.e.lines = []
@@ -249,6 +273,8 @@ class AdjointGenerator(GeneratorBase):
         for block in blocks:
             body, self.values.memo = reverse_bodies[block]
             self.e.lines = []
+            for array in reversed(self.snapshots.at.get(block, ())):
+                self.copy_array("restore", "%ad.stack", array)
             for line in body:
                 if line.startswith(POPS):
                     self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
@@ -264,7 +290,7 @@ class AdjointGenerator(GeneratorBase):
         seed = [f"{t} %ad.seed.{j}" for j, t in enumerate(self.spec.seed[0])] if self.spec.seed else []
         params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params + seed)
         entry = ["ad.entry:"]
-        for stack in runtime.FRAME_STACKS:
+        for stack in runtime.FRAME_STACKS + (("%ad.finals",) if self.snapshots.at else ()):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
@@ -336,6 +362,8 @@ class AdjointGenerator(GeneratorBase):
                 for kind, phi, _ in plan:
                     if kind == "iv":
                         self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
+                for array in self.snapshots.at.get(block, ()):
+                    self.copy_array("snapshot", "%ad.stack", array)
                 if instr.opcode == "ret":
                     self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")
@@ -506,6 +534,8 @@ class AdjointGenerator(GeneratorBase):
             self.seed_returned_array(field)
         e.line("br label %ad.rstart")
         e.label("ad.rstart")
+        for array in self.snapshots.bases():     # the primal's final contents, put back at the end
+            self.copy_array("snapshot", "%ad.finals", array)
         cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
                          for k, (b, _) in enumerate(self.ret_blocks[1:], 1))
         e.line(f"switch i32 {which}, label {local('ad.r.' + self.ret_blocks[0][0].name)} [ {cases} ]")
@@ -515,6 +545,10 @@ class AdjointGenerator(GeneratorBase):
             value = e(f"load {arg.type}, ptr {self.slots[arg]}") if arg in self.slots \
                 else float_const(arg.type, 0)
             e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {field_no}')}")
+        if self.snapshots.at:
+            for array in reversed(self.snapshots.bases()):
+                self.copy_array("restore", "%ad.finals", array)
+            e.line(f"call void @free(ptr {e('load ptr, ptr %ad.finals')})")
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
         self.release()
         e.line("ret i32 0")

@@ -199,6 +199,25 @@ def compile_gradient(mode, f, *args, dret=None):
     return _compiled(f, annotate(args), ret_activity, dret)
 
 
+def cache_report(f, *args, lines=False):
+    """What the reverse pass of ``f`` (arguments annotated as for :func:`autodiff`) caches
+    per iteration of each loop: a :class:`adcore.plan_report.CacheReport`; ``print`` it.
+    ``lines=True`` names source lines, from the kernel compiled again with debug info
+    (whose plan may differ a little from the optimised kernel's)."""
+    from .plan_report import build_report
+    ret_activity, args = _split_return_activity(args)
+    anns = _with_defaults(f, annotate(args))
+    dispatcher = _dispatcher(f)
+    argtypes = argument_types(dispatcher, [a.val for a in anns])
+    if lines and numba_abi.is_dispatcher(dispatcher) and not numba_abi.is_debug(dispatcher):
+        dispatcher = numba_abi.recompiled(dispatcher, debug=True)
+    distinct = _distinct([a.val for a in anns if isinstance(a.val, np.ndarray)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        generator = pipeline.generate(dispatcher, anns, argtypes, ret_activity, distinct)[2]
+    return build_report(generator)
+
+
 def primal_ir(f, *args):
     """The cleaned LLVM IR of ``f`` for these arguments: what the differentiator reads."""
     dispatcher = _dispatcher(f)

@@ -31,7 +31,7 @@ if not numba.__version__.startswith(TESTED_NUMBA) and os.environ.get("ADCORE_ALL
 # ``{meminfo, parent, nitems, itemsize, data, shape[ndim], strides[ndim]}``: an array
 # argument is passed as these fields, flattened, in this order; in memory each is 8 bytes.
 ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data")
-MEMINFO, NITEMS, DATA, SHAPE = 0, 2, 4, 5     # positions among the flattened fields
+MEMINFO, NITEMS, ITEMSIZE, DATA, SHAPE = 0, 2, 3, 4, 5     # positions among the flattened fields
 FIELD_BYTES = 8
 
 

@@ -79,6 +79,7 @@ class Layout:
         counts = [len(numba_abi.flat_types(ctx, t)) for t in argtypes]
         self.groups = [func.args[2 + sum(counts[:k]):2 + sum(counts[:k + 1])] for k in range(len(argtypes))]
         self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+        self.contiguous = [k for k in self.arrays if argtypes[k].layout in "CF"]
         self.duplicated = [k for k, a in enumerate(anns) if isinstance(a, Duplicated)]
         fields = [restype] if self.has_primal else []
         self.active, self.active_fields = [], []
@@ -107,7 +108,13 @@ class Layout:
                     [self.shadow(k) for k in self.duplicated + sorted(scratch)], self.ret_active,
                     self.result_ir, self.active_fields, len(self.result.types) - 1,
                     [self.func.args.index(self.data_pointer(k)) for k in self.arrays], distinct,
-                    seed=self.seed)
+                    seed=self.seed, extents=self.extents())
+
+    def extents(self):
+        """Each contiguous array's data parameter index -> its (nitems, itemsize) indices."""
+        index = self.func.args.index
+        return {index(g[numba_abi.DATA]): (index(g[numba_abi.NITEMS]), index(g[numba_abi.ITEMSIZE]))
+                for g in (self.groups[k] for k in self.contiguous)}
 
 
 def _check_return(pyname, restype, ret_activity, seed_type):
@@ -177,25 +184,35 @@ class NativeParts:
         self.fields, self.result, self.same_layout = fields, result, same_layout
 
 
+def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
+    """Stages capture to generate: ``(primal, layout, generator, gradient module IR,
+    scratch)`` (the generator's ``cache_plan()`` is what :func:`adcore.cache_report` shows)."""
+    primal_ = primal(dispatcher, argtypes)
+    with stage("layout"):
+        layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
+    symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
+    callees = Callees(primal_.module, custom_rules.lookup(), primal_.kernel.context, symbol,
+                      primal_.locations)
+    try:
+        with stage("analyse"):
+            spec, analyses, scratch = analyse(primal_, layout, symbol, distinct, callees)
+        with stage("generate"):
+            generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context, callees)
+            adjoint_ir = gradient_module(primal_.module, generator)
+    except UnsupportedError as err:
+        raise in_user_words(err, primal_.func, primal_.kernel) from None
+    return primal_, layout, generator, adjoint_ir, scratch
+
+
 def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
     """Run every stage for one kernel, argument types and activities: a
     :class:`CompiledGradient` (the seconds of each stage: ``adcore.last_compile_report()``).
     ``name`` (the disk cache's key) goes into the gradient's symbol."""
     with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
-        primal_ = primal(dispatcher, argtypes)
-        with stage("layout"):
-            layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
-        symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
-        callees = Callees(primal_.module, custom_rules.lookup(), primal_.kernel.context, symbol,
-                          primal_.locations)
-        try:
-            with stage("analyse"):
-                spec, analyses, scratch = analyse(primal_, layout, symbol, distinct, callees)
-            with stage("generate"):
-                generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context, callees)
-                adjoint_ir = gradient_module(primal_.module, generator)
-        except UnsupportedError as err:
-            raise in_user_words(err, primal_.func, primal_.kernel) from None
+        primal_, layout, generator, adjoint_ir, scratch = generate(
+            dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name)
+        symbol = generator.spec.symbol
+        analyses = generator.analyses
         with stage("compile"):
             bound_ir = numba_abi.bind_environments(adjoint_ir)
             compiled = native.compile_ir(bound_ir, symbol, layout.pyname, custom_rules.linkable)

@@ -31,7 +31,7 @@ def helpers(types, copy_types=()):
     """IR text of the stack helpers (grow, push/pop for each type in ``types``), of the
     arena (zeroed 16-byte aligned memory in chunks freed with the deferred frees: the
     stack allocations of functions differentiated as calls), of the deferred decref and
-    release of meminfos, of zeroed shadow allocations, of operand
+    release of meminfos, of array snapshots (:mod:`adcore.snapshots`), of zeroed shadow allocations, of operand
     copies for custom rules, and of the memcpy adjoint for each float type in
     ``copy_types``."""
     out = [f"""define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {{
@@ -114,6 +114,40 @@ defer:
   call void @ad.push.ptr(ptr %s, ptr %m)
   br label %exit
 exit:
+  ret void
+}}
+define internal void @ad.snapshot(ptr %s, ptr %data, i64 %bytes) {{
+entry:
+  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
+  %endp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 2
+  %b7 = add i64 %bytes, 7
+  %rounded = and i64 %b7, -8
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %next = getelementptr i8, ptr %top, i64 %rounded
+  %full = icmp ugt ptr %next, %end
+  br i1 %full, label %grow, label %put
+grow:
+  call void @ad.stack.grow(ptr %s, i64 %rounded)
+  %top2 = load ptr, ptr %topp
+  br label %put
+put:
+  %at = phi ptr [ %top, %entry ], [ %top2, %grow ]
+  call void @llvm.memcpy.p0.p0.i64(ptr %at, ptr %data, i64 %bytes, i1 false)
+  %after = getelementptr i8, ptr %at, i64 %rounded
+  store ptr %after, ptr %topp
+  ret void
+}}
+define internal void @ad.restore(ptr %s, ptr %data, i64 %bytes) {{
+entry:
+  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
+  %b7 = add i64 %bytes, 7
+  %rounded = and i64 %b7, -8
+  %top = load ptr, ptr %topp
+  %neg = sub i64 0, %rounded
+  %at = getelementptr i8, ptr %top, i64 %neg
+  store ptr %at, ptr %topp
+  call void @llvm.memcpy.p0.p0.i64(ptr %data, ptr %at, i64 %bytes, i1 false)
   ret void
 }}
 define internal ptr @ad.copy.operand(ptr %frees, ptr %src, i64 %size) noinline {{

@@ -35,12 +35,14 @@ class Lazy:
 
 class Values:
     """The reverse pass's access to primal values, for one gradient function: ``cfg`` and
-    ``clobbers`` are the analyses, ``emitter`` writes the current code, ``alloca(type,
+    ``clobbers`` are the analyses (``restored``: loads that
+    :mod:`adcore.snapshots` makes repeatable), ``emitter`` writes the current code, ``alloca(type,
     hint)`` makes a stack slot in the entry block.  ``registers`` maps each kept value to
     its slot; ``memo`` the values already materialised in the current reverse block."""
 
-    def __init__(self, cfg, clobbers, emitter, alloca):
+    def __init__(self, cfg, clobbers, emitter, alloca, restored=()):
         self.cfg, self.clobbers, self.e, self.alloca = cfg, clobbers, emitter, alloca
+        self.restored = restored     # loads of memory the reverse pass restores (snapshots.py)
         self.registers = {}
         self.memo = {}
 
@@ -58,7 +60,7 @@ class Values:
             return math_name(instr.callee) is not None
         if instr.opcode == "load":
             return " atomic " not in instr.text and " volatile " not in instr.text \
-                and self.clobbers.can_reload(instr)
+                and (instr in self.restored or self.clobbers.can_reload(instr))
         return False
 
     def materialise(self, op):

@@ -1,0 +1,172 @@
+"""Scratch arrays a loop overwrites every iteration (adcore/snapshots.py): the reverse pass
+restores them per iteration instead of caching each load; gradients checked against central
+finite differences (shadows seeded, so the arrays' final contents count too), the cached
+bytes against their growth, and the plan through ``adcore.cache_report``."""
+import math
+
+import numba
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import adcore
+from adcore import Const, Duplicated, Reverse
+from fdcheck import check
+
+
+@numba.njit
+def quadratic_form(a, w, buf):
+    """buf = a[i] * w, then sum_jk buf[j] buf[k] w[k]: buf read m^2 times per row."""
+    n, m = a.shape
+    s = 0.0
+    for i in range(n):
+        for j in range(m):
+            buf[j] = a[i, j] * w[j]
+        for j in range(m):
+            for k in range(m):
+                s += buf[j] * buf[k] * w[k]
+    return s
+
+
+@numba.njit
+def carried(a, w, buf):
+    """buf[j] depends on the previous row's buf[j] (read before it is overwritten)."""
+    n, m = a.shape
+    s = 0.0
+    for i in range(n):
+        for j in range(m):
+            buf[j] = buf[j] * w[j] + a[i, j]
+        for j in range(m):
+            for k in range(m):
+                s += buf[j] * a[i, k]
+    return s
+
+
+@numba.njit
+def mixed(a, w, b1, b2, mode):
+    """Two scratch arrays: b1 filled every row, b2 only when ``mode & 1`` (else it keeps
+    the previous row's), and overwritten after it is read when ``mode & 2``."""
+    n, m = a.shape
+    s = 0.0
+    for i in range(n):
+        for j in range(m):
+            b1[j] = math.sin(a[i, j] * w[j])
+        if mode & 1:
+            for j in range(m):
+                b2[j] = b1[j] * w[j]
+        for j in range(m):
+            t = 0.0
+            for k in range(m):
+                t += b1[k] * b2[j]
+            if mode & 2:
+                b2[j] = t * 0.5
+            s += t * t
+    return s
+
+
+@numba.njit
+def triangular(x, means, L, xc, z):
+    """ADBench's GMM inner step: xc = x[i] - means[k], z = L xc (L lower triangular,
+    packed), sum of z^2 over all i, k."""
+    n, d = x.shape
+    s = 0.0
+    for i in range(n):
+        for k in range(means.shape[0]):
+            for j in range(d):
+                xc[j] = x[i, j] - means[k, j]
+                z[j] = L[k, j] * xc[j]
+            li = d
+            for c in range(d):
+                for r in range(c + 1, d):
+                    z[r] += L[k, li] * xc[c]
+                    li += 1
+            for j in range(d):
+                s += z[j] * z[j]
+    return s
+
+
+def _data(rng, n, m):
+    return rng.standard_normal((n, m)), rng.standard_normal(m), np.zeros(m)
+
+
+def test_quadratic_form_matches_finite_differences_and_keeps_final_scratch():
+    rng = np.random.default_rng(1)
+    a, w, buf = _data(rng, 4, 3)
+    check(quadratic_form, a, w, buf)
+    buf_primal, buf_grad = np.zeros(3), np.zeros(3)
+    quadratic_form(a, w, buf_primal)
+    adcore.autodiff(Reverse, quadratic_form, Duplicated(a.copy(), np.zeros_like(a)),
+                    Duplicated(w.copy(), np.zeros_like(w)), Duplicated(buf_grad, np.zeros(3)))
+    np.testing.assert_array_equal(buf_grad, buf_primal)      # the caller sees the primal's memory
+
+
+def test_cached_bytes_grow_with_the_scratch_not_with_its_reads():
+    """Per row, m values are snapshotted instead of m^2 loads cached."""
+    rng = np.random.default_rng(2)
+    used = {}
+    for m in (8, 32):
+        a, w, buf = _data(rng, 50, m)
+        adcore.autodiff(Reverse, quadratic_form, Duplicated(a, np.zeros_like(a)),
+                        Duplicated(w, np.zeros_like(w)), Duplicated(buf, np.zeros(m)))
+        used[m] = adcore.last_cached_bytes()
+    assert used[32] < 6 * used[8], used          # linear in m (quadratic would be 16x)
+
+
+def test_cache_report_names_the_snapshot_and_the_loop():
+    rng = np.random.default_rng(3)
+    a, w, buf = _data(rng, 3, 3)
+    report = adcore.cache_report(quadratic_form, Duplicated(a, np.zeros_like(a)),
+                                 Duplicated(w, np.zeros_like(w)), Duplicated(buf, np.zeros(3)),
+                                 lines=True)
+    text = str(report)
+    assert "snapshot of array buf" in text, text
+    snap_loops = [lp for lp in report.loops if lp.snapshots]
+    assert len(snap_loops) == 1 and snap_loops[0].depth == 1, text
+    first = quadratic_form.py_func.__code__.co_firstlineno
+    assert snap_loops[0].line is not None and first < snap_loops[0].line <= first + 10, text
+
+
+def test_no_snapshot_when_the_arrays_may_overlap():
+    """Restoring one array could clobber another that shares its memory: loads are cached."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, 4))
+    base = np.ones(6)
+    report = adcore.cache_report(quadratic_form, Duplicated(a, np.zeros_like(a)),
+                                 Duplicated(base[:4], np.zeros(4)), Duplicated(base[2:], np.zeros(4)))
+    assert not any(lp.snapshots for lp in report.loops), str(report)
+
+
+def test_carried_scratch_matches_finite_differences():
+    rng = np.random.default_rng(5)
+    a, w, _ = _data(rng, 4, 3)
+    check(carried, a, w, rng.standard_normal(3))
+
+
+def test_gmm_step_matches_finite_differences():
+    rng = np.random.default_rng(6)
+    d, K = 4, 2
+    check(triangular, rng.standard_normal((3, d)), rng.standard_normal((K, d)),
+          rng.standard_normal((K, d * (d + 1) // 2)), np.zeros(d), np.zeros(d), rtol=1e-4)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 3), st.integers(0, 2**16))
+def test_mixed_scratch_patterns_match_finite_differences(n, m, mode, seed):
+    rng = np.random.default_rng(seed)
+    a, w = rng.standard_normal((n, m)), rng.standard_normal(m)
+    check(mixed, a, w, rng.standard_normal(m), rng.standard_normal(m), mode, rtol=1e-4, atol=1e-5)
+
+
+def test_const_scratch_still_restored_for_the_caller():
+    """A Const scratch array (no shadow given) gets an internal shadow; its final contents
+    are the primal's after the gradient."""
+    rng = np.random.default_rng(7)
+    a, w, buf = _data(rng, 3, 4)
+    expect = buf.copy()
+    quadratic_form(a, w, expect)
+    dw = np.zeros_like(w)
+    adcore.autodiff(Reverse, quadratic_form, Const(a), Duplicated(w, dw), Const(buf))
+    np.testing.assert_array_equal(buf, expect)
+    h = 1e-6
+    fd = [(quadratic_form(a, w + h * e, np.zeros(4)) - quadratic_form(a, w - h * e, np.zeros(4))) / (2 * h)
+          for e in np.eye(4)]
+    np.testing.assert_allclose(dw, fd, rtol=1e-5, atol=1e-6)
