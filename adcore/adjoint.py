@@ -27,6 +27,7 @@ from . import numba_abi as abi, runtime
 from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
 from .emit import Emitter, GeneratorBase, float_const
+from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, strip_metadata
 from .reverse import reverse_instruction
@@ -94,6 +95,7 @@ class AdjointGenerator(GeneratorBase):
         self.stack_types = set()     # types pushed on the value stack
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
+        self.exit_tests = {}         # header -> ExitTest of the loops whose counters' ends are computed
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
@@ -218,7 +220,7 @@ class AdjointGenerator(GeneratorBase):
             if instr in self.values.registers and cyclic and instr not in self.inverted:
                 events.append(("reg", instr, segment))
         for phi, iv in self.inverted.items():
-            if iv.outside is block and cyclic:
+            if iv.outside is block and cyclic and phi.block not in self.exit_tests:
                 events.append(("iv", phi, segment))
         return events
 
@@ -232,19 +234,42 @@ class AdjointGenerator(GeneratorBase):
                 for array in arrays]
         return out
 
-    def _inverted_phis(self):
-        """Registered header phis ``p = phi [init, outside], [p + C, latch]`` of loops with
-        a counter: the reverse pass runs them backwards instead of saving them."""
-        out = {}
+    def enter_loops(self, block):
+        """At the end of the reverse of ``block``, when it is the exit of counted loops with
+        an :class:`adcore.exit_values.ExitTest`: set their counters to the values they ended
+        with (recorded in ``exit_tests``: nothing is pushed for them).  Runs while the
+        reverse bodies are written, so the values it needs are kept by the forward pass."""
         for header, iv in self.cfg.ivs.items():
-            for phi in self.defs(header):
-                if phi.opcode != "phi" or phi not in self.values.registers:
-                    continue
-                k = phi.incoming.index(iv.latch)
-                step = phi.operands[k].defn
-                if step is not None and step_of(step, phi) is not None:
-                    out[phi] = InductionVariable(phi, None, iv.outside, iv.latch, step)
+            loop = self.cfg.loop_at[header]
+            exits = [s for s in iv.latch.succ if s not in loop.blocks]
+            if block not in exits or any(len(b.preds) != 1 for b in exits):
+                continue
+            test = exit_test(loop, iv.outside)
+            if test is None:
+                continue
+            counters = self._counters(header, iv)
+            ends = test.end_values(self.e, self.values.materialise, counters)
+            for phi in counters:
+                self.e.line(f"store {phi.type} {ends[phi]}, ptr {self.values.registers[phi]}")
+            self.exit_tests[header] = test
+
+    def _counters(self, header, iv):
+        """``{phi: step instr}``: the kept header phis ``p = phi [init, outside], [p + C,
+        latch]`` of the loop with counter ``iv``."""
+        out = {}
+        for phi in self.defs(header):
+            if phi.opcode != "phi" or phi not in self.values.registers:
+                continue
+            step = phi.operands[phi.incoming.index(iv.latch)].defn
+            if step is not None and step_of(step, phi) is not None:
+                out[phi] = step
         return out
+
+    def _inverted_phis(self):
+        """The kept counters of loops (``_counters``): the reverse pass runs them backwards
+        instead of saving them."""
+        return {phi: InductionVariable(phi, None, iv.outside, iv.latch, step)
+                for header, iv in self.cfg.ivs.items() for phi, step in self._counters(header, iv).items()}
 
     # -- emission --------------------------------------------------------------------
     def build(self):
@@ -257,6 +282,7 @@ class AdjointGenerator(GeneratorBase):
             self.e.lines, self.values.memo = [], {}
             for instr in reversed(block.instrs):
                 reverse_instruction(self, instr)
+            self.enter_loops(block)
             if block in self.cfg.ivs:
                 tail_values[block] = self.values.materialise(self.cfg.ivs[block].init)
             if block in self.cfg.branch_merges:

@@ -87,6 +87,7 @@ class ControlFlow:
             b.preds = [p for p in b.preds if p in reachable]
         self.idom = dominators(func, self.rpo)
         self.loops = self._natural_loops()
+        self.loop_at = {loop.header: loop for loop in self.loops}
         self.cyclic = on_cycles(self.rpo, lambda b: b.succ)
         self.ivs = {}
         for loop in self.loops:

@@ -2,6 +2,7 @@
 restores them per iteration instead of caching each load; gradients checked against central
 finite differences (shadows seeded, so the arrays' final contents count too), the cached
 bytes against their growth, and the plan through ``adcore.cache_report``."""
+import functools
 import math
 
 import numba
@@ -170,3 +171,31 @@ def test_const_scratch_still_restored_for_the_caller():
     fd = [(quadratic_form(a, w + h * e, np.zeros(4)) - quadratic_form(a, w - h * e, np.zeros(4))) / (2 * h)
           for e in np.eye(4)]
     np.testing.assert_allclose(dw, fd, rtol=1e-5, atol=1e-6)
+
+
+# -- the end values of inner loops' counters, from their exit tests (adcore/exit_values.py) --
+INNER_LOOPS = [
+    "for j in range(i, n):\n            s += x[j] * x[i] * w[j - i]",
+    "for j in range(n - 1, i - 1, -1):\n            s += math.sin(x[j]) * w[n - 1 - j]",
+    "for j in range(i % 3, n, 3):\n            s += x[j] * x[j] * w[j]",
+    "j = i\n        while j < n:\n            s += x[j] * w[j]\n            j += 1",
+    "j = n - 1\n        while j >= i:\n            s += x[j] * x[i]\n            j -= 1",
+    "j = 0\n        while j <= i:\n            s += x[j] * x[j] * w[i]\n            j += 1",
+    "for j in range(i):\n            for k in range(j, i):\n                s += x[k] * w[j]",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def _inner_kernel(which):
+    src = f"def kernel(x, w):\n    n = x.shape[0]\n    s = 0.0\n    for i in range(n):\n        " \
+          f"{INNER_LOOPS[which]}\n        s = s * 0.9\n    return s\n"
+    scope = {"math": math}
+    exec(src, scope)
+    return numba.njit(scope["kernel"])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(INNER_LOOPS) - 1), st.integers(1, 6), st.integers(0, 2**16))
+def test_inner_loops_counters_run_back_from_their_end_values(which, n, seed):
+    rng = np.random.default_rng(seed)
+    check(_inner_kernel(which), rng.standard_normal(n), rng.standard_normal(n), rtol=1e-4, atol=1e-6)
