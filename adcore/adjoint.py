@@ -314,7 +314,7 @@ class AdjointGenerator(GeneratorBase):
         self.exits()
         exits = self.e.lines
         seed = [f"{t} %ad.seed.{j}" for j, t in enumerate(self.spec.seed[0])] if self.spec.seed else []
-        params = ", ".join([f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params + seed)
+        params = ", ".join(self.parameters() + seed)
         entry = ["ad.entry:"]
         for stack in runtime.FRAME_STACKS + (("%ad.finals",) if self.snapshots.at else ()):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
@@ -322,6 +322,17 @@ class AdjointGenerator(GeneratorBase):
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         body = "\n".join(entry + forward + exits + reverse)
         return f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
+
+    def parameters(self):
+        """The gradient function's parameters: the primal's, then the shadows'.  For arrays
+        that share no memory (the call checked it, and shadows never overlap anything), the
+        data pointers are ``noalias``: LLVM may then keep shadow sums in registers and
+        vectorise the reverse loops."""
+        noalias = set()
+        if self.spec.distinct_arrays:
+            noalias = {self.func.args[i].ref for i in self.spec.data_args} | set(self.shadow_ref.values())
+        params = [f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params
+        return [p.replace("ptr ", "ptr noalias ", 1) if p.split()[-1] in noalias else p for p in params]
 
     def split_functions(self, forward, reverse):
         """A callee's augmented forward and reverse (see :mod:`adcore.calls`)."""

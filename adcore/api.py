@@ -10,7 +10,7 @@ import numpy as np
 
 from . import disk_cache, numba_abi, pipeline
 from .annotations import Active, Annotation, Const, Duplicated, Mode
-from .arguments import annotate, distinct as _distinct, is_float_scalar
+from .arguments import annotate, distinct as _distinct, is_float_scalar, type_key
 from .capture import argument_types, as_dispatcher
 from .compiled import last_cached_bytes  # noqa: F401  (public)
 from .errors import ActivityError, UnsupportedError
@@ -63,19 +63,11 @@ def _dispatcher(f):
 
 
 # -- compilation ----------------------------------------------------------------------
-def _arg_key(v):
-    if isinstance(v, np.ndarray):
-        flags = v.flags
-        layout = "C" if flags.c_contiguous else ("F" if flags.f_contiguous else "A")
-        return (v.dtype.char, v.ndim, layout, flags.writeable, flags.aligned)
-    return type(v)
-
-
 def _compiled(f, anns, ret_activity, dret=None):
     arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
     distinct = _distinct(arrays)
     seed_key = None if dret is None else (dret.dtype.char, dret.ndim)
-    fast = (f, tuple(type(a) for a in anns), tuple(_arg_key(a.val) for a in anns),
+    fast = (f, tuple(type(a) for a in anns), tuple(type_key(a.val) for a in anns),
             ret_activity, distinct, seed_key)
     entry = _fast.get(fast)
     if entry is None:

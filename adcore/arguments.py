@@ -106,6 +106,19 @@ def _check_memory(anns):
                                     f"as their arrays do")
 
 
+def type_key(v):
+    """A cheap key that tells apart what Numba would type differently (an array's dtype,
+    dimensions, layout, writeability and alignment; a tuple's type and its items' keys;
+    else the Python type)."""
+    if isinstance(v, np.ndarray):
+        flags = v.flags
+        layout = "C" if flags.c_contiguous else ("F" if flags.f_contiguous else "A")
+        return (v.dtype.char, v.ndim, layout, flags.writeable, flags.aligned)
+    if isinstance(v, tuple):
+        return (type(v), *map(type_key, v))
+    return type(v)
+
+
 def distinct(arrays):
     """True when no two of ``arrays`` may share memory."""
     for i in range(len(arrays)):

@@ -36,6 +36,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import custom_rules, native, numba_abi
+from .arguments import type_key
 from .code_reads import global_reads, library
 from .compiled import CompiledGradient
 from .errors import LinkError
@@ -374,14 +375,14 @@ class CachedFunction:
 
     def __init__(self, source, name, scope):
         self.source, self.name, self.scope = source, name, scope
-        self.calls = {}              # argument types -> the njit function or a ctypes call
+        self.calls = {}              # arguments' type_key -> the njit function or a ctypes call
         self.dispatcher = None
 
     def __call__(self, *args):
-        argtypes = tuple(numba.typeof(a) for a in args)
-        call = self.calls.get(argtypes)
+        key = tuple(map(type_key, args))          # numba.typeof of every argument costs ~20 us
+        call = self.calls.get(key)
         if call is None:
-            call = self.calls[argtypes] = self._callable(argtypes)
+            call = self.calls[key] = self._callable(tuple(numba.typeof(a) for a in args))
         return call(*args)
 
     def _defined(self, scope):

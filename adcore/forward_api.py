@@ -14,7 +14,8 @@ import numpy as np
 
 from . import api, numba_abi
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
-from .arguments import _check_memory, annotate, check_shadow, distinct as _distinct, is_float_scalar, share_memory
+from .arguments import (_check_memory, annotate, check_shadow, distinct as _distinct, is_float_scalar,
+                        share_memory, type_key)
 from .capture import Kernel, argument_types
 from .errors import ActivityError, UnsupportedError
 from .forward_pipeline import differentiate_forward
@@ -86,7 +87,7 @@ def _compiled(f, anns, tangents, lanes):
     floats = tuple(k for k, t in enumerate(tangents) if t is not None and not isinstance(t[0], np.ndarray))
     arrays = tuple(k for k, t in enumerate(tangents) if t is not None and isinstance(t[0], np.ndarray))
     distinct = _distinct([a.val for a in anns if isinstance(a.val, np.ndarray)])
-    key = (f, tuple(api._arg_key(a.val) for a in anns), floats, arrays, lanes, distinct)
+    key = (f, tuple(type_key(a.val) for a in anns), floats, arrays, lanes, distinct)
     entry = _cache.get(key)
     if entry is None:
         with _lock:
@@ -274,7 +275,7 @@ def _hvps(f, x, directions, const_args):
     everything = [Duplicated(values[0], tangents[0][0])] + [Const(v) for v in values[1:]] + \
                  [Duplicated(s, tangents[dx_position][0]) if k == 0 else Const(s)
                   for k, s in zip(compiled.shadowed, shadows)]
-    key = (gk, tuple(api._arg_key(a.val) for a in everything), len(directions))
+    key = (gk, tuple(type_key(a.val) for a in everything), len(directions))
     entry = _cache.get(key)
     if entry is None:
         with _lock:

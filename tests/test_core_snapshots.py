@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import adcore
 from adcore import Const, Duplicated, Reverse
+from bench import gmm
 from fdcheck import check
 
 
@@ -61,27 +62,6 @@ def mixed(a, w, b1, b2, mode):
             if mode & 2:
                 b2[j] = t * 0.5
             s += t * t
-    return s
-
-
-@numba.njit
-def triangular(x, means, L, xc, z):
-    """ADBench's GMM inner step: xc = x[i] - means[k], z = L xc (L lower triangular,
-    packed), sum of z^2 over all i, k."""
-    n, d = x.shape
-    s = 0.0
-    for i in range(n):
-        for k in range(means.shape[0]):
-            for j in range(d):
-                xc[j] = x[i, j] - means[k, j]
-                z[j] = L[k, j] * xc[j]
-            li = d
-            for c in range(d):
-                for r in range(c + 1, d):
-                    z[r] += L[k, li] * xc[c]
-                    li += 1
-            for j in range(d):
-                s += z[j] * z[j]
     return s
 
 
@@ -142,11 +122,18 @@ def test_carried_scratch_matches_finite_differences():
     check(carried, a, w, rng.standard_normal(3))
 
 
-def test_gmm_step_matches_finite_differences():
-    rng = np.random.default_rng(6)
-    d, K = 4, 2
-    check(triangular, rng.standard_normal((3, d)), rng.standard_normal((K, d)),
-          rng.standard_normal((K, d * (d + 1) // 2)), np.zeros(d), np.zeros(d), rtol=1e-4)
+@numba.njit
+def gmm_objective(alphas, means, icf, x, qdiag, sum_qs, xc, qxc, main):
+    return gmm.objective(alphas, means, icf, x, 1.0, 0.0, qdiag, sum_qs, xc, qxc, main)
+
+
+def test_gmm_matches_finite_differences():
+    """ADBench's GMM kernel (bench/gmm.py): xc and qxc refilled for every point and
+    component, then read in the triangular loop."""
+    inst = gmm.instance(2, n=3, d=3, seed=4)
+    K, d = inst.K, inst.d
+    check(gmm_objective, *inst.params, inst.x, np.zeros((K, d)), np.zeros(K),
+          np.zeros(d), np.zeros(d), np.zeros(K), rtol=1e-4, atol=1e-5)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -199,3 +186,32 @@ def _inner_kernel(which):
 def test_inner_loops_counters_run_back_from_their_end_values(which, n, seed):
     rng = np.random.default_rng(seed)
     check(_inner_kernel(which), rng.standard_normal(n), rng.standard_normal(n), rtol=1e-4, atol=1e-6)
+
+
+def test_counted_inner_loops_push_nothing_per_run():
+    """The inner loops' counters start again from their end values: no item is cached
+    per iteration of the outer loop (a while loop, a range with step -1, nested ranges)."""
+    x = np.linspace(0.1, 1.0, 5)
+    for which in (0, 1, 4, 6):
+        report = adcore.cache_report(_inner_kernel(which), Duplicated(x.copy(), np.zeros(5)),
+                                     Duplicated(x.copy(), np.zeros(5)))
+        assert not any(lp.items for lp in report.loops), (which, str(report))
+
+
+@numba.njit
+def invariant_in_inner_loop(x, q, out):
+    """exp(q[k]) depends on k only; q is never written: recomputed, not saved per point."""
+    n, K = x.shape[0], q.shape[0]
+    for i in range(n):
+        s = 0.0
+        for k in range(K):
+            s += math.exp(q[k]) * x[i]
+        out[i] = s
+
+
+def test_loop_invariant_values_are_not_saved_per_iteration():
+    x, q = np.linspace(0.1, 1.0, 6), np.linspace(-1.0, 1.0, 4)
+    report = adcore.cache_report(invariant_in_inner_loop, Duplicated(x, np.zeros(6)),
+                                 Duplicated(q, np.zeros(4)), Duplicated(np.zeros(6), np.ones(6)))
+    assert not any(lp.items for lp in report.loops), str(report)
+    check(invariant_in_inner_loop, x, q, np.zeros(6))
