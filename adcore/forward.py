@@ -37,10 +37,12 @@ class ForwardSpec:
 
     split = None          # forward mode differentiates no function as a call (adjoint.Spec.split)
 
-    def __init__(self, symbol, pyname, lanes, tangent_args, shadows, result_type, tangent_field):
+    def __init__(self, symbol, pyname, lanes, tangent_args, shadows, result_type, tangent_field,
+                 noalias=()):
         self.symbol, self.pyname, self.lanes = symbol, pyname, lanes
         self.tangent_args, self.shadows = tangent_args, shadows
         self.result_type, self.tangent_field = result_type, tangent_field
+        self.noalias = noalias      # data arg indices of arrays that share no memory (and their tangents)
 
     # what :func:`adcore.pipeline.analyse` reads
     @property
@@ -95,7 +97,8 @@ class TangentGenerator(GeneratorBase):
         self.dtors, self.rawfrees = self.e.fresh("dtors"), self.e.fresh("rawfrees")
         self.tstacks = [self.e.fresh("tstack") for _ in range(spec.lanes)]
         self.allocas, self.stack_types, self.ret_blocks = [], {"ptr"}, []
-        self.params = [f"{a.type} {a.ref}" for a in args]
+        self.params = [f"{a.type}{' noalias' if i in spec.noalias else ''} {a.ref}"
+                       for i, a in enumerate(args)]
         self.arg_tangent = {}
         for index in spec.tangent_args:
             arg = args[index]
@@ -107,7 +110,8 @@ class TangentGenerator(GeneratorBase):
         for s, (data_index, types, data_pos) in enumerate(spec.shadows):
             for j in range(k):
                 names = [f"%ad.tsh{s}.{j}.{p}" for p in range(len(types))]
-                self.params += [f"{t} {n}" for t, n in zip(types, names)]
+                self.params += [f"{t}{' noalias' if p == data_pos and spec.noalias else ''} {n}"
+                                for p, (t, n) in enumerate(zip(types, names))]
                 shadow_refs[j][args[data_index]] = names[data_pos]
         self.lanes = [_Lane(self, j, shadow_refs[j]) for j in range(k)]
         self.names = {}

@@ -52,7 +52,8 @@ class ForwardLayout:
                    for k in self.duplicated + sorted(scratch)]
         return ForwardSpec(symbol, self.pyname, self.lanes,
                            [args.index(self.groups[k][0]) for k in self.tangent_floats],
-                           shadows, self.result_ir, self.tangent_field)
+                           shadows, self.result_ir, self.tangent_field,
+                           [args.index(self.data_pointer(k)) for k in self.arrays] if distinct else ())
 
 
 def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lanes, distinct,

@@ -13,7 +13,9 @@ A load qualifies for loop ``R`` when, from the load to the end of ``R``'s iterat
 may write the array and the iteration cannot leave ``R`` except through its latch.  The
 outermost such loop is chosen (fewest snapshots); the array is snapshotted there only when
 it is written in ``R`` and some qualifying load the reverse pass needs sits in a loop nested
-in ``R`` (else caching the loads costs less than copying the array).  Only contiguous array
+in ``R`` (else caching the loads costs less than copying the array).  At worst (an iteration
+that writes a large array and reads a few of its elements) a snapshot costs bytes in
+proportion to the writes the primal makes anyway, as a tape would.  Only contiguous array
 arguments of a kernel whose arrays are distinct are snapshotted (their size is known at
 every point: ``nitems · itemsize``).  After the reverse pass each snapshotted array gets its
 final forward contents back, so the caller sees the primal's memory.

@@ -215,3 +215,46 @@ def test_loop_invariant_values_are_not_saved_per_iteration():
                                  Duplicated(q, np.zeros(4)), Duplicated(np.zeros(6), np.ones(6)))
     assert not any(lp.items for lp in report.loops), str(report)
     check(invariant_in_inner_loop, x, q, np.zeros(6))
+
+
+# -- random kernels reusing scratch arrays ------------------------------------------------
+_EXPRS = ["x[i, j] * w[j]", "math.sin(x[i, j]) + {b}[j]", "{b}[j] * {b}[j] - w[j]",
+          "math.tanh({b}[j] * x[i, j])", "{b}[(j + 1) % m] * 0.5"]
+_STATEMENTS = [
+    "for j in range(m):\n    {a}[j] = {e}",
+    "for j in range(m):\n    {a}[j] += {e}",
+    "for j in range(m):\n    for k in range(m):\n        s += {a}[j] * {b}[k] * w[k]",
+    "for j in range(i % m, m):\n    s += {a}[j] * {e}",
+    "{a}[i % m] = s * 0.1 + {b}[0]",
+    "if x[i, 0] > 0.0:\n    for j in range(m):\n        {a}[j] = {e}",
+    "for j in range(m):\n    t = 0.0\n    for k in range(j, m):\n        t += {a}[k] * w[j]\n    s += t * {b}[j]",
+]
+
+
+def _indent(text, n):
+    return "\n".join(" " * n + line for line in text.split("\n"))
+
+
+@st.composite
+def scratch_programs(draw):
+    """Source of ``kernel(x, w, b1, b2)``: a loop over the rows of x whose body is 2-4
+    statements filling, updating and reading the scratch arrays b1, b2."""
+    body = []
+    for _ in range(draw(st.integers(2, 4))):
+        a, b = draw(st.permutations(["b1", "b2"]))
+        e = draw(st.sampled_from(_EXPRS)).format(b=b)
+        body.append(draw(st.sampled_from(_STATEMENTS)).format(a=a, b=b, e=e))
+    body.append("s = math.sin(s)")
+    src = "def kernel(x, w, b1, b2):\n    n, m = x.shape\n    s = 0.0\n    for i in range(n):\n"
+    return src + "\n".join(_indent(stmt, 8) for stmt in body) + "\n    return s + b1[0] * b2[m - 1]\n"
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scratch_programs(), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2**16))
+def test_random_kernels_reusing_scratch_match_finite_differences(src, n, m, seed):
+    scope = {"math": math}
+    exec(src, scope)
+    kernel = numba.njit(scope["kernel"])
+    rng = np.random.default_rng(seed)
+    check(kernel, rng.standard_normal((n, m)), rng.standard_normal(m), rng.standard_normal(m),
+          rng.standard_normal(m), rtol=1e-4, atol=1e-5)
