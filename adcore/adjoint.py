@@ -96,6 +96,11 @@ class AdjointGenerator(GeneratorBase):
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
         self.exit_tests = {}         # header -> ExitTest of the loops whose counters' ends are computed
+        self.loop_exits = {}         # the only block a counted loop exits to -> [its header]
+        for header, iv in self.cfg.ivs.items():
+            exits = [b for b in iv.latch.succ if b not in self.cfg.loop_at[header].blocks]
+            if len(exits) == 1 and len(exits[0].preds) == 1:
+                self.loop_exits.setdefault(exits[0], []).append(header)
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
@@ -239,11 +244,8 @@ class AdjointGenerator(GeneratorBase):
         an :class:`adcore.exit_values.ExitTest`: set their counters to the values they ended
         with (recorded in ``exit_tests``: nothing is pushed for them).  Runs while the
         reverse bodies are written, so the values it needs are kept by the forward pass."""
-        for header, iv in self.cfg.ivs.items():
-            loop = self.cfg.loop_at[header]
-            exits = [s for s in iv.latch.succ if s not in loop.blocks]
-            if block not in exits or any(len(b.preds) != 1 for b in exits):
-                continue
+        for header in self.loop_exits.get(block, ()):
+            iv, loop = self.cfg.ivs[header], self.cfg.loop_at[header]
             test = exit_test(loop, iv.outside)
             if test is None:
                 continue
