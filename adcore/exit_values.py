@@ -124,7 +124,8 @@ def exit_test(loop, outside):
         a, b, pred = b, a, _SWAP[pred]
     if _invariant(b, loop) is None:
         return None
-    if _true_label(term) != loop.header.name:      # ``br c, exit, header``: continue while not c
+    false_dest, true_dest = term.succ                 # LLVM's operand order, as cfg reads it
+    if true_dest is not loop.header:                  # ``br c, exit, header``: continue while not c
         pred = _NOT[pred]
     for phi in loop.header.phis:
         if phi.type == "ptr" or outside not in phi.incoming:
@@ -144,10 +145,6 @@ def exit_test(loop, outside):
             return None
         return ExitTest(loop, outside, phi, constant[0], on_next, pred, b)
     return None
-
-
-def _true_label(br):
-    return re.search(r"label\s+%\"?([^\s,\"]+)", br.text).group(1)
 
 
 def _invariant(op, loop):
