@@ -225,6 +225,12 @@ assert "sin" in text and "define" in text, text
 da, _, _ = adcore.autodiff(Reverse, f, Active(a), Duplicated(x, dx), Duplicated(out, dout))
 check_closed_form(da, dx, dout)
 """, None),
+    "cache_report": (NJIT + """
+report = adcore.cache_report(f, Active(a), Duplicated(x, dx), Duplicated(out, dout), lines=True)
+assert str(report).startswith("cached by the reverse pass of f"), str(report)
+da, _, _ = adcore.autodiff(Reverse, f, Active(a), Duplicated(x, dx), Duplicated(out, dout))
+check_closed_form(da, dx, dout)
+""", None),
     "adjoint_ir": (NJIT + """
 import llvmlite.binding as llvm
 args = (Active(a), Duplicated(x, dx), Duplicated(out, dout))
