@@ -192,3 +192,13 @@ def test_pipeline_layout_of_the_gradient_parameters():
     assert layout.duplicated == [0] and layout.arrays == [0]
     assert layout.active == [2 + len(layout.groups[0])]     # after retptr, excinfo and x's fields
     assert [str(t) for t in layout.result.types] == ["float64", "float64", "int64"]
+
+
+def test_reading_a_function_keeps_llvmlites_lock_callbacks():
+    """read_function runs without Numba's timing callbacks on llvmlite's lock and puts them
+    back (Numba's compile events keep working)."""
+    lock = llvm.ffi.lib._lock
+    before = list(lock._cblist)
+    assert before                      # Numba registers its llvm_lock event
+    function(LOOP)
+    assert lock._cblist == before
