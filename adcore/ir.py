@@ -6,10 +6,9 @@ argument, or holding constant text), phi incoming blocks and terminator successo
 Every value is named (the cleanup pipeline runs instnamer), so an instruction's text
 can be copied and rewritten by renaming ``%name`` tokens.
 """
-import contextlib
 import re
 
-import llvmlite.binding as llvm
+from .numba_abi import untimed_llvm_calls
 
 _IDENT = re.compile(r"^[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
 _LOCAL = re.compile(r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
@@ -191,23 +190,6 @@ def read_function(fn, locations=None):
     from :func:`source_locations` attach source lines to instructions)."""
     with untimed_llvm_calls():
         return _read_function(fn, locations)
-
-
-@contextlib.contextmanager
-def untimed_llvm_calls():
-    """llvmlite's calls without the callbacks on its lock (Numba times every call with an
-    event, most of the cost of the tens of thousands of small calls reading a function
-    makes).  The lock is held throughout, so no other thread's call loses its callbacks."""
-    lock = getattr(llvm.ffi.lib, "_lock", None)
-    if not hasattr(lock, "_cblist") or not hasattr(lock, "_lock"):     # another llvmlite
-        yield
-        return
-    with lock._lock:
-        callbacks, lock._cblist = lock._cblist, []
-        try:
-            yield
-        finally:
-            lock._cblist = callbacks
 
 
 def _read_function(fn, locations):

@@ -6,6 +6,7 @@ None of that is Numba's public API: each fact adcore relies on is named here, an
 module refuses a Numba version it was not tested with (``ADCORE_ALLOW_NUMBA=1`` overrides
 at one's own risk).
 """
+import contextlib
 import os
 import re
 import threading
@@ -123,6 +124,23 @@ UNRESOLVED_PREFIX = ".numba.unresolved$"
 
 
 # -- the target and the runtime ---------------------------------------------
+@contextlib.contextmanager
+def untimed_llvm_calls():
+    """llvmlite's calls without the callbacks on its lock (Numba times every call with an
+    event, most of the cost of the tens of thousands of small calls reading a function
+    makes).  The lock is held throughout, so no other thread's call loses its callbacks."""
+    lock = getattr(llvm.ffi.lib, "_lock", None)
+    if not hasattr(lock, "_cblist") or not hasattr(lock, "_lock"):     # another llvmlite
+        yield
+        return
+    with lock._lock:
+        callbacks, lock._cblist = lock._cblist, []
+        try:
+            yield
+        finally:
+            lock._cblist = callbacks
+
+
 def target_context():
     return cpu_target.target_context
 
