@@ -6,8 +6,11 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
 1. the *augmented forward pass*: the primal blocks, copied, plus stores of the values
    the reverse pass needs into registers (stack slots).  A register of a block inside a
    loop is saved on the value stack before it is overwritten; loop counters with a
-   constant step are not saved but run backwards.  Blocks with several predecessors
-   push which one they were entered from, unless a loop counter tells.
+   constant step are not saved but run backwards (from end values computed by
+   :mod:`adcore.exit_values` where the exit test tells them); scratch arrays a loop
+   overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`).
+   Blocks with several predecessors push which one they were entered from, unless a
+   loop counter tells.
 2. a check of the primal's status: an exception returns it at once, shadows untouched.
 3. the *reverse pass*: one reverse block per primal block, instructions in reverse
    order, each applying its rule from :mod:`adcore.rules` and ``+=`` into adjoint slots

@@ -9,7 +9,9 @@
               memory.py      which memory has a shadow; which writes may clobber a load
               activity.py    varied / useful / active values, and what is refused
     generate  adjoint.py     the gradient function's IR (values.py: what the reverse pass
-                             recomputes or keeps; reverse.py, rule_calls.py, shadows.py);
+                             recomputes or keeps; snapshots.py: scratch arrays restored per
+                             iteration; exit_values.py: loop counters' end values;
+                             reverse.py, rule_calls.py, shadows.py);
                              forward mode: forward.py (forward_pipeline.py drives it)
     compile   native.py      O3 with vectorisation, MCJIT, external symbols checked
     stub      native.py      an njit function calling it with Numba's calling convention

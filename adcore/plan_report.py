@@ -73,7 +73,7 @@ def build_report(generator):
 
 def _item(kind, value, block):
     if kind == "snapshot":
-        data, _, itemsize = value
+        data = value[0]
         return CachedItem(f"snapshot of array {_variable(data.name) or data.name} (restored in "
                           f"the reverse pass instead of caching its loads)", "array", "n·size",
                           _line(block))
@@ -83,8 +83,7 @@ def _item(kind, value, block):
     what = {"iv": "a loop counter's start", "reg": f"{value.opcode}"}[kind]
     if name:
         what += f" of {name}"
-    size = runtime.size_of(value.type) if value.type in runtime.SIZES or value.type.startswith("<") else 8
-    return CachedItem(what, value.type, size, _line(value))
+    return CachedItem(what, value.type, runtime.kept_bytes(value.type), _line(value))
 
 
 def _variable(llvm_name):

@@ -92,8 +92,7 @@ class Values:
             return 0
         if self.recomputable(value):
             return sum(self.saved_bytes(o.defn, seen) for o in value.operands)
-        return runtime.size_of(value.type) if value.type in runtime.SIZES or \
-            value.type.startswith("<") else 8
+        return runtime.kept_bytes(value.type)
 
     def runs_backwards(self, phi):
         """True for a header phi the reverse pass can run backwards (a loop counter)."""

@@ -434,3 +434,15 @@ def test_kernel_default_arguments_are_constants():
     np.testing.assert_allclose(dx, 4 * x)
     with pytest.raises(ActivityError, match="takes 3 arguments, got 0"):
         adcore.gradient(Reverse, with_defaults)
+
+
+def test_type_key_tells_apart_what_numba_types_differently():
+    """The caches' cheap key (arguments.type_key): dtype, dimensions, layout and tuples'
+    item types count; the values do not."""
+    from adcore.arguments import type_key
+    a = np.zeros((3, 4))
+    assert type_key(a) == type_key(np.ones((5, 2)))
+    assert len({type_key(a), type_key(a.astype(np.float32)), type_key(a.T), type_key(a[:, ::2]),
+                type_key(a[0])}) == 5
+    assert type_key((1.0, 2)) != type_key((1, 2.0))
+    assert type_key((1.0, (a, 2))) == type_key((3.0, (a, 5)))
