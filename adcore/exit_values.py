@@ -59,7 +59,7 @@ class ExitTest:
         p, s, t = self.counter, self.step, self.counter.type
         p0 = value_of(_initial(p, self.outside))
         c = value_of(self.bound)
-        need, offset, pick = _ENDS[self.predicate]
+        _, offset, pick = _ENDS[self.predicate]
         v0 = emit(f"add {t} {p0}, {s}", "v0") if self.on_next else p0
         if offset:
             c = emit(f"add {t} {c}, {offset}", "bound")
@@ -79,7 +79,7 @@ class ExitTest:
             q0 = value_of(_initial(q, self.outside))
             k, element = step_constant(step_instr, q)
             if element is not None:
-                n = emit(f"mul i64 {_as_i64(emit, trips, t)}, {k}", "n")
+                n = emit(f"mul i64 {_resized(emit, trips, t, 'i64')}, {k}", "n")
                 out[q] = emit(f"getelementptr {element}, ptr {q0}, i64 {n}", "qend")
             else:
                 n = emit(f"mul {q.type} {_resized(emit, trips, t, q.type)}, {k}", "n")
@@ -89,10 +89,6 @@ class ExitTest:
 
 def _initial(phi, outside):
     return phi.operands[phi.incoming.index(outside)]
-
-
-def _as_i64(emit, value, type_):
-    return _resized(emit, value, type_, "i64")
 
 
 def _resized(emit, value, from_, to):
@@ -124,7 +120,7 @@ def exit_test(loop, outside):
         a, b, pred = b, a, _SWAP[pred]
     if _invariant(b, loop) is None:
         return None
-    false_dest, true_dest = term.succ                 # LLVM's operand order, as cfg reads it
+    _, true_dest = term.succ                          # (false, true): LLVM's operand order, as cfg reads it
     if true_dest is not loop.header:                  # ``br c, exit, header``: continue while not c
         pred = _NOT[pred]
     for phi in loop.header.phis:
