@@ -95,7 +95,7 @@ class TangentGenerator(GeneratorBase):
         self.e = Emitter(taken)
         self.entry, self.exit_ref = self.e.fresh("fentry"), self.e.fresh("fexit")
         self.dtors, self.rawfrees = self.e.fresh("dtors"), self.e.fresh("rawfrees")
-        self.tstacks = [self.e.fresh("tstack") for _ in range(spec.lanes)]
+        self.tstacks = {}                # a value stack of the gradient -> its lanes' tangent stacks
         self.allocas, self.stack_types, self.ret_blocks = [], {"ptr"}, []
         self.params = [f"{a.type}{' noalias' if i in spec.noalias else ''} {a.ref}"
                        for i, a in enumerate(args)]
@@ -141,7 +141,7 @@ class TangentGenerator(GeneratorBase):
             body += self.e.lines
         self.e.lines = []
         self.exit()
-        stacks = [self.dtors, self.rawfrees] + self.tstacks
+        stacks = [self.dtors, self.rawfrees] + self.tangent_stacks()
         entry = [self.entry[1:] + ":"]
         for stack in stacks:
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
@@ -286,23 +286,44 @@ class TangentGenerator(GeneratorBase):
                             f"{size.type} {size.ref}, i1 false)")
 
     def stack_call(self, instr, kind):
-        """Stack mode: ``push(s, v)`` pushes v's tangent on each lane's tangent stack,
-        ``pop(s)`` pops it (floats only; other values carry no tangent)."""
+        """Stack mode: ``push(s, v)`` pushes v's tangent on each lane's tangent stack of s,
+        ``pop(s)`` pops it (floats only; other values carry no tangent); ``snapshot(s, a,
+        n)`` and ``restore(s, a, n)`` copy the tangents of array a likewise."""
         e = self.e
         e.line(strip_metadata(instr.text))
         what, t = kind.what, kind.type
+        if what in ("snapshot", "restore"):
+            data, size = instr.operands[1], instr.operands[2]
+            if self.memory.is_shadowed(data):
+                stacks = self.tangent_stack(instr.operands[0])
+                for lane in self.lanes:
+                    e.line(f"call void @ad.{what}(ptr {stacks[lane.j]}, ptr {lane.shadow(data)}, "
+                           f"i64 {size.ref})")
+            return
         if not is_float_type(t):
             return
         self.stack_types.add(t)
         tag = runtime.type_tag(t)
+        stacks = self.tangent_stack(instr.operands[0])
         for j in range(self.spec.lanes):
             if what == "push":
-                e.line(f"call void @ad.push.{tag}(ptr {self.tstacks[j]}, {t} {self.tangent(instr.operands[1], j)})")
+                e.line(f"call void @ad.push.{tag}(ptr {stacks[j]}, {t} {self.tangent(instr.operands[1], j)})")
             else:
                 out = self.tangent(Operand(instr.ref, instr.type, instr), j)
                 if instr not in self.act.active:
                     out = e.fresh("unused")
-                e.line(f"{out} = call {t} @ad.pop.{tag}(ptr {self.tstacks[j]})")
+                e.line(f"{out} = call {t} @ad.pop.{tag}(ptr {stacks[j]})")
+
+    def tangent_stack(self, stack):
+        """Each lane's tangent stack of the gradient's value stack ``stack`` (one set per
+        stack, so that tangents leave in the order their values do)."""
+        key = stack.defn if stack.defn is not None else stack.ref
+        if key not in self.tstacks:
+            self.tstacks[key] = [self.e.fresh("tstack") for _ in range(self.spec.lanes)]
+        return self.tstacks[key]
+
+    def tangent_stacks(self):
+        return [ref for lanes in self.tstacks.values() for ref in lanes]
 
     def exit(self):
         e = self.e
@@ -310,7 +331,7 @@ class TangentGenerator(GeneratorBase):
         status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
         e.line(f"call void @ad.release(ptr {self.dtors}, ptr @NRT_MemInfo_call_dtor)")
         e.line(f"call void @ad.release(ptr {self.rawfrees}, ptr @NRT_Free)")
-        for stack in self.tstacks:
+        for stack in self.tangent_stacks():
             e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
         e.line(f"ret i32 {status}")
 

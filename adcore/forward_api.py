@@ -190,27 +190,28 @@ def _unit(x, i):
 
 
 # -- second derivatives: forward over reverse --------------------------------------------
-_STACK_CALL = re.compile(r"^adg\.(push|pop)\.")
+_STACK_CALL = re.compile(r"^adg\.(push\.|pop\.|snapshot$|restore$)")
 _HELPER_DEF = re.compile(r"^(define internal [^@]*@adg\.(?!push\.|pop\.|stack\.grow)[^(]*\(.*\)) noinline", re.M)
 _STACK_DEF = re.compile(r"^(define internal [^@]*@adg\.(?:push|pop)\.[^(]*\(.*\)) alwaysinline", re.M)
 
 
 class StackCall:
-    """A value-stack call of gradient IR, handled by the tangent generator (stack mode)."""
+    """A value-stack call of gradient IR, handled by the tangent generator (stack mode):
+    ``push``/``pop`` of a value, ``snapshot``/``restore`` of an array's memory."""
 
-    is_external, forward, outputs = False, None, (0,)     # writes the stack struct only
+    is_external, forward = False, None
 
     def __init__(self, what, type_):
         self.what, self.type = what, type_
+        self.outputs = (0, 1) if what == "restore" else (0,)   # the stack struct; restore: the array
 
 
 def stack_rule(instr):
-    """The :class:`StackCall` of a ``push``/``pop`` call of gradient IR, or None."""
+    """The :class:`StackCall` of a value-stack call of gradient IR, or None."""
     if instr.opcode != "call" or not _STACK_CALL.match(instr.callee or ""):
         return None
-    if instr.callee.startswith("adg.push."):
-        return StackCall("push", instr.operands[1].type)
-    return StackCall("pop", instr.type)
+    what = instr.callee[len("adg."):].split(".")[0]
+    return StackCall(what, instr.operands[1].type if what == "push" else instr.type)
 
 
 def _float_pops(func, name):
