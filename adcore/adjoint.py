@@ -29,7 +29,7 @@ popped just before the callee's reverse.
 from . import numba_abi as abi, runtime
 from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
-from .emit import Emitter, GeneratorBase, float_const
+from .emit import Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, strip_metadata
@@ -172,7 +172,7 @@ class AdjointGenerator(GeneratorBase):
         if value not in self.slots:
             t = self.act.value_type(value)
             ref = self.alloca(t, "d")
-            self.allocas.append(f"  store {t} {float_const(t, 0)}, ptr {ref}")
+            self.allocas.append(f"  store {t} {adjoint_zero(t)}, ptr {ref}")
             self.slots[value] = ref
         return self.slots[value]
 
@@ -186,7 +186,7 @@ class AdjointGenerator(GeneratorBase):
         """Read d(value) and reset it to zero."""
         s, t = self.slot(value), self.act.value_type(value)
         dy = self.e(f"load {t}, ptr {s}", "dy")
-        self.e.line(f"store {t} {float_const(t, 0)}, ptr {s}")
+        self.e.line(f"store {t} {adjoint_zero(t)}, ptr {s}")
         return dy
 
     def copy_array(self, helper, stack, array):
@@ -583,9 +583,9 @@ class AdjointGenerator(GeneratorBase):
         e.line(f"switch i32 {which}, label {local('ad.r.' + self.ret_blocks[0][0].name)} [ {cases} ]")
         e.label("ad.done")
         for index, field_no in zip(spec.active, spec.active_fields):
-            arg = self.func.args[index]
-            value = e(f"load {arg.type}, ptr {self.slots[arg]}") if arg in self.slots \
-                else float_const(arg.type, 0)
+            arg, zero = self.func.args[index], float_const(self.func.args[index].type, 0)
+            value = e(f"fadd {arg.type} {e(f'load {arg.type}, ptr {self.slots[arg]}')}, {zero}") \
+                if arg in self.slots else zero           # + 0.0: an untouched adjoint reads 0.0, not -0.0
             e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {field_no}')}")
         if self.snapshots.at:
             for array in reversed(self.snapshots.bases()):

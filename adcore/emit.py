@@ -1,5 +1,6 @@
 """Writing LLVM IR text: fresh names, typed constants, declarations, and a small typed
 expression helper that derivative rules are written with."""
+import math
 import struct
 
 import numpy as np
@@ -13,10 +14,18 @@ def float_const(type_, value):
     hexadecimal double form LLVM requires; vectors are splats)."""
     shape = vector_shape(type_)
     if shape:
-        return "zeroinitializer" if value == 0 else f"splat ({shape[1]} {float_const(shape[1], value)})"
+        return "zeroinitializer" if value == 0 and math.copysign(1.0, value) > 0 \
+            else f"splat ({shape[1]} {float_const(shape[1], value)})"
     if type_ == "float":
         value = float(np.float32(value))
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+
+
+def adjoint_zero(type_):
+    """The start value of an adjoint held in a register: -0.0, the exact identity of
+    ``fadd`` (x + -0.0 = x for every x, so LLVM folds the first ``+=`` away; x + 0.0 is not
+    foldable: it turns -0.0 into 0.0)."""
+    return float_const(type_, -0.0)
 
 
 def is_finite_literal(value):
