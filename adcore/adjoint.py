@@ -29,7 +29,7 @@ popped just before the callee's reverse.
 from . import numba_abi as abi, runtime
 from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
-from .emit import Emitter, GeneratorBase, adjoint_zero, float_const
+from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, strip_metadata
@@ -180,7 +180,7 @@ class AdjointGenerator(GeneratorBase):
         """d(value) += contribution."""
         s, t = self.slot(value), self.act.value_type(value)
         old = self.e(f"load {t}, ptr {s}")
-        self.e.line(f"store {t} {self.e(f'fadd {t} {old}, {contribution}')}, ptr {s}")
+        self.e.line(f"store {t} {self.e(f'fadd {SUM} {t} {old}, {contribution}')}, ptr {s}")
 
     def take_adjoint(self, value):
         """Read d(value) and reset it to zero."""

@@ -21,6 +21,9 @@ def float_const(type_, value):
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
 
 
+SUM = "reassoc"    # the flag of adjoint sums (d += ...): their order is free, so LLVM may vectorise them
+
+
 def adjoint_zero(type_):
     """The start value of an adjoint held in a register: -0.0, the exact identity of
     ``fadd`` (x + -0.0 = x for every x, so LLVM folds the first ``+=`` away; x + 0.0 is not

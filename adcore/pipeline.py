@@ -35,6 +35,7 @@ from .cleanup import clean
 from .compiled import CompiledGradient
 from .constructs import in_user_words
 from .errors import ActivityError, UnsupportedError
+from .index_signs import array_sizes, remove_negative_index_tests
 from .ir import read_function, source_locations
 from .memory import Clobbers, ShadowedMemory
 from .pointers import UNKNOWN, PointerBases
@@ -148,6 +149,7 @@ def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds
     ``seeds`` are values that carry derivatives besides the Active arguments."""
     func, args = primal_.func, primal_.func.args
     cfg, pointers = ControlFlow(func), PointerBases(func)
+    remove_negative_index_tests(func, cfg, array_sizes(layout.groups, layout.arrays))
     rule_of = callees.rule_of if callees is not None else rule_of or custom_rules.lookup()
     is_callee = callees.is_callee if callees is not None else None
     by_pointer = {layout.data_pointer(k): k for k in layout.arrays}

@@ -1,7 +1,7 @@
 """The reverse of one primal instruction: stores, loads, memory intrinsics, calls with
 custom rules, calls differentiated as calls, and everything the rule table of
 :mod:`adcore.rules` covers."""
-from .emit import Expr, float_const
+from .emit import SUM, Expr, float_const
 from .ir import Operand, is_float_type
 from .memory import is_memory_intrinsic
 from .rule_calls import reverse_rule_call
@@ -52,7 +52,7 @@ def reverse_instruction(gen, instr):
         t = act.value_type(instr)
         sp = gen.shadow(instr.operands[0])
         old = gen.e(f"load {t}, ptr {sp}")
-        gen.e.line(f"store {t} {gen.e(f'fadd {t} {old}, {dy}')}, ptr {sp}")
+        gen.e.line(f"store {t} {gen.e(f'fadd {SUM} {t} {old}, {dy}')}, ptr {sp}")
         return
     X = Expr(gen.e, instr.type)
     ops = [Lazy(gen.values, o) for o in instr.operands]
