@@ -1,5 +1,7 @@
 """Checking a call's arguments before anything runs: annotations, and the memory shadows
 may (not) share.  Misuse is an :class:`ActivityError` naming the argument."""
+import weakref
+
 import numpy as np
 
 from .annotations import Active, Annotation, Const, Duplicated
@@ -84,7 +86,14 @@ def mirrored(a, b):
 
 def _check_memory(anns):
     """Shadows must be memory of their own: not overlapping themselves, any primal
-    array, or another shadow (unless the shadows alias as their arrays do: ``f(x, x)``)."""
+    array, or another shadow (unless the shadows alias as their arrays do: ``f(x, x)``).
+    The same array objects in the same places as in a call that passed need no new look."""
+    roles = [(a.val, a.dval) if isinstance(a, Duplicated) else (a.val, None) for a in anns]
+    remembered(("shadows",) + tuple(type(a) for a in anns), [x for pair in roles for x in pair],
+               lambda _: _check_shadow_memory(anns))
+
+
+def _check_shadow_memory(anns):
     arrays = [(k, a.val) for k, a in enumerate(anns) if isinstance(a.val, np.ndarray)]
     dups = [(k, a) for k, a in enumerate(anns) if isinstance(a, Duplicated)]
     for k, a in dups:
@@ -119,8 +128,32 @@ def type_key(v):
     return type(v)
 
 
+_verdicts = {}        # a key and the ids of the arrays -> (weak references to them, verdict)
+_VERDICTS = 256
+
+
+def remembered(key, values, verdict):
+    """``verdict(values)``, remembered for the same array objects among ``values`` with the
+    same shapes and strides (each held by a weak reference, so they are the very objects,
+    alive): an array keeps its memory while it lives, so what overlaps what does not
+    change.  Raised errors are not remembered."""
+    ids = key + tuple((id(v), v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values)
+    hit = _verdicts.get(ids)
+    if hit is not None and all(r() is v for r, v in zip(hit[0], values) if r is not None):
+        return hit[1]
+    result = verdict(values)
+    if len(_verdicts) >= _VERDICTS:
+        _verdicts.clear()
+    _verdicts[ids] = (tuple(weakref.ref(v) if isinstance(v, np.ndarray) else None for v in values), result)
+    return result
+
+
 def distinct(arrays):
     """True when no two of ``arrays`` may share memory."""
+    return remembered(("distinct",), arrays, _distinct)
+
+
+def _distinct(arrays):
     for i in range(len(arrays)):
         for j in range(i + 1, len(arrays)):
             if np.may_share_memory(arrays[i], arrays[j]):

@@ -1,8 +1,10 @@
 """The adcore API: annotations, modes, gradient, errors, exceptions, IR inspection."""
 import math
+import warnings
 
 import llvmlite.binding as llvm
 import numba
+
 import numpy as np
 import pytest
 
@@ -210,6 +212,21 @@ def test_shadow_sharing_memory_is_refused():
              words="argument 0: the shadow shares memory with the array of argument 1")
     _refused(two_arrays, Duplicated(x[:3], dx[:3]), Duplicated(x[3:], dx[2:5]),
              words="arguments 0 and 1: their shadows share memory")
+
+
+def test_memory_checks_remembered_for_the_same_arrays_only():
+    """A call that passed lets the same array objects through again without a new look, but
+    a shadow made to overlap its array in place (its strides set to 0), or other arrays in
+    the same places, are looked at again."""
+    x, dx, y, dy = np.arange(1.0, 4.0), np.zeros(3), np.arange(4.0, 7.0), np.zeros(3)
+    for _ in range(2):
+        adcore.autodiff(Reverse, two_arrays, Duplicated(x, dx), Duplicated(y, dy))
+    np.testing.assert_allclose(dx, 2 * y)             # d/dx sum(x*y), accumulated twice
+    with warnings.catch_warnings():                  # NumPy 2.4 deprecates setting strides
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dy.strides = (0,)
+    _refused(two_arrays, Duplicated(x, dx), Duplicated(y, dy), words="the shadow's elements overlap")
+    _refused(two_arrays, Duplicated(x, dx), Duplicated(y, dx), words="arguments 0 and 1: their shadows")
 
 
 def test_same_array_twice_with_the_same_shadow():
