@@ -4,8 +4,10 @@ Numba optimises a library's whole module (inlining, unrolling, vectorisation) wh
 library is finalised.  Once adcore's differentiator is loaded, every library finalised
 keeps a clone of its own module as it was *before* that step (already through Numba's
 per-function passes: SSA, no allocas) and the list of libraries it links
-(:func:`adcore.numba_abi.keep_unoptimised_modules`).  Linking those clones gives the kernel
-and all its callees as scalar code, the input the differentiator wants.
+(:func:`adcore.numba_abi.keep_unoptimised_modules`).  A kernel Numba has not compiled yet
+is only lowered (:func:`adcore.numba_abi.lowered`): its library is never finalised, and
+no machine code is made for it.  Linking those modules gives the kernel and all its
+callees as scalar code, the input the differentiator wants.
 """
 import re
 import threading

@@ -196,16 +196,21 @@ def lowered(dispatcher, argtypes):
     """Numba's compile result of ``dispatcher``'s Python function for ``argtypes``, lowered
     to an LLVM module and taken no further: no Python or C wrapper, no module
     optimisation, no machine code, no overload added to ``dispatcher`` (its library is
-    left unfinalised; the njit functions it calls are compiled as usual)."""
-    function_compiler = dispatcher._compiler
-    flags = compiler.Flags()
-    function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
-    flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
-    with global_compiler_lock, dispatcher._compiling_counter:     # recursive calls type as in a compile
-        return compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func,
-                                      args=tuple(argtypes), return_type=None, flags=flags,
-                                      locals=dispatcher.locals,
-                                      pipeline_class=function_compiler.pipeline_class)
+    left unfinalised; the njit functions it calls are compiled as usual).  Kept on the
+    dispatcher: a kernel is lowered once per argument types."""
+    argtypes = tuple(argtypes)
+    done = dispatcher.__dict__.setdefault("_adcore_lowered", {})
+    if argtypes not in done:
+        function_compiler = dispatcher._compiler
+        flags = compiler.Flags()
+        function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
+        flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
+        with global_compiler_lock, dispatcher._compiling_counter:   # recursive calls type as in a compile
+            done[argtypes] = compiler.compile_extra(
+                dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func, args=argtypes,
+                return_type=None, flags=flags, locals=dispatcher.locals,
+                pipeline_class=function_compiler.pipeline_class)
+    return done[argtypes]
 
 
 def declares_signatures(dispatcher):
@@ -305,7 +310,7 @@ def keep_unoptimised_modules():
 
 
 def has_unoptimised_module(library):
-    return getattr(library, "_adcore_own", None) is not None or not library._finalized
+    return getattr(library, "_adcore_own", None) is not None
 
 
 def unoptimised_module(library):
