@@ -410,7 +410,7 @@ class CachedFunction:
                 return loaded
         with compiling(self.name), stage("Numba compile"):
             if self.dispatcher is None:
-                self.dispatcher = numba.njit(cache=False)(self._defined(
+                self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
                     {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
             self.dispatcher.compile(argtypes)
         if digest is not None:
