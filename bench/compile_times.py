@@ -104,21 +104,22 @@ import json, sys, time
 import adcore.api, adcore.timings, numpy.ma, scipy.linalg   # imported by Numba's first typeof of
                                             # an array and its first BLAS call: any Numba program pays them
 made = len(adcore.timings.compile_reports())
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 {which}()
-seconds = time.perf_counter() - t0
+seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 stages = {{}}
 for report in adcore.timings.compile_reports()[made:] if "{which}" == "gradient" else []:
     for name, sec in report.seconds.items():
         stages[name] = stages.get(name, 0.0) + sec
 if stages:
     stages[{outside!r}] = seconds - sum(stages.values())
-print(json.dumps({{"seconds": seconds, "stages": stages}}))
+print(json.dumps({{"seconds": seconds, "cpu": cpu, "stages": stages}}))
 """
 
 
 def _fresh(script, which, cache):
-    """``{"seconds": ..., "stages": {...}}`` of the first ``which()`` in a new process."""
+    """``{"seconds": ..., "cpu": ..., "stages": {...}}`` of the first ``which()`` in a new
+    process (``cpu``: the process's CPU seconds, less sensitive to a busy machine)."""
     env = dict(os.environ, ADCORE_CACHE="1", ADCORE_CACHE_DIR=cache,
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     run = subprocess.run([sys.executable, "-c", script + HARNESS.format(which=which, outside=OUTSIDE)], cwd=ROOT,
@@ -154,5 +155,5 @@ def run(config):
             ratios = "; ".join(f"x {t / refs[n]:.3f} vs {references[n]} ({refs[n]:.2f} s)"
                                for n in refs)
             rows.append(row(W, case, impl, Timing((t,)), vs_ref=t / refs[first], first_call_s=t,
-                            note=f"{ratios}; adcore's stages: {_where(got['stages'])}"))
+                            note=f"{ratios}; CPU {got['cpu']:.2f} s; adcore's stages: {_where(got['stages'])}"))
     return rows
