@@ -98,11 +98,11 @@ _REFERENCE = re.compile(r'@("[^"]*"|[-\w.$]+)')
 _NOT_A_USE = re.compile(r"^declare .*$|personality ptr @\S+", re.M)   # unwinding only
 
 
-def unresolved_symbols(module):
-    """External functions ``module`` uses (calls, or takes the address of) that neither
-    LLVM nor this process defines."""
+def unresolved_symbols(module, text):
+    """External functions ``module`` (whose IR is ``text``) uses (calls, or takes the
+    address of) that neither LLVM nor this process defines."""
     _start_engine()
-    used = set(_REFERENCE.findall(_NOT_A_USE.sub("", str(module))))
+    used = set(_REFERENCE.findall(_NOT_A_USE.sub("", text)))
     return sorted(f.name for f in module.functions
                   if f.is_declaration and not f.name.startswith("llvm.") and
                   (f.name in used or f'"{f.name}"' in used) and not llvm.address_of_symbol(f.name))
@@ -157,10 +157,10 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
         if any(f.name.startswith("llvm.powi.") for f in module.functions):
             externals = sorted(externals + list(_BUILTINS))   # what code generation makes of it
         _provide_builtins(engine, externals)
-        missing = unresolved_symbols(module)
+        ir = str(module)
+        missing = unresolved_symbols(module, ir)
         if missing:
             raise LinkError(missing, owner)
-        ir = str(module)
         engine.add_module(module)
         engine.finalize_object()
         _defined[symbol] = engine.get_function_address(symbol)
