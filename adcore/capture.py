@@ -4,8 +4,10 @@ Numba optimises a library's whole module (inlining, unrolling, vectorisation) wh
 library is finalised.  Once adcore's differentiator is loaded, every library finalised
 keeps a clone of its own module as it was *before* that step (already through Numba's
 per-function passes: SSA, no allocas) and the list of libraries it links
-(:func:`adcore.numba_abi.keep_unoptimised_modules`).  Linking those clones gives the kernel
-and all its callees as scalar code, the input the differentiator wants.
+(:func:`adcore.numba_abi.keep_unoptimised_modules`).  A kernel Numba has not compiled yet
+is only lowered (:func:`adcore.numba_abi.lowered`): its library is never finalised, and
+no machine code is made for it.  Linking those modules gives the kernel and all its
+callees as scalar code, the input the differentiator wants.
 """
 import re
 import threading
@@ -30,12 +32,14 @@ class Kernel:
     ``argtypes`` and a result of ``restype`` (Numba types); ``context`` is the Numba
     target context that flattens them; ``pyname`` names the function in messages;
     ``variables`` are ``(Numba type, (file, line))`` of the Python function's variables
-    (empty for foreign IR), for errors in the user's words."""
+    (empty for foreign IR), for errors in the user's words; ``environment`` is the Numba
+    environment the module's code reads (kept alive until the gradient binds it)."""
 
-    def __init__(self, argtypes, restype, symbol, module, pyname, context, variables=()):
+    def __init__(self, argtypes, restype, symbol, module, pyname, context, variables=(),
+                 environment=None):
         self.argtypes, self.restype, self.symbol = argtypes, restype, symbol
         self.module, self.pyname, self.context = module, pyname, context
-        self.variables = variables
+        self.variables, self.environment = variables, environment
 
 
 def as_dispatcher(f):
@@ -84,10 +88,16 @@ def argument_types(dispatcher, values):
 
 
 def _compiled(dispatcher, argtypes):
-    """Numba's compile result of ``dispatcher`` for ``argtypes``; CompileError with Numba's
-    message when Numba cannot compile it."""
+    """Numba's compile result of ``dispatcher`` for ``argtypes`` with its unoptimised
+    module: the overload the dispatcher has when the hook kept its module, else the
+    kernel lowered to LLVM without machine code (the gradient needs no more; compiled
+    before adcore was loaded or loaded from Numba's disk cache, an overload has no
+    unoptimised module).  CompileError with Numba's message when Numba cannot compile it."""
     try:
-        return numba_abi.overload(dispatcher, argtypes)
+        cres = numba_abi.compiled_overload(dispatcher, argtypes)
+        if cres is not None and numba_abi.has_unoptimised_module(cres.library):
+            return cres
+        return numba_abi.lowered(dispatcher, argtypes)
     except NumbaError as err:
         nones = [k for k, t in enumerate(argtypes) if t == numba.types.none]
         hint = f" (argument {', '.join(map(str, nones))} is None)" if nones else ""
@@ -130,11 +140,6 @@ def capture(f, argtypes):
         return dispatcher._adcore_capture(argtypes)
     with _lock:
         cres = _compiled(dispatcher, argtypes)
-        if not numba_abi.has_unoptimised_module(cres.library):
-            # compiled before adcore was loaded, or loaded from Numba's disk cache:
-            # compile a fresh copy so the hook sees it
-            dispatcher = numba_abi.recompiled(dispatcher)
-            cres = _compiled(dispatcher, argtypes)
         module = unoptimised_module(cres.library, cres)
     for fn in module.functions:
         if not fn.is_declaration and numba_abi.only_raises(fn.name):
@@ -142,4 +147,4 @@ def capture(f, argtypes):
                 fn.add_function_attribute(attribute)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
     return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
-                  pyname, cres.target_context, numba_abi.typed_variables(cres))
+                  pyname, cres.target_context, numba_abi.typed_variables(cres), cres.environment)

@@ -408,10 +408,11 @@ class CachedFunction:
                 loaded = _load_function(digest, len(argtypes))
             if loaded is not None:
                 return loaded
-        if self.dispatcher is None:
-            self.dispatcher = numba.njit(cache=False)(self._defined(
-                {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
-        self.dispatcher.compile(argtypes)
+        with compiling(self.name), stage("Numba compile"):
+            if self.dispatcher is None:
+                self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
+                    {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+            self.dispatcher.compile(argtypes)
         if digest is not None:
             _store_function(digest, self.dispatcher, argtypes)
         return self.dispatcher

@@ -150,9 +150,10 @@ class Function:
 
 def _operand(value, defs):
     kind = value.value_kind.name
-    type_ = str(value.type)
     if kind in ("instruction", "argument"):
-        return Operand(local(value.name), type_, defs[value.name], kind)
+        defn = defs[value.name]
+        return Operand(local(defn.name), defn.type, defn, kind)
+    type_ = str(value.type)
     if kind in ("function", "global_variable", "global_alias"):
         name = value.name
         ref = "@" + name if _IDENT.match(name) else '@"' + name + '"'

@@ -98,11 +98,11 @@ _REFERENCE = re.compile(r'@("[^"]*"|[-\w.$]+)')
 _NOT_A_USE = re.compile(r"^declare .*$|personality ptr @\S+", re.M)   # unwinding only
 
 
-def unresolved_symbols(module):
-    """External functions ``module`` uses (calls, or takes the address of) that neither
-    LLVM nor this process defines."""
+def unresolved_symbols(module, text):
+    """External functions ``module`` (whose IR is ``text``) uses (calls, or takes the
+    address of) that neither LLVM nor this process defines."""
     _start_engine()
-    used = set(_REFERENCE.findall(_NOT_A_USE.sub("", str(module))))
+    used = set(_REFERENCE.findall(_NOT_A_USE.sub("", text)))
     return sorted(f.name for f in module.functions
                   if f.is_declaration and not f.name.startswith("llvm.") and
                   (f.name in used or f'"{f.name}"' in used) and not llvm.address_of_symbol(f.name))
@@ -157,10 +157,10 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
         if any(f.name.startswith("llvm.powi.") for f in module.functions):
             externals = sorted(externals + list(_BUILTINS))   # what code generation makes of it
         _provide_builtins(engine, externals)
-        missing = unresolved_symbols(module)
+        ir = str(module)
+        missing = unresolved_symbols(module, ir)
         if missing:
             raise LinkError(missing, owner)
-        ir = str(module)
         engine.add_module(module)
         engine.finalize_object()
         _defined[symbol] = engine.get_function_address(symbol)
@@ -198,10 +198,15 @@ def make_stub(symbol, argtypes, restype, same_layout=()):
     calling convention and returning ``restype``.  It is compiled for exactly
     ``argtypes`` (other types are a ``TypeError``), and for each ``(i, j, what)`` in
     ``same_layout`` raises :class:`ActivityError` unless arrays ``i`` and ``j`` have
-    the same shape and strides: wrong arguments never reach the native code."""
+    the same shape and strides: wrong arguments never reach the native code.  The checks
+    and the call are one intrinsic (little for Numba to type and lower), and the stub
+    has no C wrapper."""
     sig = restype(*argtypes)
 
     def codegen(context, builder, signature, args):
+        for i, j, what in same_layout:
+            _check_same_layout(context, builder, (signature.args[i], args[i]),
+                               (signature.args[j], args[j]), f"{what} must have the shape and strides of its array")
         fnty = context.call_conv.get_function_type(signature.return_type, signature.args)
         fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
         status, out = context.call_conv.call_function(
@@ -213,14 +218,23 @@ def make_stub(symbol, argtypes, restype, same_layout=()):
     names = ", ".join(f"a{i}" for i in range(len(argtypes)))
     scope = {"sig": sig, "codegen": codegen}
     exec(f"def typer(typingctx, {names}):\n    return sig, codegen\n", scope)
-    scope = {"call": intrinsic(scope["typer"]), "ActivityError": ActivityError}
-    checks = []
-    for n, (i, j, what) in enumerate(same_layout):
-        scope[f"MESSAGE{n}"] = f"{what} must have the shape and strides of its array"
-        checks.append(f"    if a{i}.shape != a{j}.shape or a{i}.strides != a{j}.strides:\n"
-                      f"        raise ActivityError(MESSAGE{n})\n")
-    exec(f"def stub({names}):\n{''.join(checks)}    return call({names})\n", scope)
-    return numba.njit(sig)(scope["stub"])
+    scope = {"call": intrinsic(scope["typer"])}
+    exec(f"def stub({names}):\n    return call({names})\n", scope)
+    return numba.njit(sig, no_cfunc_wrapper=True)(scope["stub"])
+
+
+def _check_same_layout(context, builder, first, second, message):
+    """Code raising ActivityError(``message``) unless arrays ``first`` and ``second``
+    (each ``(Numba type, value)``) have the same shape and strides."""
+    (ty_a, a), (ty_b, b) = first, second
+    a, b = context.make_array(ty_a)(context, builder, a), context.make_array(ty_b)(context, builder, b)
+    fields_a = cgutils.unpack_tuple(builder, a.shape) + cgutils.unpack_tuple(builder, a.strides)
+    fields_b = cgutils.unpack_tuple(builder, b.shape) + cgutils.unpack_tuple(builder, b.strides)
+    differ = cgutils.false_bit
+    for x, y in zip(fields_a, fields_b):
+        differ = builder.or_(differ, builder.icmp_signed("!=", x, y))
+    with builder.if_then(differ, likely=False):
+        context.call_conv.return_user_exc(builder, ActivityError, (message,))
 
 
 # -- calling a gradient through ctypes -------------------------------------------------------

@@ -14,7 +14,8 @@ import weakref
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import cgutils, codegen as _codegen, ir as numba_ir, types
+from numba.core import cgutils, codegen as _codegen, compiler, ir as numba_ir, types
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import lookup_environment
 from numba.core.extending import _Intrinsic
 from numba.core.registry import CPUDispatcher, cpu_target
@@ -186,13 +187,30 @@ def is_dispatcher(f):
     return isinstance(f, CPUDispatcher)
 
 
-def overload(dispatcher, argtypes):
-    """The compile result of ``dispatcher`` for ``argtypes`` (compiled if needed; a
-    dispatcher with declared signatures compiles nothing and has them all already)."""
+def compiled_overload(dispatcher, argtypes):
+    """The compile result ``dispatcher`` already has for ``argtypes``, or None."""
+    return dispatcher.overloads.get(tuple(argtypes))
+
+
+def lowered(dispatcher, argtypes):
+    """Numba's compile result of ``dispatcher``'s Python function for ``argtypes``, lowered
+    to an LLVM module and taken no further: no Python or C wrapper, no module
+    optimisation, no machine code, no overload added to ``dispatcher`` (its library is
+    left unfinalised; the njit functions it calls are compiled as usual).  Kept on the
+    dispatcher: a kernel is lowered once per argument types."""
     argtypes = tuple(argtypes)
-    if argtypes not in dispatcher.overloads:
-        dispatcher.compile(argtypes)
-    return dispatcher.overloads[argtypes]
+    done = dispatcher.__dict__.setdefault("_adcore_lowered", {})
+    if argtypes not in done:
+        function_compiler = dispatcher._compiler
+        flags = compiler.Flags()
+        function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
+        flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
+        with global_compiler_lock, dispatcher._compiling_counter:   # recursive calls type as in a compile
+            done[argtypes] = compiler.compile_extra(
+                dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func, args=argtypes,
+                return_type=None, flags=flags, locals=dispatcher.locals,
+                pipeline_class=function_compiler.pipeline_class)
+    return done[argtypes]
 
 
 def declares_signatures(dispatcher):
@@ -296,13 +314,18 @@ def has_unoptimised_module(library):
 
 
 def unoptimised_module(library):
-    """A clone of ``library``'s module before optimisation (or, for a library finalised
-    before the hook, the module it links with)."""
+    """A clone of ``library``'s module before optimisation: its own module when it is not
+    finalised (:func:`lowered`), the hook's clone, or, for a library finalised before the
+    hook, the module it links with."""
+    if not library._finalized:
+        return library._final_module.clone()
     own = getattr(library, "_adcore_own", None)
     return own.clone() if own is not None else library._get_module_for_linking().clone()
 
 
 def linked_libraries(library):
+    if not library._finalized:
+        return list(library._linking_libraries)
     return getattr(library, "_adcore_links", [])
 
 

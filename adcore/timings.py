@@ -1,17 +1,20 @@
 """Where compile time goes: seconds per pipeline stage of each compile.
 
-``adcore.last_compile_report()`` returns the report of the most recent compile;
-``ADCORE_TIMINGS=1`` prints every report to standard error as it is made.  Stages nest:
+``adcore.last_compile_report()`` returns the report of the most recent compile,
+:func:`compile_reports` the recent ones in order (one call may compile several things: a
+gradient, then a training loop calling it); ``ADCORE_TIMINGS=1`` prints every report to
+standard error as it is made.  Stages nest:
 a stage's seconds exclude those of the stages inside it (the Numba compiles of custom-rule
 reverses inside ``generate``, say), so the rows add up to the total.
 """
 import os
 import sys
 import time
+from collections import deque
 from contextlib import contextmanager
 
 _active = []                     # reports being recorded, innermost last
-_last = [None]
+_made = deque(maxlen=64)         # the most recent reports, oldest first
 
 
 class CompileReport:
@@ -38,7 +41,12 @@ class CompileReport:
 
 def last_compile_report():
     """The :class:`CompileReport` of the most recent compile (None before the first)."""
-    return _last[0]
+    return _made[-1] if _made else None
+
+
+def compile_reports():
+    """The :class:`CompileReport` of the most recent compiles (up to 64), oldest first."""
+    return list(_made)
 
 
 @contextmanager
@@ -50,7 +58,7 @@ def compiling(what):
         yield report
     finally:
         _active.remove(report)
-    _last[0] = report
+    _made.append(report)
     if os.environ.get("ADCORE_TIMINGS") == "1":
         print(report, file=sys.stderr)
 

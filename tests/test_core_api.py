@@ -275,6 +275,14 @@ def test_native_checks_its_arguments():
         g.native(x, dx[::2])                          # a strided shadow for a contiguous gradient
     with pytest.raises(TypeError, match="No matching definition"):
         g.native(x.astype(np.float32), dx.astype(np.float32))
+    stub = strided.native
+
+    @numba.njit
+    def caller(x, dx):
+        return stub(x, dx)[0]
+    with pytest.raises(ActivityError, match="shadow of argument 0"):
+        caller(x[::2], dx[:2])                        # checked inside njit code too
+    assert caller(x[::2], dx[::2]) == pytest.approx(np.sum(x[::2] ** 2))
 
 
 def test_gradient_of_non_float_return_is_an_activity_error():
@@ -417,6 +425,31 @@ def test_compile_report_names_every_stage():
     assert {"layout", "analyse", "generate", "compile", "stub"} <= set(report.seconds)
     assert all(s >= 0 for s in report.seconds.values())
     assert "cubes" in str(report) and "total" in str(report)
+
+
+def test_gradient_lowers_the_kernel_without_compiling_it():
+    @numba.njit
+    def squares(x):
+        return np.sum(x * x)
+    x = np.arange(1.0, 4.0)
+    assert adcore.gradient(Reverse, squares, x)[0] == pytest.approx(2 * x)
+    assert len(squares.overloads) == 0                       # no machine code for the primal
+    adcore.autodiff(Reverse, squares, Duplicated(x, np.zeros(3)))
+    assert adcore.last_compile_report().seconds["capture"] < 0.05   # lowered once per types
+    assert squares(x) == 14.0 and len(squares.overloads) == 1      # Numba compiles it on a call
+
+
+def test_compile_reports_keep_each_compile_in_order():
+    @numba.njit
+    def cubes_plus(x):
+        return np.sum(x ** 3) + 1.0
+    from adcore.timings import compile_reports
+    before = len(compile_reports())
+    adcore.gradient(Reverse, cubes_plus, np.ones(3))
+    adcore.autodiff(Reverse, cubes_plus, Duplicated(np.ones(3), np.zeros(3)))
+    made = compile_reports()[before:]
+    assert [r.what for r in made] == ["cubes_plus", "cubes_plus"]
+    assert made[-1] is adcore.last_compile_report()
 
 
 def test_memory_cache_keeps_the_most_recent_gradients(monkeypatch):
