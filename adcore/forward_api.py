@@ -18,11 +18,12 @@ from .arguments import (_check_memory, annotate, check_shadow, distinct as _dist
                         share_memory, type_key)
 from .capture import Kernel, argument_types
 from .errors import ActivityError, UnsupportedError
-from .forward_pipeline import differentiate_forward
+from .forward_pipeline import Unchecked, differentiate_forward
 from .numba_abi import target_machine
 
 BATCH = 8                        # directions per pass of jacobian(Forward) and hessian
 _cache = api._Bounded()
+_checked = api._Bounded()        # a call's _call_key -> (CompiledForward, default values)
 _lock = threading.RLock()
 
 
@@ -110,14 +111,75 @@ def autodiff_forward(mode, f, *args):
     ``BatchDuplicated(x, (v1, ..., vk))`` gives k directions at once; the rest is Const.
     Returns the tangent of ``f``'s float return (a tuple of k with BatchDuplicated;
     ``None`` when ``f`` returns no float); with ``ForwardWithPrimal`` ``(tangent, value)``."""
+    key = _call_key(f, args)
+    call = _checked.get(key)
+    try:
+        if call is None:
+            raise Unchecked
+        dy, value = call(args)
+    except Unchecked:
+        dy, value = _call(f, args, key)
+    return (dy, value) if mode.with_primal else dy
+
+
+def _call_key(f, args):
+    """What a call can tell cheaply that selects its checked native call: ``f`` and each
+    argument's annotation, type and tangents' types."""
+    parts = [f]
+    for a in args:
+        if isinstance(a, (Duplicated, BatchDuplicated)):
+            parts.append((type(a), type_key(a.val), type_key(a.dval)))
+        elif isinstance(a, Annotation):
+            parts.append((type(a), type_key(a.val)))
+        else:
+            parts.append(type_key(a))
+    return tuple(parts)
+
+
+def _call(f, args, key):
+    """``(tangent, value)`` of a call checked in Python (:meth:`CompiledForward.run`);
+    the next calls of ``key`` take the checked native call when they can."""
     anns, tangents, lanes = _annotate(args)
     everything = api._with_defaults(f, anns)
     tangents += [None] * (len(everything) - len(anns))
     compiled = _compiled(f, everything, tangents, lanes)
     dys, value = compiled.run(everything, tangents)
+    if _natively_checkable(compiled, everything, tangents):
+        _checked[key] = _checked_caller(compiled, args, [a.val for a in everything[len(anns):]])
     batched = any(isinstance(a, BatchDuplicated) for a in anns)
-    dy = dys if dys is None or batched else dys[0]
-    return (dy, value) if mode.with_primal else dy
+    return (dys if dys is None or batched else dys[0]), value
+
+
+def _natively_checkable(compiled, anns, tangents):
+    """Whether calls like this one (same :func:`_call_key`) can take the checked native
+    call: arrays that share no memory, and tangents typed and laid out as their arrays."""
+    return compiled.checkable_natively and all(
+        numba.typeof(t) == compiled.argtypes[k] and t.strides == anns[k].val.strides
+        for k in compiled.duplicated for t in tangents[k])
+
+
+def _checked_caller(compiled, args, defaults):
+    """``call(args) -> (tangent, value)`` for calls of ``args``' :func:`_call_key`: their
+    arguments, tangents and result unpacked as this call's, for the checked native call
+    (:meth:`CompiledForward.checked_native`; raises :class:`Unchecked` when the call
+    needs :func:`_call`)."""
+    def lanes(k, convert=""):
+        dval = f"args[{k}].dval"
+        if isinstance(args[k], BatchDuplicated):
+            return [f"{convert}({dval}[{j}])" for j in range(compiled.lanes)]
+        return [f"{convert}({dval})"]
+    values = [f"args[{k}].val" if isinstance(a, Annotation) else f"args[{k}]" for k, a in enumerate(args)]
+    values += [f"defaults[{i}]" for i in range(len(defaults))]
+    values += [t for k in compiled.tangent_floats for t in lanes(k, "float")]
+    values += [t for k in compiled.duplicated for t in lanes(k)]
+    first = 1 if compiled.has_primal else 0
+    batched = any(isinstance(a, BatchDuplicated) for a in args)
+    dy = "None" if not compiled.ret_float else \
+        f"out[{first}:{first + compiled.lanes}]" if batched else f"out[{first}]"
+    scope = {"compiled": compiled, "defaults": defaults}
+    exec(f"def call(args):\n    out = compiled.checked_native()({', '.join(values)})\n"
+         f"    return {dy}, {'out[0]' if compiled.has_primal else 'None'}\n", scope)
+    return scope["call"]
 
 
 # -- Jacobians --------------------------------------------------------------------------

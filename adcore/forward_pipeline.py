@@ -1,8 +1,11 @@
 """The forward-mode pipeline: the stages of :mod:`adcore.pipeline` (capture, clean, read,
 analyse) with the tangent generator of :mod:`adcore.forward` in place of the adjoint one;
-and calling a compiled tangent function on annotated arguments."""
+and calling a compiled tangent function on annotated arguments, checked in Python
+(:meth:`CompiledForward.run`) or, once a call's arguments have passed those checks, in
+native code (:meth:`CompiledForward.checked_native`)."""
 import itertools
 
+import numba
 from numba.core import types as nbtypes
 
 import numpy as np
@@ -36,6 +39,7 @@ class ForwardLayout:
         self.groups = [func.args[2 + sum(counts[:k]):2 + sum(counts[:k + 1])] for k in range(len(argtypes))]
         self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
         self.tangent_floats, self.duplicated, self.lanes = tangent_floats, duplicated, lanes
+        self.argtypes = argtypes
         fields = [restype] if self.has_primal else []
         self.tangent_field = len(fields) if self.ret_float else None
         fields += [restype] * lanes if self.ret_float else []
@@ -103,7 +107,9 @@ class CompiledForward(CompiledGradient):
         super().__init__(layout.pyname, symbol, layout.has_primal, shadowed, written, distinct,
                          lambda: irs, stub, None, native=stub)
         self.lanes, self.ret_float = layout.lanes, layout.ret_float
-        self.tangent_floats = layout.tangent_floats
+        self.tangent_floats, self.duplicated = layout.tangent_floats, layout.duplicated
+        self.argtypes = layout.argtypes
+        self._checked = None
 
     def run(self, anns, tangents):
         """Run on the primal values of ``anns`` with ``tangents[k]``, a list of k tangents
@@ -135,3 +141,75 @@ class CompiledForward(CompiledGradient):
             return None, value
         first = 1 if self.has_primal else 0
         return tuple(out[first:first + self.lanes]), value
+
+    @property
+    def checkable_natively(self):
+        """Whether :meth:`checked_native` can check this function's calls: compiled for
+        distinct arrays, every argument a number or an array that cannot overlap itself
+        (C or F layout), and internal shadows of C arrays (allocated like them)."""
+        if not self.distinct:
+            return False
+        plain = all(isinstance(t, (nbtypes.Number, nbtypes.Boolean))
+                    or isinstance(t, nbtypes.Array) and t.layout in "CF" for t in self.argtypes)
+        return plain and all(self.argtypes[k].layout == "C" for k in self.shadowed if k not in self.duplicated)
+
+    def checked_native(self):
+        """``checked(*arguments, *float tangents, *array tangents)`` (each argument's k
+        tangents, lane by lane; array tangents typed as their arrays): the native function
+        with :meth:`run`'s checks in native code.  It raises :class:`Unchecked`, before
+        anything runs, when some arrays share memory or a tangent is laid out unlike its
+        array (:meth:`run` then handles the call); it zeroes the internal shadows."""
+        if self._checked is None:
+            self._checked = _checked_stub(self)
+        return self._checked
+
+
+class Unchecked(Exception):
+    """A call :meth:`CompiledForward.checked_native` leaves to :meth:`CompiledForward.run`."""
+
+
+@numba.njit(cache=True)
+def _extent(a):
+    """The bytes ``[lo, hi)`` array ``a`` spans (``(0, 0)`` when empty)."""
+    if a.size == 0:
+        return 0, 0
+    lo = hi = np.intp(a.ctypes.data)
+    for n, stride in zip(a.shape, a.strides):
+        reach = stride * (n - 1)
+        if reach < 0:
+            lo += reach
+        else:
+            hi += reach
+    return lo, hi + a.itemsize
+
+
+@numba.njit(cache=True)
+def _any_overlap(lo, hi):
+    for i in range(len(lo)):
+        for j in range(i + 1, len(lo)):
+            if lo[i] < hi[j] and lo[j] < hi[i]:
+                return True
+    return False
+
+
+def _checked_stub(compiled):
+    """The njit function of :meth:`CompiledForward.checked_native`, generated for one
+    compiled tangent function."""
+    argtypes, lanes = compiled.argtypes, compiled.lanes
+    params = [f"a{k}" for k in range(len(argtypes))]
+    floats = [f"f{k}_{j}" for k in compiled.tangent_floats for j in range(lanes)]
+    tangent = {(k, j): f"t{k}_{j}" for k in compiled.duplicated for j in range(lanes)}
+    arrays = [f"a{k}" for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)] + list(tangent.values())
+    body = [f"    if {t}.shape != a{k}.shape or {t}.strides != a{k}.strides:\n        raise Unchecked\n"
+            for (k, _), t in tangent.items()]
+    body.append(f"    lo = np.empty({len(arrays)}, np.intp)\n    hi = np.empty({len(arrays)}, np.intp)\n")
+    body += [f"    lo[{i}], hi[{i}] = extent({a})\n" for i, a in enumerate(arrays)]
+    body.append("    if any_overlap(lo, hi):\n        raise Unchecked\n")
+    shadows = [tangent.get((k, j), f"np.zeros_like(a{k})") for k in compiled.shadowed for j in range(lanes)]
+    names = ", ".join(params + floats + list(tangent.values()))
+    body.append(f"    return native({', '.join(params + floats + shadows)})\n")
+    scope = {"np": np, "Unchecked": Unchecked, "extent": _extent, "any_overlap": _any_overlap,
+             "native": compiled.native}
+    exec(f"def checked({names}):\n{''.join(body)}", scope)
+    tangent_types = [argtypes[k] for k in compiled.tangent_floats + compiled.duplicated for _ in range(lanes)]
+    return numba.njit((*argtypes, *tangent_types))(scope["checked"])
