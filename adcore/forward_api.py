@@ -23,7 +23,7 @@ from .numba_abi import target_machine
 
 BATCH = 8                        # directions per pass of jacobian(Forward) and hessian
 _cache = api._Bounded()
-_checked = api._Bounded()        # a call's _call_key -> (CompiledForward, default values)
+_checked = {}                    # a call's _call_key -> its checked call (_checked_caller)
 _lock = threading.RLock()
 
 
@@ -119,21 +119,38 @@ def autodiff_forward(mode, f, *args):
         dy, value = call(args)
     except Unchecked:
         dy, value = _call(f, args, key)
+    except TypeError:                  # Numba's dispatch: types the checked call was not made for
+        if _types(args) == call.types:     # no: the kernel raised it
+            raise
+        dy, value = _call(f, args, key)
     return (dy, value) if mode.with_primal else dy
 
 
 def _call_key(f, args):
-    """What a call can tell cheaply that selects its checked native call: ``f`` and each
-    argument's annotation, type and tangents' types."""
+    """What a call can tell cheaply that selects its checked native call: ``f``, each
+    argument's annotation, the dtype and dimensions of arrays (Numba's dispatch of the
+    checked call checks the rest of their types), else the type of values and tangents."""
     parts = [f]
     for a in args:
         if isinstance(a, (Duplicated, BatchDuplicated)):
-            parts.append((type(a), type_key(a.val), type_key(a.dval)))
+            tangents = a.dval
+            parts.append((type(a), _kind(a.val),
+                          tuple(map(type, tangents)) if isinstance(tangents, tuple) else type(tangents)))
         elif isinstance(a, Annotation):
-            parts.append((type(a), type_key(a.val)))
+            parts.append((type(a), _kind(a.val)))
         else:
-            parts.append(type_key(a))
+            parts.append(_kind(a))
     return tuple(parts)
+
+
+def _kind(v):
+    return (v.dtype.char, v.ndim) if isinstance(v, np.ndarray) else type(v)
+
+
+def _types(args):
+    """The types of ``args``' values and tangents (:func:`adcore.arguments.type_key`)."""
+    return tuple((type_key(a.val), type_key(getattr(a, "dval", None))) if isinstance(a, Annotation)
+                 else type_key(a) for a in args)
 
 
 def _call(f, args, key):
@@ -145,6 +162,8 @@ def _call(f, args, key):
     compiled = _compiled(f, everything, tangents, lanes)
     dys, value = compiled.run(everything, tangents)
     if _natively_checkable(compiled, everything, tangents):
+        if len(_checked) >= api._Bounded.limit:        # the oldest goes
+            del _checked[next(iter(_checked))]
         _checked[key] = _checked_caller(compiled, args, [a.val for a in everything[len(anns):]])
     batched = any(isinstance(a, BatchDuplicated) for a in anns)
     return (dys if dys is None or batched else dys[0]), value
@@ -179,7 +198,9 @@ def _checked_caller(compiled, args, defaults):
     scope = {"compiled": compiled, "defaults": defaults}
     exec(f"def call(args):\n    out = compiled.checked_native()({', '.join(values)})\n"
          f"    return {dy}, {'out[0]' if compiled.has_primal else 'None'}\n", scope)
-    return scope["call"]
+    call = scope["call"]
+    call.types = _types(args)
+    return call
 
 
 # -- Jacobians --------------------------------------------------------------------------
