@@ -18,7 +18,7 @@ from .arguments import (_check_memory, annotate, check_shadow, distinct as _dist
                         share_memory, type_key)
 from .capture import Kernel, argument_types
 from .errors import ActivityError, UnsupportedError
-from .forward_pipeline import Unchecked, differentiate_forward
+from .forward_pipeline import differentiate_forward
 from .numba_abi import target_machine
 
 BATCH = 8                        # directions per pass of jacobian(Forward) and hessian
@@ -117,7 +117,7 @@ def autodiff_forward(mode, f, *args):
         if call is None:
             raise Unchecked
         dy, value = call(args)
-    except Unchecked:
+    except (Unchecked, ActivityError):     # ActivityError: a tangent laid out unlike its array
         dy, value = _call(f, args, key)
     except TypeError:                  # Numba's dispatch: types the checked call was not made for
         if _types(args) == call.types:     # no: the kernel raised it
@@ -127,24 +127,21 @@ def autodiff_forward(mode, f, *args):
 
 
 def _call_key(f, args):
-    """What a call can tell cheaply that selects its checked native call: ``f``, each
-    argument's annotation, the dtype and dimensions of arrays (Numba's dispatch of the
-    checked call checks the rest of their types), else the type of values and tangents."""
+    """What a call can tell cheaply that selects its checked call (:func:`_checked_caller`):
+    ``f``, and for each argument its annotation, the dtype and dimensions of an array
+    (Numba's dispatch checks the rest of their types) or the type of a value, and the
+    types of its tangents."""
     parts = [f]
     for a in args:
-        if isinstance(a, (Duplicated, BatchDuplicated)):
-            tangents = a.dval
-            parts.append((type(a), _kind(a.val),
-                          tuple(map(type, tangents)) if isinstance(tangents, tuple) else type(tangents)))
-        elif isinstance(a, Annotation):
-            parts.append((type(a), _kind(a.val)))
+        cls = type(a)
+        v = a.val if issubclass(cls, Annotation) else a
+        kind = (v.dtype, v.ndim) if type(v) is np.ndarray else type(v)
+        if cls is Duplicated or cls is BatchDuplicated:
+            t = a.dval
+            parts += (cls, kind, tuple(map(type, t)) if type(t) is tuple else type(t))
         else:
-            parts.append(_kind(a))
+            parts += (cls, kind, None)
     return tuple(parts)
-
-
-def _kind(v):
-    return (v.dtype.char, v.ndim) if isinstance(v, np.ndarray) else type(v)
 
 
 def _types(args):
@@ -155,7 +152,7 @@ def _types(args):
 
 def _call(f, args, key):
     """``(tangent, value)`` of a call checked in Python (:meth:`CompiledForward.run`);
-    the next calls of ``key`` take the checked native call when they can."""
+    the next calls of ``key`` take the checked call (:func:`_checked_caller`) when they can."""
     anns, tangents, lanes = _annotate(args)
     everything = api._with_defaults(f, anns)
     tangents += [None] * (len(everything) - len(anns))
@@ -170,7 +167,7 @@ def _call(f, args, key):
 
 
 def _natively_checkable(compiled, anns, tangents):
-    """Whether calls like this one (same :func:`_call_key`) can take the checked native
+    """Whether calls like this one (same :func:`_call_key`) can take the checked
     call: arrays that share no memory, and tangents typed and laid out as their arrays."""
     return compiled.checkable_natively and all(
         numba.typeof(t) == compiled.argtypes[k] and t.strides == anns[k].val.strides
@@ -179,9 +176,8 @@ def _natively_checkable(compiled, anns, tangents):
 
 def _checked_caller(compiled, args, defaults):
     """``call(args) -> (tangent, value)`` for calls of ``args``' :func:`_call_key`: their
-    arguments, tangents and result unpacked as this call's, for the checked native call
-    (:meth:`CompiledForward.checked_native`; raises :class:`Unchecked` when the call
-    needs :func:`_call`)."""
+    arguments, tangents and result unpacked as this call's for the native function, which
+    checks that no arrays share memory (raises :class:`Unchecked` when some do)."""
     def lanes(k, convert=""):
         dval = f"args[{k}].dval"
         if isinstance(args[k], BatchDuplicated):
@@ -195,12 +191,16 @@ def _checked_caller(compiled, args, defaults):
     batched = any(isinstance(a, BatchDuplicated) for a in args)
     dy = "None" if not compiled.ret_float else \
         f"out[{first}:{first + compiled.lanes}]" if batched else f"out[{first}]"
-    scope = {"compiled": compiled, "defaults": defaults}
-    exec(f"def call(args):\n    out = compiled.checked_native()({', '.join(values)})\n"
+    scope = {"native": compiled.native, "defaults": defaults, "Unchecked": Unchecked}
+    exec(f"def call(args):\n    out = native({', '.join(values)})\n    if out[-1]:\n        raise Unchecked\n"
          f"    return {dy}, {'out[0]' if compiled.has_primal else 'None'}\n", scope)
     call = scope["call"]
     call.types = _types(args)
     return call
+
+
+class Unchecked(Exception):
+    """A call that :func:`_call` checks in Python: none like it before, or its arrays share memory."""
 
 
 # -- Jacobians --------------------------------------------------------------------------

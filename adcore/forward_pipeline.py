@@ -1,11 +1,8 @@
 """The forward-mode pipeline: the stages of :mod:`adcore.pipeline` (capture, clean, read,
 analyse) with the tangent generator of :mod:`adcore.forward` in place of the adjoint one;
-and calling a compiled tangent function on annotated arguments, checked in Python
-(:meth:`CompiledForward.run`) or, once a call's arguments have passed those checks, in
-native code (:meth:`CompiledForward.checked_native`)."""
+and calling a compiled tangent function on annotated arguments."""
 import itertools
 
-import numba
 from numba.core import types as nbtypes
 
 import numpy as np
@@ -23,7 +20,7 @@ _counter = itertools.count()
 
 class ForwardLayout:
     """Where each argument sits among the tangent function's LLVM parameters, and its
-    result struct ``(primal return?, k tangents of a float return..., int64)``.
+    result struct ``(primal return?, k tangents of a float return..., status)``.
     ``tangent_floats`` are the float arguments with tangents, ``duplicated`` the arrays."""
 
     def __init__(self, primal_, argtypes, tangent_floats, duplicated, lanes):
@@ -43,6 +40,7 @@ class ForwardLayout:
         fields = [restype] if self.has_primal else []
         self.tangent_field = len(fields) if self.ret_float else None
         fields += [restype] * lanes if self.ret_float else []
+        self.status_field = len(fields)
         self.result = nbtypes.Tuple(tuple(fields + [nbtypes.int64]))
         self.result_ir = str(ctx.get_value_type(self.result))
         self.func = func
@@ -56,8 +54,9 @@ class ForwardLayout:
                    for k in self.duplicated + sorted(scratch)]
         return ForwardSpec(symbol, self.pyname, self.lanes,
                            [args.index(self.groups[k][0]) for k in self.tangent_floats],
-                           shadows, self.result_ir, self.tangent_field,
-                           [args.index(self.data_pointer(k)) for k in self.arrays] if distinct else ())
+                           shadows, len(self.duplicated), self.result_ir, self.tangent_field, self.status_field,
+                           {args.index(self.data_pointer(k)): self.argtypes[k].ndim for k in self.arrays}
+                           if distinct else None)
 
 
 def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lanes, distinct,
@@ -86,30 +85,29 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         with stage("compile"):
             optimised_ir = native.compile_ir(numba_abi.bind_environments(tangent_ir), symbol,
                                              layout.pyname).ir
-        shadowed = duplicated + sorted(scratch)
         n = len(argtypes)
         with stage("stub"):
             floats = [argtypes[k] for k in tangent_floats for _ in range(lanes)]
-            arrays = [argtypes[k] for k in shadowed for _ in range(lanes)]
+            arrays = [argtypes[k] for k in duplicated for _ in range(lanes)]
             checks = [(n + len(floats) + i, k, f"the tangent of argument {k}")
-                      for i, k in enumerate(k for k in shadowed for _ in range(lanes))]
+                      for i, k in enumerate(k for k in duplicated for _ in range(lanes))]
             stub = native.make_stub(symbol, list(argtypes) + floats + arrays, layout.result, checks)
         irs = (primal_.ir, tangent_ir, optimised_ir)
-        return CompiledForward(layout, symbol, stub, shadowed,
-                               pipeline.written_arguments(layout, analyses.clobbers), distinct, irs)
+        return CompiledForward(layout, symbol, stub, pipeline.written_arguments(layout, analyses.clobbers),
+                               distinct, irs)
 
 
 class CompiledForward(CompiledGradient):
-    """One native tangent function: ``native(*arguments, *float tangents, *shadows)`` (k of
-    each, lane by lane) returns ``(primal return?, k tangents of a float return..., 0)``."""
+    """One native tangent function: ``native(*arguments, *float tangents, *array tangents)``
+    (k of each, lane by lane) returns ``(primal return?, k tangents of a float return...,
+    status)`` (status: see :class:`adcore.forward.ForwardSpec`)."""
 
-    def __init__(self, layout, symbol, stub, shadowed, written, distinct, irs):
-        super().__init__(layout.pyname, symbol, layout.has_primal, shadowed, written, distinct,
+    def __init__(self, layout, symbol, stub, written, distinct, irs):
+        super().__init__(layout.pyname, symbol, layout.has_primal, layout.duplicated, written, distinct,
                          lambda: irs, stub, None, native=stub)
         self.lanes, self.ret_float = layout.lanes, layout.ret_float
         self.tangent_floats, self.duplicated = layout.tangent_floats, layout.duplicated
         self.argtypes = layout.argtypes
-        self._checked = None
 
     def run(self, anns, tangents):
         """Run on the primal values of ``anns`` with ``tangents[k]``, a list of k tangents
@@ -122,12 +120,9 @@ class CompiledForward(CompiledGradient):
         primals = [a.val for a in anns]
         floats = [t for k in self.tangent_floats for t in tangents[k]]
         shadows, copies = [], []
-        for k in self.shadowed:
-            for j in range(self.lanes):
-                d = tangents[k][j] if tangents[k] is not None else None
-                if d is None:
-                    shadows.append(_like_strides(primals[k], None))
-                elif d.strides != primals[k].strides:
+        for k in self.duplicated:
+            for d in tangents[k]:
+                if d.strides != primals[k].strides:
                     tmp = _like_strides(primals[k], d)
                     copies.append((d, tmp))
                     shadows.append(tmp)
@@ -144,72 +139,8 @@ class CompiledForward(CompiledGradient):
 
     @property
     def checkable_natively(self):
-        """Whether :meth:`checked_native` can check this function's calls: compiled for
-        distinct arrays, every argument a number or an array that cannot overlap itself
-        (C or F layout), and internal shadows of C arrays (allocated like them)."""
-        if not self.distinct:
-            return False
-        plain = all(isinstance(t, (nbtypes.Number, nbtypes.Boolean))
-                    or isinstance(t, nbtypes.Array) and t.layout in "CF" for t in self.argtypes)
-        return plain and all(self.argtypes[k].layout == "C" for k in self.shadowed if k not in self.duplicated)
-
-    def checked_native(self):
-        """``checked(*arguments, *float tangents, *array tangents)`` (each argument's k
-        tangents, lane by lane; array tangents typed as their arrays): the native function
-        with :meth:`run`'s checks in native code.  It raises :class:`Unchecked`, before
-        anything runs, when some arrays share memory or a tangent is laid out unlike its
-        array (:meth:`run` then handles the call); it zeroes the internal shadows."""
-        if self._checked is None:
-            self._checked = _checked_stub(self)
-        return self._checked
-
-
-class Unchecked(Exception):
-    """A call :meth:`CompiledForward.checked_native` leaves to :meth:`CompiledForward.run`."""
-
-
-@numba.njit(cache=True)
-def _extent(a):
-    """The bytes ``[lo, hi)`` array ``a`` spans (``(0, 0)`` when empty)."""
-    if a.size == 0:
-        return 0, 0
-    lo = hi = np.intp(a.ctypes.data)
-    for n, stride in zip(a.shape, a.strides):
-        reach = stride * (n - 1)
-        if reach < 0:
-            lo += reach
-        else:
-            hi += reach
-    return lo, hi + a.itemsize
-
-
-@numba.njit(cache=True)
-def _any_overlap(lo, hi):
-    for i in range(len(lo)):
-        for j in range(i + 1, len(lo)):
-            if lo[i] < hi[j] and lo[j] < hi[i]:
-                return True
-    return False
-
-
-def _checked_stub(compiled):
-    """The njit function of :meth:`CompiledForward.checked_native`, generated for one
-    compiled tangent function."""
-    argtypes, lanes = compiled.argtypes, compiled.lanes
-    params = [f"a{k}" for k in range(len(argtypes))]
-    floats = [f"f{k}_{j}" for k in compiled.tangent_floats for j in range(lanes)]
-    tangent = {(k, j): f"t{k}_{j}" for k in compiled.duplicated for j in range(lanes)}
-    arrays = [f"a{k}" for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)] + list(tangent.values())
-    body = [f"    if {t}.shape != a{k}.shape or {t}.strides != a{k}.strides:\n        raise Unchecked\n"
-            for (k, _), t in tangent.items()]
-    body.append(f"    lo = np.empty({len(arrays)}, np.intp)\n    hi = np.empty({len(arrays)}, np.intp)\n")
-    body += [f"    lo[{i}], hi[{i}] = extent({a})\n" for i, a in enumerate(arrays)]
-    body.append("    if any_overlap(lo, hi):\n        raise Unchecked\n")
-    shadows = [tangent.get((k, j), f"np.zeros_like(a{k})") for k in compiled.shadowed for j in range(lanes)]
-    names = ", ".join(params + floats + list(tangent.values()))
-    body.append(f"    return native({', '.join(params + floats + shadows)})\n")
-    scope = {"np": np, "Unchecked": Unchecked, "extent": _extent, "any_overlap": _any_overlap,
-             "native": compiled.native}
-    exec(f"def checked({names}):\n{''.join(body)}", scope)
-    tangent_types = [argtypes[k] for k in compiled.tangent_floats + compiled.duplicated for _ in range(lanes)]
-    return numba.njit((*argtypes, *tangent_types))(scope["checked"])
+        """Whether calls may leave the checks of shared memory to the native function (its
+        status -1, :class:`adcore.forward.ForwardSpec`): compiled for distinct arrays,
+        every argument a number or an array that cannot overlap itself (C or F layout)."""
+        return self.distinct and all(isinstance(t, (nbtypes.Number, nbtypes.Boolean))
+                                     or isinstance(t, nbtypes.Array) and t.layout in "CF" for t in self.argtypes)
