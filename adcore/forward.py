@@ -38,12 +38,14 @@ class ForwardSpec:
     arrays), the others zeroed internally; ``result_type`` the LLVM struct ``retptr`` points to,
     ``tangent_field`` its first tangent field (None: the return has no tangent) and
     ``status_field`` its i64 field: 0, or -1 when the function was compiled for arrays
-    that share no memory (``noalias``) and some do (it returns at once, having run nothing)."""
+    that share no memory (``noalias``), ``checks_overlap`` and some do (it returns at once,
+    having run nothing)."""
 
     split = None          # forward mode differentiates no function as a call (adjoint.Spec.split)
 
     def __init__(self, symbol, pyname, lanes, tangent_args, shadows, given, result_type, tangent_field,
-                 status_field, noalias=None):
+                 status_field, noalias=None, checks_overlap=False):
+        self.checks_overlap = checks_overlap
         self.symbol, self.pyname, self.lanes = symbol, pyname, lanes
         self.tangent_args, self.shadows, self.given = tangent_args, shadows, given
         self.result_type, self.tangent_field, self.status_field = result_type, tangent_field, status_field
@@ -167,7 +169,7 @@ class TangentGenerator(GeneratorBase):
             for j in range(self.spec.lanes):
                 entry.append(f"  store {t} {float_const(t, 0)}, ptr {self.result_field(j, entry)}")
         start = self.e.fresh("start")
-        entry += self.overlap_check(start) if self.spec.noalias else [f"  br label {start}"]
+        entry += self.overlap_check(start) if self.spec.checks_overlap else [f"  br label {start}"]
         entry += [f"{start[1:]}:"] + self.internal_shadows() + [f"  br label {self.func.entry.ref}"]
         text = f"define i32 @{self.spec.symbol}({', '.join(self.params)}) {{\n" \
                + "\n".join(entry + body + self.e.lines) + "\n}\n"

@@ -160,7 +160,7 @@ def _call(f, args, key):
     dys, value = compiled.run(everything, tangents)
     if _natively_checkable(compiled, everything, tangents):
         if len(_checked) >= api._Bounded.limit:        # the oldest goes
-            del _checked[next(iter(_checked))]
+            _checked.pop(next(iter(_checked)), None)
         _checked[key] = _checked_caller(compiled, args, [a.val for a in everything[len(anns):]])
     batched = any(isinstance(a, BatchDuplicated) for a in anns)
     return (dys if dys is None or batched else dys[0]), value

@@ -16,6 +16,7 @@ from .forward import ForwardSpec, TangentGenerator, tangent_module
 from .timings import compiling, stage
 
 _counter = itertools.count()
+MAX_CHECKED_ARRAYS = 40      # a tangent function checks that its arrays share no memory up to this many (pairwise)
 
 
 class ForwardLayout:
@@ -37,6 +38,7 @@ class ForwardLayout:
         self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
         self.tangent_floats, self.duplicated, self.lanes = tangent_floats, duplicated, lanes
         self.argtypes = argtypes
+        self.checks_overlap = len(self.arrays) + lanes * len(duplicated) <= MAX_CHECKED_ARRAYS
         fields = [restype] if self.has_primal else []
         self.tangent_field = len(fields) if self.ret_float else None
         fields += [restype] * lanes if self.ret_float else []
@@ -56,7 +58,7 @@ class ForwardLayout:
                            [args.index(self.groups[k][0]) for k in self.tangent_floats],
                            shadows, len(self.duplicated), self.result_ir, self.tangent_field, self.status_field,
                            {args.index(self.data_pointer(k)): self.argtypes[k].ndim for k in self.arrays}
-                           if distinct else None)
+                           if distinct else None, distinct and self.checks_overlap)
 
 
 def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lanes, distinct,
@@ -107,7 +109,7 @@ class CompiledForward(CompiledGradient):
                          lambda: irs, stub, None, native=stub)
         self.lanes, self.ret_float = layout.lanes, layout.ret_float
         self.tangent_floats, self.duplicated = layout.tangent_floats, layout.duplicated
-        self.argtypes = layout.argtypes
+        self.argtypes, self.checks_overlap = layout.argtypes, layout.checks_overlap
 
     def run(self, anns, tangents):
         """Run on the primal values of ``anns`` with ``tangents[k]``, a list of k tangents
@@ -142,5 +144,5 @@ class CompiledForward(CompiledGradient):
         """Whether calls may leave the checks of shared memory to the native function (its
         status -1, :class:`adcore.forward.ForwardSpec`): compiled for distinct arrays,
         every argument a number or an array that cannot overlap itself (C or F layout)."""
-        return self.distinct and all(isinstance(t, (nbtypes.Number, nbtypes.Boolean))
+        return self.distinct and self.checks_overlap and all(isinstance(t, (nbtypes.Number, nbtypes.Boolean))
                                      or isinstance(t, nbtypes.Array) and t.layout in "CF" for t in self.argtypes)
