@@ -288,6 +288,8 @@ def test_repeated_calls_are_checked_natively_as_the_first():
     wide = np.zeros(10)
     wide[::2] = t                      # laid out unlike x: copied, as in the first call
     assert adcore.autodiff(Forward, readme, 0.3, Duplicated(x, wide[::2]), np.zeros(5)) == calls[0]
+    out = np.zeros(10)[::-2]           # its internal shadow laid out as it: backwards
+    assert adcore.autodiff(Forward, readme, 0.3, Duplicated(x, t), out) == pytest.approx(calls[0], rel=1e-12)
     for tangent, match in [(x, "shares memory with its own array"), (np.zeros(4), r"float64\[4\]"),
                            (np.zeros(5, np.float32), "tangent is float32"), (t[::-1].copy(), None)]:
         tangent.flags.writeable = match is not None
