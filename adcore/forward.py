@@ -1,8 +1,10 @@
 """Tangent generation: from one cleaned primal function to one forward-mode function.
 
 The tangent function has Numba's calling convention: ``i32 @tan(ptr retptr, ptr excinfo,
-<primal arguments>, <tangents of float arguments>, <shadow arrays>)`` with ``k`` tangents
-(lanes) per float argument and ``k`` shadows per shadowed array.  It runs the primal
+<primal arguments>, <tangents of float arguments>, <tangents of arrays>)`` with ``k``
+tangents (lanes) per float argument and array; Const arrays that receive derivatives get
+``k`` zeroed internal shadows.  Compiled for arrays that share no memory, it first checks
+that they do not (else it returns status -1, having run nothing).  It runs the primal
 blocks once; right after each active instruction come its ``k`` tangents (the rule table
 of :mod:`adcore.rules`: :func:`adcore.rules.tangent_rule`), after each pointer into
 shadowed memory its ``k`` shadow pointers (:mod:`adcore.shadows`), after each store into
@@ -18,7 +20,7 @@ zero guards ``select (v == 0), 0, v·p`` (:meth:`adcore.emit.Expr.unless_zero`) 
 differentiated as the ``v·p`` they stand for: at ``v = 0`` its tangent is ``dv·p``, not the
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
-from . import runtime
+from . import numba_abi, runtime
 from .emit import Emitter, GeneratorBase, Expr, float_const
 from .errors import UnsupportedError
 from .forward_calls import forward_rule_call
@@ -32,17 +34,22 @@ from .shadows import shadow_pointers
 class ForwardSpec:
     """What to differentiate in forward mode: ``lanes`` directions; ``tangent_args`` the
     LLVM argument indices of float arguments with tangents; ``shadows`` as in
-    :class:`adcore.adjoint.Spec`; ``result_type`` the LLVM struct ``retptr`` points to and
-    ``tangent_field`` its first tangent field (None: the return has no tangent)."""
+    :class:`adcore.adjoint.Spec`, the first ``given`` of them parameters (tangents of
+    arrays), the others zeroed internally; ``result_type`` the LLVM struct ``retptr`` points to,
+    ``tangent_field`` its first tangent field (None: the return has no tangent) and
+    ``status_field`` its i64 field: 0, or -1 when the function was compiled for arrays
+    that share no memory (``noalias``), ``checks_overlap`` and some do (it returns at once,
+    having run nothing)."""
 
     split = None          # forward mode differentiates no function as a call (adjoint.Spec.split)
 
-    def __init__(self, symbol, pyname, lanes, tangent_args, shadows, result_type, tangent_field,
-                 noalias=()):
+    def __init__(self, symbol, pyname, lanes, tangent_args, shadows, given, result_type, tangent_field,
+                 status_field, noalias=None, checks_overlap=False):
+        self.checks_overlap = checks_overlap
         self.symbol, self.pyname, self.lanes = symbol, pyname, lanes
-        self.tangent_args, self.shadows = tangent_args, shadows
-        self.result_type, self.tangent_field = result_type, tangent_field
-        self.noalias = noalias      # data arg indices of arrays that share no memory (and their tangents)
+        self.tangent_args, self.shadows, self.given = tangent_args, shadows, given
+        self.result_type, self.tangent_field, self.status_field = result_type, tangent_field, status_field
+        self.noalias = noalias or {}   # data arg index -> ndim of arrays that share no memory (nor tangents)
 
     # what :func:`adcore.pipeline.analyse` reads
     @property
@@ -107,12 +114,21 @@ class TangentGenerator(GeneratorBase):
                 self.params.append(f"{arg.type} {ref}")
                 self.arg_tangent[arg, j] = ref
         shadow_refs = [{} for _ in range(k)]
+        self.array_fields = [[a.ref for a in args[d - numba_abi.DATA:d + 1 + 2 * nd]]
+                             for d, nd in spec.noalias.items()]
+        self.internal = []               # (fields of an array, its k internal shadows)
         for s, (data_index, types, data_pos) in enumerate(spec.shadows):
+            if s >= spec.given:
+                refs = [self.e.fresh(f"ish{s}.{j}") for j in range(k)]
+                fields = args[data_index - data_pos:data_index - data_pos + len(types)]
+                self.internal.append(([a.ref for a in fields], refs))
             for j in range(k):
                 names = [f"%ad.tsh{s}.{j}.{p}" for p in range(len(types))]
-                self.params += [f"{t}{' noalias' if p == data_pos and spec.noalias else ''} {n}"
-                                for p, (t, n) in enumerate(zip(types, names))]
-                shadow_refs[j][args[data_index]] = names[data_pos]
+                if s < spec.given:
+                    self.params += [f"{t}{' noalias' if p == data_pos and spec.noalias else ''} {n}"
+                                    for p, (t, n) in enumerate(zip(types, names))]
+                    self.array_fields.append(names)
+                shadow_refs[j][args[data_index]] = names[data_pos] if s < spec.given else refs[j]
         self.lanes = [_Lane(self, j, shadow_refs[j]) for j in range(k)]
         self.names = {}
 
@@ -147,14 +163,65 @@ class TangentGenerator(GeneratorBase):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas
+        entry.append(f"  store i64 0, ptr {self.status(entry)}")
         if self.spec.tangent_field is not None:      # the return's tangents start at zero
             t = self.ret_type
             for j in range(self.spec.lanes):
                 entry.append(f"  store {t} {float_const(t, 0)}, ptr {self.result_field(j, entry)}")
-        entry.append(f"  br label {self.func.entry.ref}")
+        start = self.e.fresh("start")
+        entry += self.overlap_check(start) if self.spec.checks_overlap else [f"  br label {start}"]
+        entry += [f"{start[1:]}:"] + self.internal_shadows() + [f"  br label {self.func.entry.ref}"]
         text = f"define i32 @{self.spec.symbol}({', '.join(self.params)}) {{\n" \
                + "\n".join(entry + body + self.e.lines) + "\n}\n"
         return text + runtime.helpers(self.stack_types)
+
+    def status(self, lines):
+        """The address of the result's status field (emitted into ``lines``)."""
+        ref = self.e.fresh("status")
+        lines.append(f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr %retptr, i32 0, "
+                     f"i32 {self.spec.status_field}")
+        return ref
+
+    def internal_shadows(self):
+        """Lines allocating the zeroed internal shadows (freed on return), each laid out
+        as its array: the same offsets from the bytes it spans."""
+        lines, emit = self.emitter_into()
+        for fields, refs in self.internal:
+            lo, hi = _byte_span(fields, emit)
+            offset = emit(f"sub i64 {emit(f'ptrtoint ptr {fields[numba_abi.DATA]} to i64')}, {lo}")
+            for ref in refs:
+                base = emit(f"call ptr @ad.shadow.raw(i64 {emit(f'sub i64 {hi}, {lo}')})")
+                lines.append(f"  call void @ad.push.ptr(ptr {self.rawfrees}, ptr {base})")
+                lines.append(f"  {ref} = getelementptr i8, ptr {base}, i64 {offset}")
+        return lines
+
+    def emitter_into(self):
+        """``(lines, emit)``: ``emit(text)`` appends ``%new = text`` to ``lines``, returns ``%new``."""
+        lines = []
+
+        def emit(text):
+            ref = self.e.fresh("t")
+            lines.append(f"  {ref} = {text}")
+            return ref
+        return lines, emit
+
+    def overlap_check(self, start):
+        """The end of the entry block when the arrays were to share no memory: if any two
+        of them (arguments and tangents) do, status -1 and return before anything runs;
+        else on to ``start``."""
+        lines, emit = self.emitter_into()
+        spans = [_byte_span(fields, emit) for fields in self.array_fields]
+        clash = "false"
+        for i, (lo, hi) in enumerate(spans):
+            for lo2, hi2 in spans[i + 1:]:
+                both = emit(f"and i1 {emit(f'icmp ult i64 {lo}, {hi2}')}, {emit(f'icmp ult i64 {lo2}, {hi}')}")
+                clash = emit(f"or i1 {clash}, {both}")
+        refuse = self.e.fresh("clash")
+        lines.append(f"  br i1 {clash}, label {refuse}, label {start}")
+        lines.append(f"{refuse[1:]}:")
+        lines.append(f"  store i64 -1, ptr {self.status(lines)}")
+        lines.append("  ret i32 0")
+        return lines
 
     @property
     def ret_type(self):
@@ -334,6 +401,21 @@ class TangentGenerator(GeneratorBase):
         for stack in self.tangent_stacks():
             e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
         e.line(f"ret i32 {status}")
+
+
+def _byte_span(fields, emit):
+    """``(lo, hi)``: the addresses of the bytes an array spans, from its flattened fields
+    (``0, 0`` when it is empty, so that it meets no other)."""
+    nd = (len(fields) - numba_abi.SHAPE) // 2
+    lo = hi = emit(f"ptrtoint ptr {fields[numba_abi.DATA]} to i64")
+    for n, stride in zip(fields[numba_abi.SHAPE:numba_abi.SHAPE + nd], fields[numba_abi.SHAPE + nd:]):
+        reach = emit(f"mul i64 {emit(f'sub i64 {n}, 1')}, {stride}")
+        down = emit(f"icmp slt i64 {reach}, 0")
+        lo = emit(f"add i64 {lo}, {emit(f'select i1 {down}, i64 {reach}, i64 0')}")
+        hi = emit(f"add i64 {hi}, {emit(f'select i1 {down}, i64 0, i64 {reach}')}")
+    hi = emit(f"add i64 {hi}, {fields[numba_abi.ITEMSIZE]}")
+    empty = emit(f"icmp eq i64 {fields[numba_abi.NITEMS]}, 0")
+    return emit(f"select i1 {empty}, i64 0, i64 {lo}"), emit(f"select i1 {empty}, i64 0, i64 {hi}")
 
 
 def _no_stack(instr):

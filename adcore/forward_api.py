@@ -23,6 +23,7 @@ from .numba_abi import target_machine
 
 BATCH = 8                        # directions per pass of jacobian(Forward) and hessian
 _cache = api._Bounded()
+_checked = {}                    # a call's _call_key -> its checked call (_checked_caller)
 _lock = threading.RLock()
 
 
@@ -110,14 +111,96 @@ def autodiff_forward(mode, f, *args):
     ``BatchDuplicated(x, (v1, ..., vk))`` gives k directions at once; the rest is Const.
     Returns the tangent of ``f``'s float return (a tuple of k with BatchDuplicated;
     ``None`` when ``f`` returns no float); with ``ForwardWithPrimal`` ``(tangent, value)``."""
+    key = _call_key(f, args)
+    call = _checked.get(key)
+    try:
+        if call is None:
+            raise Unchecked
+        dy, value = call(args)
+    except (Unchecked, ActivityError):     # ActivityError: a tangent laid out unlike its array
+        dy, value = _call(f, args, key)
+    except TypeError:                  # Numba's dispatch: types the checked call was not made for
+        if _types(args) == call.types:     # no: the kernel raised it
+            raise
+        dy, value = _call(f, args, key)
+    return (dy, value) if mode.with_primal else dy
+
+
+def _call_key(f, args):
+    """What a call can tell cheaply that selects its checked call (:func:`_checked_caller`):
+    ``f``, and for each argument its annotation, the dtype and dimensions of an array
+    (Numba's dispatch checks the rest of their types) or the type of a value, and the
+    types of its tangents."""
+    parts = [f]
+    for a in args:
+        cls = type(a)
+        v = a.val if issubclass(cls, Annotation) else a
+        kind = (v.dtype, v.ndim) if type(v) is np.ndarray else type(v)
+        if cls is Duplicated or cls is BatchDuplicated:
+            t = a.dval
+            parts += (cls, kind, tuple(map(type, t)) if type(t) is tuple else type(t))
+        else:
+            parts += (cls, kind, None)
+    return tuple(parts)
+
+
+def _types(args):
+    """The types of ``args``' values and tangents (:func:`adcore.arguments.type_key`)."""
+    return tuple((type_key(a.val), type_key(getattr(a, "dval", None))) if isinstance(a, Annotation)
+                 else type_key(a) for a in args)
+
+
+def _call(f, args, key):
+    """``(tangent, value)`` of a call checked in Python (:meth:`CompiledForward.run`);
+    the next calls of ``key`` take the checked call (:func:`_checked_caller`) when they can."""
     anns, tangents, lanes = _annotate(args)
     everything = api._with_defaults(f, anns)
     tangents += [None] * (len(everything) - len(anns))
     compiled = _compiled(f, everything, tangents, lanes)
     dys, value = compiled.run(everything, tangents)
+    if _natively_checkable(compiled, everything, tangents):
+        if len(_checked) >= api._Bounded.limit:        # the oldest goes
+            _checked.pop(next(iter(_checked)), None)
+        _checked[key] = _checked_caller(compiled, args, [a.val for a in everything[len(anns):]])
     batched = any(isinstance(a, BatchDuplicated) for a in anns)
-    dy = dys if dys is None or batched else dys[0]
-    return (dy, value) if mode.with_primal else dy
+    return (dys if dys is None or batched else dys[0]), value
+
+
+def _natively_checkable(compiled, anns, tangents):
+    """Whether calls like this one (same :func:`_call_key`) can take the checked
+    call: arrays that share no memory, and tangents typed and laid out as their arrays."""
+    return compiled.checkable_natively and all(
+        numba.typeof(t) == compiled.argtypes[k] and t.strides == anns[k].val.strides
+        for k in compiled.duplicated for t in tangents[k])
+
+
+def _checked_caller(compiled, args, defaults):
+    """``call(args) -> (tangent, value)`` for calls of ``args``' :func:`_call_key`: their
+    arguments, tangents and result unpacked as this call's for the native function, which
+    checks that no arrays share memory (raises :class:`Unchecked` when some do)."""
+    def lanes(k, convert=""):
+        dval = f"args[{k}].dval"
+        if isinstance(args[k], BatchDuplicated):
+            return [f"{convert}({dval}[{j}])" for j in range(compiled.lanes)]
+        return [f"{convert}({dval})"]
+    values = [f"args[{k}].val" if isinstance(a, Annotation) else f"args[{k}]" for k, a in enumerate(args)]
+    values += [f"defaults[{i}]" for i in range(len(defaults))]
+    values += [t for k in compiled.tangent_floats for t in lanes(k, "float")]
+    values += [t for k in compiled.duplicated for t in lanes(k)]
+    first = 1 if compiled.has_primal else 0
+    batched = any(isinstance(a, BatchDuplicated) for a in args)
+    dy = "None" if not compiled.ret_float else \
+        f"out[{first}:{first + compiled.lanes}]" if batched else f"out[{first}]"
+    scope = {"native": compiled.native, "defaults": defaults, "Unchecked": Unchecked}
+    exec(f"def call(args):\n    out = native({', '.join(values)})\n    if out[-1]:\n        raise Unchecked\n"
+         f"    return {dy}, {'out[0]' if compiled.has_primal else 'None'}\n", scope)
+    call = scope["call"]
+    call.types = _types(args)
+    return call
+
+
+class Unchecked(Exception):
+    """A call that :func:`_call` checks in Python: none like it before, or its arrays share memory."""
 
 
 # -- Jacobians --------------------------------------------------------------------------

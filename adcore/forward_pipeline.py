@@ -16,11 +16,12 @@ from .forward import ForwardSpec, TangentGenerator, tangent_module
 from .timings import compiling, stage
 
 _counter = itertools.count()
+MAX_CHECKED_ARRAYS = 40      # a tangent function checks that its arrays share no memory up to this many (pairwise)
 
 
 class ForwardLayout:
     """Where each argument sits among the tangent function's LLVM parameters, and its
-    result struct ``(primal return?, k tangents of a float return..., int64)``.
+    result struct ``(primal return?, k tangents of a float return..., status)``.
     ``tangent_floats`` are the float arguments with tangents, ``duplicated`` the arrays."""
 
     def __init__(self, primal_, argtypes, tangent_floats, duplicated, lanes):
@@ -36,9 +37,12 @@ class ForwardLayout:
         self.groups = [func.args[2 + sum(counts[:k]):2 + sum(counts[:k + 1])] for k in range(len(argtypes))]
         self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
         self.tangent_floats, self.duplicated, self.lanes = tangent_floats, duplicated, lanes
+        self.argtypes = argtypes
+        self.checks_overlap = len(self.arrays) + lanes * len(duplicated) <= MAX_CHECKED_ARRAYS
         fields = [restype] if self.has_primal else []
         self.tangent_field = len(fields) if self.ret_float else None
         fields += [restype] * lanes if self.ret_float else []
+        self.status_field = len(fields)
         self.result = nbtypes.Tuple(tuple(fields + [nbtypes.int64]))
         self.result_ir = str(ctx.get_value_type(self.result))
         self.func = func
@@ -52,8 +56,9 @@ class ForwardLayout:
                    for k in self.duplicated + sorted(scratch)]
         return ForwardSpec(symbol, self.pyname, self.lanes,
                            [args.index(self.groups[k][0]) for k in self.tangent_floats],
-                           shadows, self.result_ir, self.tangent_field,
-                           [args.index(self.data_pointer(k)) for k in self.arrays] if distinct else ())
+                           shadows, len(self.duplicated), self.result_ir, self.tangent_field, self.status_field,
+                           {args.index(self.data_pointer(k)): self.argtypes[k].ndim for k in self.arrays}
+                           if distinct else None, distinct and self.checks_overlap)
 
 
 def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lanes, distinct,
@@ -82,28 +87,29 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         with stage("compile"):
             optimised_ir = native.compile_ir(numba_abi.bind_environments(tangent_ir), symbol,
                                              layout.pyname).ir
-        shadowed = duplicated + sorted(scratch)
         n = len(argtypes)
         with stage("stub"):
             floats = [argtypes[k] for k in tangent_floats for _ in range(lanes)]
-            arrays = [argtypes[k] for k in shadowed for _ in range(lanes)]
+            arrays = [argtypes[k] for k in duplicated for _ in range(lanes)]
             checks = [(n + len(floats) + i, k, f"the tangent of argument {k}")
-                      for i, k in enumerate(k for k in shadowed for _ in range(lanes))]
+                      for i, k in enumerate(k for k in duplicated for _ in range(lanes))]
             stub = native.make_stub(symbol, list(argtypes) + floats + arrays, layout.result, checks)
         irs = (primal_.ir, tangent_ir, optimised_ir)
-        return CompiledForward(layout, symbol, stub, shadowed,
-                               pipeline.written_arguments(layout, analyses.clobbers), distinct, irs)
+        return CompiledForward(layout, symbol, stub, pipeline.written_arguments(layout, analyses.clobbers),
+                               distinct, irs)
 
 
 class CompiledForward(CompiledGradient):
-    """One native tangent function: ``native(*arguments, *float tangents, *shadows)`` (k of
-    each, lane by lane) returns ``(primal return?, k tangents of a float return..., 0)``."""
+    """One native tangent function: ``native(*arguments, *float tangents, *array tangents)``
+    (k of each, lane by lane) returns ``(primal return?, k tangents of a float return...,
+    status)`` (status: see :class:`adcore.forward.ForwardSpec`)."""
 
-    def __init__(self, layout, symbol, stub, shadowed, written, distinct, irs):
-        super().__init__(layout.pyname, symbol, layout.has_primal, shadowed, written, distinct,
+    def __init__(self, layout, symbol, stub, written, distinct, irs):
+        super().__init__(layout.pyname, symbol, layout.has_primal, layout.duplicated, written, distinct,
                          lambda: irs, stub, None, native=stub)
         self.lanes, self.ret_float = layout.lanes, layout.ret_float
-        self.tangent_floats = layout.tangent_floats
+        self.tangent_floats, self.duplicated = layout.tangent_floats, layout.duplicated
+        self.argtypes, self.checks_overlap = layout.argtypes, layout.checks_overlap
 
     def run(self, anns, tangents):
         """Run on the primal values of ``anns`` with ``tangents[k]``, a list of k tangents
@@ -116,12 +122,9 @@ class CompiledForward(CompiledGradient):
         primals = [a.val for a in anns]
         floats = [t for k in self.tangent_floats for t in tangents[k]]
         shadows, copies = [], []
-        for k in self.shadowed:
-            for j in range(self.lanes):
-                d = tangents[k][j] if tangents[k] is not None else None
-                if d is None:
-                    shadows.append(_like_strides(primals[k], None))
-                elif d.strides != primals[k].strides:
+        for k in self.duplicated:
+            for d in tangents[k]:
+                if d.strides != primals[k].strides:
                     tmp = _like_strides(primals[k], d)
                     copies.append((d, tmp))
                     shadows.append(tmp)
@@ -135,3 +138,11 @@ class CompiledForward(CompiledGradient):
             return None, value
         first = 1 if self.has_primal else 0
         return tuple(out[first:first + self.lanes]), value
+
+    @property
+    def checkable_natively(self):
+        """Whether calls may leave the checks of shared memory to the native function (its
+        status -1, :class:`adcore.forward.ForwardSpec`): compiled for distinct arrays,
+        every argument a number or an array that cannot overlap itself (C or F layout)."""
+        return self.distinct and self.checks_overlap and all(isinstance(t, (nbtypes.Number, nbtypes.Boolean))
+                                     or isinstance(t, nbtypes.Array) and t.layout in "CF" for t in self.argtypes)

@@ -26,7 +26,7 @@ float operands and carry their tangent: the same operation applied to the tangen
 import math
 import re
 
-from .emit import float_const
+from .emit import Expr, float_const
 from .ir import Operand, is_float_type, vector_shape
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
@@ -311,6 +311,19 @@ def rule_for(instr):
     return RULES[instr.opcode]
 
 
+class _AtOne(Expr):
+    """:class:`Expr` for rules evaluated at ``dy = 1`` (their partial derivatives): ``1·d``
+    is ``d`` itself and ``unless_zero(1, d)`` is ``d``, so that a partial that is an operand
+    stays that operand (a finite constant one then needs no zero test in ``scale``)."""
+
+    def mul(self, a, b):
+        one = self.c(1)
+        return b if str(a) == one else a if str(b) == one else super().mul(a, b)
+
+    def unless_zero(self, dy, value):
+        return value if str(dy) == self.c(1) else super().unless_zero(dy, value)
+
+
 class _Known:
     """A primal value as the rules see it in forward mode (already computed)."""
 
@@ -333,7 +346,9 @@ def tangent_rule(instr):
         return linear
 
     def chain(X, ins, tangents):
-        partials = adjoint(X, [_Known(o) for o in ins.operands], _Known(Operand(ins.ref, ins.type, ins)), X.c(1))
+        at_one = _AtOne(X.e, X.t)
+        partials = adjoint(at_one, [_Known(o) for o in ins.operands], _Known(Operand(ins.ref, ins.type, ins)),
+                           at_one.c(1))
         total = None
         for t, partial in zip(tangents, partials):
             if t is None or partial is None:

@@ -3,8 +3,9 @@ the forward derivative (one direction) and vector mode (8 directions in one pass
 the primal, and the Hessian-vector product (forward over adcore's reverse IR) next to the
 gradient.  Each derivative is checked: the tangent against the gradient's dot product with
 the direction, the 8 lanes likewise, the hvp against central differences of the gradient
-(tolerance 1e-4: the differences' own error).  The tangent arrays are refilled before each
-call (forward mode writes the tangents of the arrays a kernel overwrites into them).
+(tolerance 1e-4: the differences' own error).  For a kernel that overwrites x, x is restored
+and its tangents refilled before each call (forward mode writes the tangents of the arrays a
+kernel overwrites into them); the other kernels leave both untouched, so neither is copied.
 
     python -m bench forward
 """
@@ -41,26 +42,26 @@ class Case:
         self.v = rng.standard_normal(x.shape)
         self.vs = tuple(rng.standard_normal(x.shape) for _ in range(LANES))
         self.dx = np.zeros_like(x)
-        self.t = np.zeros_like(x)                         # tangents: written in place
-        self.ts = tuple(np.zeros_like(x) for _ in range(LANES))
+        self.t = self.v.copy()                            # tangents (written in place if inplace)
+        self.ts = tuple(v.copy() for v in self.vs)
 
-    def reset(self):
+    def reset(self, tangents=()):
+        """Restore x and refill ``(tangent, direction)`` pairs when the kernel overwrites x."""
         if self.inplace:
             self.x[...] = self.x0
+            for t, v in tangents:
+                t[...] = v
 
     def primal(self):
         self.reset()
         return self.f(self.x, *self.rest)
 
     def forward(self):
-        self.reset()
-        self.t[...] = self.v
+        self.reset([(self.t, self.v)])
         return adcore.autodiff(Forward, self.f, Duplicated(self.x, self.t), *map(Const, self.rest))
 
     def vector(self):
-        self.reset()
-        for t, v in zip(self.ts, self.vs):
-            t[...] = v
+        self.reset(zip(self.ts, self.vs))
         return adcore.autodiff(Forward, self.f, BatchDuplicated(self.x, self.ts), *map(Const, self.rest))
 
     def gradient(self):

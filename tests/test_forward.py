@@ -277,6 +277,28 @@ def test_tangent_of_the_wrong_shape_or_dtype(tangent, match):
         adcore.autodiff(Forward, readme, 0.3, Duplicated(rand(5), tangent), np.zeros(5))
 
 
+def test_repeated_calls_are_checked_natively_as_the_first():
+    """Calls after the first of a kind check their arguments in native code: the same
+    tangents, and what the Python checks refuse or copy is still refused or copied."""
+    x, t, eps = rand(5), rand(5, seed=3), 1e-6
+    fd = (readme(0.3, x + eps * t, np.zeros(5)) - readme(0.3, x - eps * t, np.zeros(5))) / (2 * eps)
+    calls = [adcore.autodiff(Forward, readme, 0.3, Duplicated(x, t), np.zeros(5)) for _ in range(3)]
+    np.testing.assert_allclose(calls, fd, rtol=1e-6)
+    assert calls[1] == calls[2] == calls[0]
+    wide = np.zeros(10)
+    wide[::2] = t                      # laid out unlike x: copied, as in the first call
+    assert adcore.autodiff(Forward, readme, 0.3, Duplicated(x, wide[::2]), np.zeros(5)) == calls[0]
+    out = np.zeros(10)[::-2]           # its internal shadow laid out as it: backwards
+    assert adcore.autodiff(Forward, readme, 0.3, Duplicated(x, t), out) == pytest.approx(calls[0], rel=1e-12)
+    for tangent, match in [(x, "shares memory with its own array"), (np.zeros(4), r"float64\[4\]"),
+                           (np.zeros(5, np.float32), "tangent is float32"), (t[::-1].copy(), None)]:
+        tangent.flags.writeable = match is not None
+        with pytest.raises(ActivityError, match=match or "read-only"):
+            adcore.autodiff(Forward, readme, 0.3, Duplicated(x, tangent), np.zeros(5))
+    with pytest.raises(ActivityError, match="the tangent of a float is a float"):
+        adcore.autodiff(Forward, readme, Duplicated(0.3, True), Duplicated(x, t), np.zeros(5))
+
+
 def test_batches_of_different_widths_and_shared_tangents():
     x = rand(5)
     with pytest.raises(ActivityError, match="different numbers of tangents"):
