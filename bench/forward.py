@@ -15,10 +15,10 @@ import numpy as np
 import adcore
 from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse
 
-from . import gmm
+from . import gmm, peers
 from .kernels import dense, logsumexp, sinxx, stencil
 from .registry import workload
-from .rows import failed, row
+from .rows import failed, row, skipped
 from .timing import first_call
 
 W = "forward"
@@ -35,8 +35,9 @@ class Case:
     """One kernel ``f(x, *rest)`` differentiated in its first argument (``inplace``: the
     kernel overwrites x, which each call first restores to ``x0``)."""
 
-    def __init__(self, name, size, f, x, rest, inplace=False):
+    def __init__(self, name, size, f, x, rest, inplace=False, xp_f=None):
         self.name, self.size, self.f, self.x, self.rest, self.inplace = name, size, f, x, rest, inplace
+        self.xp_f = xp_f                  # f(xp, x) in a numpy-like module, for JAX's jvp(grad)
         self.x0 = x.copy()
         rng = np.random.default_rng(1)
         self.v = rng.standard_normal(x.shape)
@@ -85,14 +86,34 @@ def cases(quick, size):
     inst = gmm.instance(5, max(2, int(10_000 * size)))      # 10x bench gmm's n: per-call overhead small
     K, d = inst.K, inst.d
     scratch = (np.zeros((K, d)), np.zeros(K), np.zeros(d), np.zeros(d), np.zeros(K))
+    tri = gmm.tri_matrix(d)
     return [
-        Case("sum(sin(x)*x*x)", f"n={n}", sinxx, x, ()),
-        Case("dense tanh layer", f"{m}x{m}, d/dW", dense, W_, (b, xv, y)),
+        Case("sum(sin(x)*x*x)", f"n={n}", sinxx, x, (), xp_f=lambda xp, x: xp.sum(xp.sin(x) * x * x)),
+        Case("dense tanh layer", f"{m}x{m}, d/dW", dense, W_, (b, xv, y),
+             xp_f=lambda xp, W: xp.sum(xp.tanh(W @ xv + b))),
         Case("in-place stencil", f"n={nu}, 10 steps", stencil, rng.standard_normal(nu), (10,), inplace=True),
-        Case("logsumexp", f"n={n}", logsumexp, x, ()),
+        Case("logsumexp", f"n={n}", logsumexp, x, (),
+             xp_f=lambda xp, x: xp.max(x) + xp.log(xp.sum(xp.exp(x - xp.max(x))))),
         Case("GMM objective", f"{inst.label()}, d/dicf", gmm_icf, inst.icf.copy(),
-             (inst.alphas, inst.means, inst.x, inst.gamma, inst.m) + scratch),
+             (inst.alphas, inst.means, inst.x, inst.gamma, inst.m) + scratch,
+             xp_f=lambda xp, icf: gmm.objective_xp(xp, inst.alphas, inst.means, icf, inst.x, tri,
+                                                   inst.gamma, inst.m)),
     ]
+
+
+def jax_hvp(c):
+    """JAX's Hessian-vector product ``jvp(grad(f))`` of case ``c``, jitted: a function of no
+    arguments returning a numpy array; or a note why there is none."""
+    jax = peers.get("jax")
+    if jax is None:
+        return peers.why("jax")
+    if c.xp_f is None:
+        return "no jax.numpy form (a sequential in-place sweep)"
+    import jax.numpy as jnp
+    f = lambda x: c.xp_f(jnp, x)                                  # noqa: E731
+    hvp = jax.jit(lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1])
+    x, v = jnp.asarray(c.x0), jnp.asarray(c.v)
+    return lambda: np.asarray(hvp(x, v).block_until_ready())
 
 
 def _rel(a, b):
@@ -101,8 +122,8 @@ def _rel(a, b):
 
 
 def case_rows(c, sampler):
-    """First calls (compiles) and checks, then the five timed side by side (interleaved
-    samples, so that a change of machine load hits them alike)."""
+    """First calls (compiles) and checks, then all timed side by side (interleaved samples,
+    so that a change of machine load hits them alike); JAX's hvp where it is installed."""
     case = c.name + ", " + c.size
     first_p, _ = first_call(c.primal)
     first_g, g = first_call(c.gradient)
@@ -117,6 +138,15 @@ def case_rows(c, sampler):
             first, out = first_call(fn)
             checked.append((impl, fn, err_of(out), ref, first))
         except Exception as exc:                  # reported as a failed check, never a crash
+            rows.append(failed(W, case, impl, exc))
+    peer, impl = jax_hvp(c), "JAX hvp: jvp(grad) (jit)"
+    if isinstance(peer, str):
+        rows.append(skipped(W, case, impl, peer))
+    else:
+        try:
+            first, out = first_call(peer)
+            checked.append((impl, peer, _rel(out, _fd_hvp(c)), 1, first))
+        except Exception as exc:                  # a peer's failure is a row, never a crash
             rows.append(failed(W, case, impl, exc))
     tp, tg, *times = sampler.interleaved([c.primal, c.gradient] + [fn for _, fn, _, _, _ in checked])
     rows = [row(W, case, "Numba primal", tp, first_call_s=first_p, note="reference"),
