@@ -17,7 +17,8 @@ setup(
         "threadpoolctl",  # bench: the BLAS/OpenMP thread pools in the results' environment
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "jsonschema", "matplotlib",  # bench: schema, charts
+        "test": ["pytest", "pytest-xdist", "hypothesis",            # tests run in 2 processes
+                 "jsonschema", "matplotlib",                        # bench: schema, charts
                  "scikit-learn"],                                   # the digits data set
         "digits": ["scikit-learn", "matplotlib"],   # python -m bench digits
         "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
