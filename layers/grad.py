@@ -36,5 +36,5 @@ def gradient(f, *args, zero=True):
     see ``withgradient``."""
     for a in args:
         if isinstance(a, Duplicated):
-            return stage(f, args, zero)[1]
+            return stage(f, args, zero, False)[1]
     return withgradient(f, *args).grad

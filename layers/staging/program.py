@@ -247,10 +247,13 @@ class Staged:
                 varying[k] = j - 1
         return varying
 
-    def run(self, dargs, grads, zero):
-        """``(val, grads)`` for the driver arguments ``dargs`` gathered from a call."""
+    def run(self, dargs, grads, zero, value=True):
+        """``(val, grads)`` for the driver arguments ``dargs`` gathered from a call
+        (``val`` is ``None`` unless ``value``)."""
         with self.lock:
             r = self.call.run(zero, dargs)
+            if not value:
+                return None, grads
             val = self.scalar(r) if self.scalar is not None else self._value(self.out, dargs)
         return val, grads
 
@@ -362,21 +365,24 @@ class _DirectCaller:
         self.run = lambda zero, dargs: driver(zero, *dargs)
 
 class _Caller:
-    """Calls the driver with the gathered arguments: the arrays at ``fixed`` positions as
-    addresses, computed again only when one of them is another object than at the last
-    call (an array keeps its data while referenced: ``optim.addresses``)."""
+    """Calls ``fn(*lead, addresses, *others)`` with gathered arguments ``dargs``: the arrays
+    at ``fixed`` positions as addresses, computed again only when one of them is another
+    object than at the last call (an array keeps its data while referenced:
+    ``optim.addresses``), the others in order.  ``run(*lead, dargs)``; ``lead`` names the
+    leading arguments passed through (the driver's ``zero``)."""
 
-    def __init__(self, driver, fixed, n):
+    def __init__(self, fn, fixed, n, lead=("zero",)):
         self.objects, self.addresses = [None] * len(fixed), np.zeros(len(fixed), np.int64)
         names = [f"a{k}" for k in range(n)]
         same = " and ".join(f"{names[k]} is F[{q}]" for q, k in enumerate(fixed)) or "True"
         others = "".join(f", {x}" for k, x in enumerate(names) if k not in fixed)
-        scope = {"driver": driver, "F": self.objects, "A": self.addresses}
-        exec(f"def run(zero, dargs):\n"
+        head = "".join(x + ", " for x in lead)
+        scope = {"fn": fn, "F": self.objects, "A": self.addresses}
+        exec(f"def run({head}dargs):\n"
              f"    {''.join(x + ', ' for x in names)}= dargs\n"
              f"    if not ({same}):\n"
              f"        refresh(dargs)\n"
-             f"    return driver(zero, A{others})\n", scope)
+             f"    return fn({head}A{others})\n", scope)
         scope["refresh"] = self._refresh
         self.fixed, self.run = fixed, scope["run"]
 
@@ -427,11 +433,12 @@ def _new(f, args):
         return Staged(f, args, float_inputs=False)
 
 
-def stage(f, args, zero):
-    """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args``."""
+def stage(f, args, zero, value=True):
+    """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args`` (``val``
+    is ``None`` unless ``value``)."""
     for e in _cache.get(getattr(f, "__code__", f), ()):   # the repeat call: lookup's first loop
         got = e.gather(f, *args)
         if got is not None:
-            return e.run(got[0], got[1], zero)
+            return e.run(got[0], got[1], zero, value)
     e, (dargs, grads) = lookup(f, args)
-    return e.run(dargs, grads, zero)
+    return e.run(dargs, grads, zero, value)
