@@ -18,10 +18,9 @@ import numpy as np
 import optim
 from adcore.disk_cache import CachedFunction
 from adcore.tree import child
-
-from .lower import Kind
 from optim.addresses import view
 
+from .lower import Kind
 from .program import Zeroing, _Caller, _zero, lookup
 
 
@@ -54,9 +53,14 @@ def _stack(staged, items, n_args):
     ``_column``); ``None`` when the items differ in structure, or in an argument that
     is not an array or a float."""
     if type(items[0]) is tuple:
-        if set(map(type, items)) != {tuple} or set(map(len, items)) != {n_args - 1}:
+        if set(map(type, items)) != {tuple}:
             return None
-        cols = list(zip(*items))
+        try:
+            cols = list(zip(*items, strict=True))    # ValueError: tuples of several lengths
+        except ValueError:
+            return None
+        if len(cols) != n_args - 1:
+            return None
     elif n_args == 2:
         cols = [items]
     else:
@@ -151,7 +155,8 @@ def _loop_source(staged, stacked, plan, fixed):
     for q, (k, sample) in enumerate(sorted(fixed.items())):
         shape = (sample.size,) if k >= len(flat) or flat[k] else sample.shape
         lines.append(f"    {names[k]} = view(addresses[{q}], {shape!r}, np.{sample.dtype.name})")
-    a, d, g, s = names[:na], names[na:na + nd], names[na + nd:na + nd + len(plan)], names[-1 - ns:-1]
+    a, d = names[:na], names[na:na + nd]
+    g, s = names[na + nd:na + nd + len(plan)], names[-1 - ns:-1]
     call = []
     for k in range(na):
         if k in stacked:
@@ -161,7 +166,8 @@ def _loop_source(staged, stacked, plan, fixed):
             call.append(a[k])
     call += d
     lines.append("    for it in range(n):")
-    lines += [f"        _zero({x}.reshape(-1))" for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
+    lines += [f"        _zero({x}.reshape(-1))"
+              for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
