@@ -76,6 +76,9 @@ def _jax(jax, init, xs, ys):
     def train(epochs):
         p = jax.block_until_ready(run(tuple(jnp.asarray(a) for a in init), epochs))
         return mean_loss(*(np.asarray(a) for a in p), xs, ys)
+    # Compile ``run`` now (``epochs`` is traced): on a busy machine a compile of over a
+    # second made the first timed call, compile included, the only sample.
+    train(1)
     return train
 
 

@@ -9,7 +9,7 @@ not depend on them), ``None`` for non-trainable parts.
 from adcore.annotations import Duplicated
 from adcore.tape import ValueAndGradient
 
-from .staging.program import loss_part as first_output, stage
+from .staging.program import gradients, loss_part as first_output, stage
 
 
 def withgradient(f, *args, zero=True):
@@ -36,5 +36,5 @@ def gradient(f, *args, zero=True):
     see ``withgradient``."""
     for a in args:
         if isinstance(a, Duplicated):
-            return stage(f, args, zero)[1]
+            return gradients(f, args, zero)
     return withgradient(f, *args).grad

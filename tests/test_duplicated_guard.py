@@ -30,6 +30,7 @@ def check(f, model=MODEL, dup=DUP):
     loss, ref = program.loss_part(val), program.loss_part(ref_val)
     assert float(loss) == pytest.approx(float(ref), rel=2e-5, abs=1e-6)
     assert_same(ref_grad[0], grad[0])
+    assert_same(ref_grad[0], gradient(f, dup)[0])   # gradient's guard that runs the driver
     return float(loss)
 
 

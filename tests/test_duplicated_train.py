@@ -130,6 +130,36 @@ def test_a_hyperparameter_changed_in_place_reaches_the_compiled_loop():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_arrays_replaced_between_compiled_train_calls_are_the_ones_trained():
+    """The loop takes the arrays as addresses: another weight or shadow array in place of
+    one between calls (the same plan), or a new setup, is followed, the old one left alone.
+    The reference model trains with a loss of its own (its own program and plan)."""
+    def ref_loss(m, x, y):
+        return (m(x) - y) ** 2
+
+    data = seed_data()[::8]
+    m1, m2 = seed_model(), seed_model()
+    d1, d2 = Duplicated(m1), Duplicated(m2)
+    s1, s2 = setup(Adam(), d1), setup(Adam(), d2)
+    train(seed_loss, d1, data, s1)
+    train(ref_loss, d2, data, s2)
+    loops = program.lookup(seed_loss, (d1,) + data[0])[0].loops
+    compiled = len(loops)
+    old = m1[0].weight
+    m1[0].weight = old.copy()
+    d1.dval[0].weight = np.zeros_like(old)
+    kept = old.copy()
+    for new_state in (False, True):
+        if new_state:
+            s1, s2 = setup(Adam(), d1), setup(Adam(), d2)
+        np.testing.assert_allclose(train(seed_loss, d1, data, s1),
+                                   train(ref_loss, d2, data, s2), rtol=1e-6)
+    np.testing.assert_array_equal(old, kept)
+    for a, b in zip(params(m1), params(m2)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert len(loops) == compiled      # a new state of the same structure: the same loop
+
+
 def test_batched_items_and_non_tuple_items():
     rng = np.random.default_rng(3)
     model, ref = Chain(Dense(3, 4, L.relu, rng=4), Dense(4, 2, rng=5)), \

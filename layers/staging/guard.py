@@ -6,7 +6,8 @@ Staging walks the arguments and what the loss reads (``reads.Reads``) once;
 on every leaf, identity checks on library objects (activation functions, ``only``, ...),
 and equality checks on ints and other plain values.  The generated ``gather(fn, *args)``
 (``fn`` the loss) returns ``None`` when anything differs (then the caller stages again)
-or the tuple of values the driver needs.
+or the tuple of values the driver needs; a variant returns the driver's call on them
+(``program.gradients``).
 """
 import numpy as np
 
@@ -70,18 +71,23 @@ class GuardWriter:
         self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
                    f"{var}.dtype is {self.const(value.dtype)}")
 
-    def source(self, ret):
+    def source(self, ret, lead=(), locked=False):
+        """``def gather(*lead, fn, a0, ...)`` returning ``ret`` when every check passes
+        (evaluated holding ``LOCK`` when ``locked``), else ``None``."""
         self.flush()
-        args = ", ".join(["fn"] + [f"a{k}" for k in range(self.nargs)])
+        args = ", ".join(list(lead) + ["fn"] + [f"a{k}" for k in range(self.nargs)])
         body = "\n".join(self.lines)
+        result = f"    with LOCK:\n        return {ret}\n" if locked else f"    return {ret}\n"
         return (f"def gather({args}):\n    try:\n" +
                 "\n".join("    " + line for line in body.splitlines()) +
                 f"\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
-                f"        return None\n    return {ret}\n")
+                f"        return None\n" + result)
 
-    def compile(self, ret):
-        scope = dict(self.env)
-        exec(self.source(ret), scope)
+    def compile(self, ret, lead=(), lock=None, **names):
+        """``source``'s function; ``lock`` is its ``LOCK``, ``names`` more globals ``ret``
+        uses."""
+        scope = dict(self.env, LOCK=lock, **names)
+        exec(self.source(ret, lead, lock is not None), scope)
         return scope["gather"]
 
 

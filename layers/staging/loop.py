@@ -5,7 +5,8 @@ axis and a generated ``@njit`` loop runs, per item: zero the shadows (as
 ``program.ZEROING`` says), call adcore's gradient (the compiled program's stub), stop
 on a non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public
 API) to each parameter, stopping with a step's ``check`` message when the value it
-checks is not finite.  Python runs once per call.
+checks is not finite.  Python runs once per call; every array but the stacked inputs
+reaches the loop as one array of addresses (``program._Caller``).
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
@@ -17,9 +18,10 @@ import numpy as np
 import optim
 from adcore.disk_cache import CachedFunction
 from adcore.tree import child
+from optim.addresses import view
 
 from .lower import Kind
-from .program import Zeroing, _zero, lookup
+from .program import Zeroing, _Caller, _zero, lookup
 
 
 def _items(data):
@@ -51,9 +53,14 @@ def _stack(staged, items, n_args):
     ``_column``); ``None`` when the items differ in structure, or in an argument that
     is not an array or a float."""
     if type(items[0]) is tuple:
-        if set(map(type, items)) != {tuple} or set(map(len, items)) != {n_args - 1}:
+        if set(map(type, items)) != {tuple}:
             return None
-        cols = list(zip(*items))
+        try:
+            cols = list(zip(*items, strict=True))    # ValueError: tuples of several lengths
+        except ValueError:
+            return None
+        if len(cols) != n_args - 1:
+            return None
     elif n_args == 2:
         cols = [items]
     else:
@@ -95,74 +102,80 @@ def _groups(staged, state):
 class _Plan:
     """What ``train`` calls the loop with for one optimiser state, kept between calls while
     the state's leaves keep their rules (and the rules their hyperparameters), state
-    arrays and frozen flags: the loop, the optimiser's state arrays and hyperparameters,
-    the messages of the steps' checks (``Step.check``) and the gradient workspaces."""
+    arrays and frozen flags: the loop (through a ``program._Caller``), the optimiser's
+    state arrays and hyperparameters, the messages of the steps' checks (``Step.check``)
+    and the gradient workspaces."""
 
-    def __init__(self, staged, state, stacked_positions, dargs):
+    def __init__(self, staged, state, stacked, dargs):
         self.state = state
         self.groups = _groups(staged, state)
-        self.marks = [(leaf, leaf.rule, copy.deepcopy(leaf.rule), leaf.state, leaf.frozen)
-                      for leaf, _ in self.groups]
-        plan, self.states, hyper = [], [], []
+        self.marks = [(leaf, leaf.rule, copy.deepcopy(leaf.rule.__dict__), leaf.state,
+                       leaf.frozen) for leaf, _ in self.groups]
+        plan, states, hyper = [], [], []
         for leaf, positions in self.groups:
             if leaf.frozen:
                 continue
             steps = leaf.rule.steps(leaf.state)     # NotImplementedError: no native steps
             plan.append((positions, steps))
             for st in steps:
-                self.states.extend(st.state)
+                states.extend(st.state)
                 hyper.extend(st.hyper)
-        self.hyper = np.array(hyper, dtype=np.float64)
         self.checks = [st.check for _, steps in plan for st in steps if st.check]
-        key = (stacked_positions, tuple(
-            (tuple(pos), tuple((st.kernel, len(st.state), len(st.hyper), st.check) for st in steps))
-            for pos, steps in plan))
-        self.loop = staged.loops.get(key)
-        if self.loop is None:
-            self.loop = staged.loops[key] = _compile_loop(staged, stacked_positions, plan)
-        self.grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
+        grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
+        self.tail = (*grads, *states, np.array(hyper, dtype=np.float64))
+        values = list(dargs) + list(self.tail)
+        fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) and k not in stacked]
+        source = _loop_source(staged, stacked, plan, {k: values[k] for k in fixed})
+        kernels = tuple(st.kernel for _, steps in plan for st in steps)
+        loop = staged.loops.get((source, kernels))
+        if loop is None:
+            loop = staged.loops[source, kernels] = _compile_loop(staged, source, plan)
+        self.call = _Caller(loop, fixed, len(values), lead=("n", "losses"))
 
     def current(self, state):
         return state is self.state and all(
-            leaf.rule is rule and rule == was and leaf.state is st and leaf.frozen == frozen
-            for leaf, rule, was, st, frozen in self.marks)
+            leaf.rule is rule and rule.__dict__ == was and leaf.state is st and
+            leaf.frozen == frozen for leaf, rule, was, st, frozen in self.marks)
 
 
-def _loop_source(staged, stacked, plan):
-    """Source of ``loop(n, *args, *shadows, *grads, *states, hyper, losses)`` returning
-    ``(items done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the ``k``-th checked
-    step's value not finite.  Flat views are made once, before the loop over items
-    (per-item inputs arrive as ``(n, size)``)."""
+def _loop_source(staged, stacked, plan, fixed):
+    """Source of ``loop(n, losses, addresses, *others)`` over the arguments
+    ``(*args, *shadows, *grads, *states, hyper)``: those at the positions of ``fixed``
+    (``{position: sample array}``) come as ``addresses`` (``optim.addresses``), the others
+    in order.  Returns ``(items done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the
+    ``k``-th checked step's value not finite.  Per-item inputs (positions in ``stacked``)
+    arrive as ``(n, size)`` or ``(n,)``."""
     na, nd = len(staged.flat), len(staged.dflat)
-    a = [f"a{k}" for k in range(na)]
-    d = [f"d{k}" for k in range(nd)]
-    g = [f"g{k}" for k in range(len(plan))]
-    s = [f"s{k}" for k in range(sum(len(st.state) for _, steps in plan for st in steps))]
-    lines = [f"def loop(n, {', '.join(a + d + g + s)}, hyper, losses):"]
+    ns = sum(len(st.state) for _, steps in plan for st in steps)
+    names = ([f"a{k}" for k in range(na)] + [f"d{k}" for k in range(nd)] +
+             [f"g{k}" for k in range(len(plan))] + [f"s{k}" for k in range(ns)] + ["hyper"])
+    flat = list(staged.flat) + list(staged.dflat)
+    lines = [f"def loop(n, losses, addresses"
+             f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):"]
+    for q, (k, sample) in enumerate(sorted(fixed.items())):
+        shape = (sample.size,) if k >= len(flat) or flat[k] else sample.shape
+        lines.append(f"    {names[k]} = view(addresses[{q}], {shape!r}, np.{sample.dtype.name})")
+    a, d = names[:na], names[na:na + nd]
+    g, s = names[na + nd:na + nd + len(plan)], names[-1 - ns:-1]
     call = []
     for k in range(na):
         if k in stacked:
-            sample = staged.slots[k][3]
-            scalar = not isinstance(sample, np.ndarray)
+            scalar = not isinstance(staged.slots[k][3], np.ndarray)
             call.append(f"{a[k]}[it]" if scalar else f"{a[k]}[it, :]")
-        elif staged.flat[k]:
-            lines.append(f"    f{a[k]} = {a[k]}.reshape(-1)")
-            call.append(f"f{a[k]}")
         else:
             call.append(a[k])
-    for k in range(nd):
-        lines.append(f"    f{d[k]} = {d[k]}.reshape(-1)")
-    call += [f"f{x}" if fl else x for x, fl in zip(d, staged.dflat)]
+    call += d
     lines.append("    for it in range(n):")
-    lines += [f"        _zero(f{x})" for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
+    lines += [f"        _zero({x}.reshape(-1))"
+              for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
               "            return it, 1"]
     si, hi, checks = 0, 0, 0
     for q, (positions, steps) in enumerate(plan):
-        ds = [f"f{d[staged.shadow_of.index(pos)]}" for pos in positions]
-        p = f"f{a[positions[0]]}"
+        ds = [d[staged.shadow_of.index(pos)] for pos in positions]
+        p = a[positions[0]]
         lines += [f"        for i in range({g[q]}.size):",
                   f"            {g[q]}[i] = {' + '.join(x + '[i]' for x in ds)}"]
         for k, st in enumerate(steps):
@@ -182,14 +195,14 @@ def _loop_source(staged, stacked, plan):
     return "\n".join(lines) + "\n"
 
 
-def _compile_loop(staged, stacked, plan):
+def _compile_loop(staged, source, plan):
     """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
     gradient's njit stub)."""
-    scope = {"stub": staged.grad, "_zero": _zero, "math": math}
+    scope = {"stub": staged.grad, "_zero": _zero, "math": math, "np": np, "view": view}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
             scope[f"K{q}_{k}"] = st.kernel
-    return CachedFunction(_loop_source(staged, stacked, plan), "loop", scope)
+    return CachedFunction(source, "loop", scope)
 
 
 def compiled_train(loss, dup, data, state, error):
@@ -206,15 +219,13 @@ def compiled_train(loss, dup, data, state, error):
     plan = staged.plan
     if plan is None or not plan.current(state):
         try:
-            plan = staged.plan = _Plan(staged, state, tuple(sorted(stacked)), dargs)
+            plan = staged.plan = _Plan(staged, state, stacked, dargs)
         except NotImplementedError:
             return None
-    nd = len(staged.dflat)
-    args = [stacked.get(k, v) for k, v in enumerate(dargs[:len(dargs) - nd])]
+    values = (*[stacked.get(k, v) for k, v in enumerate(dargs)], *plan.tail)
     losses = np.empty(len(items))
     with staged.lock:
-        stop, code = plan.loop(len(items), *args, *dargs[len(dargs) - nd:], *plan.grads,
-                               *plan.states, plan.hyper, losses)
+        stop, code = plan.call.run(len(items), losses, values)
     if code == 1:
         raise error(float(losses[stop]), stop, items[stop])
     if code >= 2:

@@ -4,7 +4,8 @@ and generate the guard and the driver that call it.
 ``Staged(f, args)`` compiles; ``staged.gather(f, *args)`` returns ``None`` when the arguments
 do not match what was compiled (other shapes, another model structure, another
 activation, a rebound captured variable...), else the driver's arguments, which
-``staged.run`` uses.  ``lookup`` keeps the compiled programs per loss function (per code
+``staged.run`` uses (``staged.call_gradient(zero, f, *args)`` checks and runs in one
+call).  ``lookup`` keeps the compiled programs per loss function (per code
 object, so a closure made anew over the same values reuses them) and picks the one that
 matches.
 """
@@ -231,9 +232,13 @@ class Staged:
         self.loops = {}     # the compiled train loops (layers.staging.loop)
         self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
         self.varying = self._varying()
-        ret = f"({', '.join(gather + shadows)},), ({''.join(g + ', ' for g in grads)})"
-        self.gather = w.compile(ret)
-        self.guard_source = w.source(ret)
+        items, mirror = ", ".join(gather + shadows), f"({''.join(g + ', ' for g in grads)})"
+        self.gather = w.compile(f"({items},), {mirror}")
+        self.guard_source = w.source(f"({items},), {mirror}")
+        # The repeat gradient call: the guard that also runs the driver, returning
+        # ``(loss, grads)``.
+        self.call_gradient = w.compile(f"CALL(zero, {items}), {mirror}", ("zero",), self.lock,
+                                       CALL=self.call.call)
 
     def _varying(self):
         """``{driver position: argument index - 1}`` of the inputs that are whole arguments
@@ -359,26 +364,33 @@ class _DirectCaller:
     """Calls a driver that takes every array itself (the Python driver)."""
 
     def __init__(self, driver):
+        self.call = driver
         self.run = lambda zero, dargs: driver(zero, *dargs)
 
-class _Caller:
-    """Calls the driver with the gathered arguments: the arrays at ``fixed`` positions as
-    addresses, computed again only when one of them is another object than at the last
-    call (an array keeps its data while referenced: ``optim.addresses``)."""
 
-    def __init__(self, driver, fixed, n):
+class _Caller:
+    """Calls ``fn(*lead, addresses, *others)`` with gathered arguments: the arrays at
+    ``fixed`` positions as addresses, computed again only when one of them is another
+    object than at the last call (an array keeps its data while referenced:
+    ``optim.addresses``), the others in order.  ``call(*lead, *dargs)`` or
+    ``run(*lead, dargs)``; ``lead`` names the leading arguments passed through (the
+    driver's ``zero``)."""
+
+    def __init__(self, fn, fixed, n, lead=("zero",)):
         self.objects, self.addresses = [None] * len(fixed), np.zeros(len(fixed), np.int64)
-        names = [f"a{k}" for k in range(n)]
-        same = " and ".join(f"{names[k]} is F[{q}]" for q, k in enumerate(fixed)) or "True"
-        others = "".join(f", {x}" for k, x in enumerate(names) if k not in fixed)
-        scope = {"driver": driver, "F": self.objects, "A": self.addresses}
-        exec(f"def run(zero, dargs):\n"
-             f"    {''.join(x + ', ' for x in names)}= dargs\n"
+        names = "".join(f"a{k}, " for k in range(n))
+        same = " and ".join(f"a{k} is F[{q}]" for q, k in enumerate(fixed)) or "True"
+        others = "".join(f", a{k}" for k in range(n) if k not in fixed)
+        head = "".join(x + ", " for x in lead)
+        scope = {"fn": fn, "F": self.objects, "A": self.addresses}
+        exec(f"def call({head}{names}):\n"
              f"    if not ({same}):\n"
-             f"        refresh(dargs)\n"
-             f"    return driver(zero, A{others})\n", scope)
+             f"        refresh(({names}))\n"
+             f"    return fn({head}A{others})\n"
+             f"def run({head}dargs):\n"
+             f"    return call({head}*dargs)\n", scope)
         scope["refresh"] = self._refresh
-        self.fixed, self.run = fixed, scope["run"]
+        self.fixed, self.call, self.run = fixed, scope["call"], scope["run"]
 
     def _refresh(self, dargs):
         for q, k in enumerate(self.fixed):
@@ -435,3 +447,13 @@ def stage(f, args, zero):
             return e.run(got[0], got[1], zero)
     e, (dargs, grads) = lookup(f, args)
     return e.run(dargs, grads, zero)
+
+
+def gradients(f, args, zero):
+    """The gradients of ``f(*args)`` by the compiled program matching ``args`` (a repeat
+    call runs one generated function: the guard that calls the driver)."""
+    for e in _cache.get(getattr(f, "__code__", f), ()):
+        got = e.call_gradient(zero, f, *args)
+        if got is not None:
+            return got[1]
+    return stage(f, args, zero)[1]
