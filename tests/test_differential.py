@@ -84,8 +84,8 @@ UNARY = ["np.sin({})", "np.cos({})", "np.tanh({})", "np.exp(np.sin({}))",
          "np.log(1.0 + ({}) ** 2)", "np.sqrt(1.0 + ({}) ** 2)", "({}) ** 2", "-({})"]
 BINARY = ["({} + {})", "({} - {})", "({} * {})", "({} / (2.0 + np.cos({})))"]
 SQUASH = ["np.tanh({})", "np.sin({})", "np.cos({})", "({0}) / (1.0 + ({0}) ** 2)"]
-VECTOR_LEAVES = ["x", "y", "t", "u", "a * x", "A @ x", "A @ t", "M @ u", "B.T @ v",
-                 "(x[::-1] * y)"]
+VECTOR_LEAVES = ["x", "y", "t", "u", "(a * x)", "(A @ x)", "(A @ t)", "(M @ u)", "(B.T @ v)",
+                 "(x[::-1] * y)"]          # parenthesised: u * B.T @ v would be (u * B.T) @ v
 SCALAR_LEAVES = ["x[i]", "y[i]", "t[i]", "u[i]", "a", "x[(i + 1) % n]", "0.5 * s"]
 MATRICES = ["np.tanh(A @ M)", "np.tanh(M @ M)", "np.sin(M) * A", "0.5 * (M + A.T)",
             "np.tanh(a * A + M)", "np.tanh(np.outer(t, u))"]
