@@ -19,8 +19,10 @@ value is computed from earlier ones) when it is
 - a *counted* header phi ``p`` stepping ``p + 1`` (no flag needed): the loop has one
   latch, which goes back to the header only while a countdown ``q > 1`` (signed), where
   ``q = phi [b - s (nsw), outside], [q - 1, latch]`` and ``s`` is where ``p`` starts:
-  ``p`` stays in ``[s, max(s, b - 1)]``, so it is nonnegative with ``s`` and ``b``.
-  This is Numba's ``range`` loop after LLVM has rotated it.
+  ``p`` stays in ``[s, max(s, b - 1)]``, so it is nonnegative with ``s`` and ``b``; or
+  whose latch leaves the loop when ``p + 1 == b`` and which is entered only when
+  ``s < b`` (a branch into the preheader, or from it): ``p`` stays in ``[s, b)``.
+  These are Numba's ``range`` loops after LLVM has rotated them.
 """
 import re
 
@@ -63,7 +65,7 @@ class NonNegative:
     """Which integer values of ``func`` are nonnegative (see the module docstring)."""
 
     def __init__(self, func, cfg, sizes):
-        self.cfg, self.sizes = cfg, set(sizes)
+        self.sizes = set(sizes)
         self.counted = _counted_phis(cfg)
         self.known = {i for i in func.instructions() if _is_int(i.type)} | self.sizes
         changed = True

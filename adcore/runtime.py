@@ -19,6 +19,8 @@ def size_of(type_):
     """Bytes a value of ``type_`` takes on the stack (scalars and vectors of them)."""
     m = re.match(r"^<\s*([0-9]+)\s*x\s*(\w+)\s*>$", type_)
     return int(m.group(1)) * SIZES[m.group(2)] if m else SIZES[type_]
+
+
 def kept_bytes(type_):
     """Bytes keeping a value of ``type_`` costs per loop iteration (8 for a type the stack
     helpers do not size, such as a struct)."""
