@@ -65,6 +65,21 @@ def _gemm_update(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
         _gemm(kind, ta, tb, m, n, k, al32.ctypes.data, a, lda, b, ldb, one32.ctypes.data, c, ldc)
 
 
+@numba.njit
+def _gemm_adjoints(kind, ta, tb, m, n, k, al, a, b, dc, ldc, da, lda, db, ldb):
+    """d op(A) += alpha dC op(B)^T (when da and b), d op(B) += alpha op(A)^T dC (when db and a)."""
+    if da != 0 and b != 0:
+        if ta == N:      # dA (m x k) += alpha dC op(B)^T
+            _gemm_update(kind, N, _flip(tb), m, k, n, al, dc, ldc, b, ldb, da, lda)
+        else:            # dA (k x m) += alpha op(B) dC^T
+            _gemm_update(kind, tb, T, k, m, n, al, b, ldb, dc, ldc, da, lda)
+    if db != 0 and a != 0:
+        if tb == N:      # dB (k x n) += alpha op(A)^T dC
+            _gemm_update(kind, _flip(ta), N, k, n, m, al, a, lda, dc, ldc, db, ldb)
+        else:            # dB (n x k) += alpha dC^T op(A)
+            _gemm_update(kind, T, ta, n, k, m, al, dc, ldc, a, lda, db, ldb)
+
+
 @numba.njit(cache=True)
 def xxgemm_reverse(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                    dalpha, da, db, dbeta, dc):
@@ -72,18 +87,21 @@ def xxgemm_reverse(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
     #                                     dC_old = beta dC
     if dc == 0:
         return
-    al = _scalar(kind, alpha)
-    if da != 0:
-        if ta == N:      # dA (m x k) += alpha dC op(B)^T
-            _gemm_update(kind, N, _flip(tb), m, k, n, al, dc, ldc, b, ldb, da, lda)
-        else:            # dA (k x m) += alpha op(B) dC^T
-            _gemm_update(kind, tb, T, k, m, n, al, b, ldb, dc, ldc, da, lda)
-    if db != 0:
-        if tb == N:      # dB (k x n) += alpha op(A)^T dC
-            _gemm_update(kind, _flip(ta), N, k, n, m, al, a, lda, dc, ldc, db, ldb)
-        else:            # dB (n x k) += alpha dC^T op(A)
-            _gemm_update(kind, T, ta, n, k, m, al, dc, ldc, a, lda, db, ldb)
+    _gemm_adjoints(kind, ta, tb, m, n, k, _scalar(kind, alpha), a, b, dc, ldc, da, lda, db, ldb)
     _scale(kind, dc, m, n, ldc, _scalar(kind, beta))
+
+
+@numba.njit
+def _gemv_adjoints(kind, trans, m, n, al, a, lda, x, dy, da, dx):
+    """dx += alpha op(A)^T dy (when dx and a), dA += alpha dy x^T or x dy^T (when da and x)."""
+    rows_out, rows_in = (m, n) if trans == N else (n, m)
+    if dx != 0 and a != 0:          # as a matrix product with one column
+        _gemm_update(kind, _flip(trans), N, rows_in, 1, rows_out, al, a, lda, dy, rows_out, dx, rows_in)
+    if da != 0 and x != 0:
+        if trans == N:   # dA += alpha dy x^T
+            _gemm_update(kind, N, T, m, n, 1, al, dy, m, x, n, da, lda)
+        else:            # dA += alpha x dy^T
+            _gemm_update(kind, N, T, m, n, 1, al, x, m, dy, n, da, lda)
 
 
 @numba.njit(cache=True)
@@ -92,29 +110,31 @@ def xxgemv_reverse(kind, trans, m, n, alpha, a, lda, x, beta, y, dalpha, da, dx,
     #                                     dy_old = beta dy          (A is m x n)
     if dy == 0:
         return
-    rows_out, rows_in = (m, n) if trans == N else (n, m)
-    al = _scalar(kind, alpha)
-    if dx != 0:          # as a matrix product with one column
-        _gemm_update(kind, _flip(trans), N, rows_in, 1, rows_out, al, a, lda, dy, rows_out, dx, rows_in)
-    if da != 0:
-        if trans == N:   # dA += alpha dy x^T
-            _gemm_update(kind, N, T, m, n, 1, al, dy, m, x, n, da, lda)
-        else:            # dA += alpha x dy^T
-            _gemm_update(kind, N, T, m, n, 1, al, x, m, dy, n, da, lda)
+    _gemv_adjoints(kind, trans, m, n, _scalar(kind, alpha), a, lda, x, dy, da, dx)
+    rows_out = m if trans == N else n
     _scale(kind, dy, rows_out, 1, rows_out, _scalar(kind, beta))
 
 
 @numba.njit
-def _axpy(kind, n, factor, x, y):
-    """y += factor x."""
+def _axpy(kind, n, factor, x, y, stride):
+    """y += factor x, over n elements ``stride`` apart."""
     if kind == DOUBLE:
-        xs, ys = carray(x, n, np.float64), carray(y, n, np.float64)
-        for i in range(n):
+        xs, ys = carray(x, n * stride, np.float64), carray(y, n * stride, np.float64)
+        for i in range(0, n * stride, stride):
             ys[i] += factor * xs[i]
     else:
-        xs32, ys32 = carray(x, n, np.float32), carray(y, n, np.float32)
-        for i in range(n):
+        xs32, ys32 = carray(x, n * stride, np.float32), carray(y, n * stride, np.float32)
+        for i in range(0, n * stride, stride):
             ys32[i] += np.float32(factor) * xs32[i]
+
+
+@numba.njit
+def _dot_adjoints(kind, n, g, x, y, dx, dy):
+    """dx += g y (when dx and y), dy += g x (when dy and x)."""
+    if dx != 0 and y != 0:
+        _axpy(kind, n, g, y, dx, 1)
+    if dy != 0 and x != 0:
+        _axpy(kind, n, g, x, dy, 1)
 
 
 @numba.njit(cache=True)
@@ -124,10 +144,7 @@ def xxdot_reverse(kind, conj, n, x, y, res, dx, dy, dres):
         return
     g = _scalar(kind, dres)
     _scale(kind, dres, 1, 1, 1, 0.0)
-    if dx != 0:
-        _axpy(kind, n, g, y, dx)
-    if dy != 0:
-        _axpy(kind, n, g, x, dy)
+    _dot_adjoints(kind, n, g, x, y, dx, dy)
 
 
 @numba.njit(cache=True)
@@ -137,16 +154,8 @@ def xxnrm2_reverse(kind, n, x, incx, res, dx, dres):
         return
     g, r = _scalar(kind, dres), _scalar(kind, res)
     _scale(kind, dres, 1, 1, 1, 0.0)
-    if r == 0.0:
-        return
-    if kind == DOUBLE:
-        xs, ds = carray(x, n * incx, np.float64), carray(dx, n * incx, np.float64)
-        for i in range(n):
-            ds[i * incx] += g * xs[i * incx] / r
-    else:
-        xs32, ds32 = carray(x, n * incx, np.float32), carray(dx, n * incx, np.float32)
-        for i in range(n):
-            ds32[i * incx] += np.float32(g * xs32[i * incx] / r)
+    if r != 0.0:
+        _axpy(kind, n, g / r, x, dx, incx)
 
 
 # forward rules: called before the call with its arguments and the shadow addresses; they
@@ -224,6 +233,72 @@ def xxnrm2_forward(kind, n, x, incx, res, dx, dres):
     _store(kind, dres, 0.0 if dx == 0 or r == 0.0 else _inner(kind, n, x, dx, incx) / r)
 
 
+# tangents of the reverses (hvp: forward mode over a gradient), called just before the
+# reverse with its arguments, then the tangent address of each pointer argument and of
+# each shadow; alpha and beta are constants.  The reverses are bilinear in (primal operand,
+# shadow), so each tangent is the reverse's own update applied twice: once to the shadow's
+# tangent, once to the operands' tangents.
+@numba.njit
+def xxgemm_reverse_tangent(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                           dalpha, da, db, dbeta, dc, talpha, t_a, t_b, tbeta, tc,
+                           tdalpha, tda, tdb, tdbeta, tdc):
+    # t(d op(A)) += alpha (t(dC) op(B)^T + dC op(tB)^T),  t(d op(B)) += alpha (op(tA)^T dC + op(A)^T t(dC)),
+    # t(dC_old) = beta t(dC)
+    if dc == 0:
+        return
+    al = _scalar(kind, alpha)
+    if tdc != 0:
+        _gemm_adjoints(kind, ta, tb, m, n, k, al, a, b, tdc, ldc, tda, lda, tdb, ldb)
+    _gemm_adjoints(kind, ta, tb, m, n, k, al, t_a, t_b, dc, ldc, tda, lda, tdb, ldb)
+    if tdc != 0:
+        _scale(kind, tdc, m, n, ldc, _scalar(kind, beta))
+
+
+@numba.njit
+def xxgemv_reverse_tangent(kind, trans, m, n, alpha, a, lda, x, beta, y, dalpha, da, dx, dbeta, dy,
+                           talpha, t_a, t_x, tbeta, ty, tdalpha, tda, tdx, tdbeta, tdy):
+    # t(dx) += alpha (op(tA)^T dy + op(A)^T t(dy)),  t(dA) += alpha (t(dy) x^T + dy tx^T),  t(dy_old) = beta t(dy)
+    if dy == 0:
+        return
+    al = _scalar(kind, alpha)
+    if tdy != 0:
+        _gemv_adjoints(kind, trans, m, n, al, a, lda, x, tdy, tda, tdx)
+    _gemv_adjoints(kind, trans, m, n, al, t_a, lda, t_x, dy, tda, tdx)
+    if tdy != 0:
+        rows_out = m if trans == N else n
+        _scale(kind, tdy, rows_out, 1, rows_out, _scalar(kind, beta))
+
+
+@numba.njit
+def xxdot_reverse_tangent(kind, conj, n, x, y, res, dx, dy, dres, tx, ty, tres, tdx, tdy, tdres):
+    # t(dx) += t(dr) y + dr ty,  t(dy) += t(dr) x + dr tx,  t(dr) = 0
+    if dres == 0:
+        return
+    if tdres != 0:
+        tg = _scalar(kind, tdres)
+        _scale(kind, tdres, 1, 1, 1, 0.0)
+        _dot_adjoints(kind, n, tg, x, y, tdx, tdy)
+    _dot_adjoints(kind, n, _scalar(kind, dres), tx, ty, tdx, tdy)
+
+
+@numba.njit
+def xxnrm2_reverse_tangent(kind, n, x, incx, res, dx, dres, tx, tres, tdx, tdres):
+    # dx += dr x / r:  t(dx) += (t(dr) x + dr tx) / r - dr x (x . tx) / r^3,  t(dr) = 0
+    if dres == 0 or dx == 0:
+        return
+    g, r = _scalar(kind, dres), _scalar(kind, res)
+    tg = 0.0
+    if tdres != 0:
+        tg = _scalar(kind, tdres)
+        _scale(kind, tdres, 1, 1, 1, 0.0)
+    if r == 0.0 or tdx == 0:
+        return
+    rdot = _inner(kind, n, x, tx, incx) / r if tx != 0 else 0.0
+    _axpy(kind, n, tg / r - g * rdot / (r * r), x, tdx, incx)
+    if tx != 0:
+        _axpy(kind, n, g / r, tx, tdx, incx)
+
+
 # extents(*C arguments): the bytes each pointer argument's operand spans (0: not read
 # back), so that an operand the kernel overwrites after the call can be copied first
 @numba.njit
@@ -261,10 +336,10 @@ def xxgemm_extents(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
 
 
 register_rule("numba_xxdot", xxdot_reverse, outputs=(5,), extents=xxdot_extents,        # writes *res
-              forward=xxdot_forward)
+              forward=xxdot_forward, reverse_tangent=xxdot_reverse_tangent)
 register_rule("numba_xxnrm2", xxnrm2_reverse, outputs=(4,), extents=xxnrm2_extents,     # writes *res
-              forward=xxnrm2_forward)
+              forward=xxnrm2_forward, reverse_tangent=xxnrm2_reverse_tangent)
 register_rule("numba_xxgemv", xxgemv_reverse, outputs=(9,), extents=xxgemv_extents,     # writes y
-              forward=xxgemv_forward)
+              forward=xxgemv_forward, reverse_tangent=xxgemv_reverse_tangent)
 register_rule("numba_xxgemm", xxgemm_reverse, outputs=(12,), extents=xxgemm_extents,    # writes c
-              forward=xxgemm_forward)
+              forward=xxgemm_forward, reverse_tangent=xxgemm_reverse_tangent)

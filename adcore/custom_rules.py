@@ -31,6 +31,13 @@ with the same arguments, and writes tangents:
   writes the tangents of the memory the call writes into the shadows.
 
 A kernel that calls a rule's target without a ``forward`` is refused in forward mode.
+
+The optional ``reverse_tangent`` of an external symbol's rule (for :func:`adcore.hvp`,
+forward mode over a gradient) is the tangent of its reverse: an njit function called just
+before the reverse, as ``reverse_tangent(*args, *shadow_addresses, *tangent_addresses,
+*shadow_tangent_addresses)``, the reverse's arguments then, for each pointer argument and
+then each shadow, the address of its tangent (0 when it has none); it adds the tangents
+of what the reverse adds into the shadows into their tangents.
 """
 import itertools
 
@@ -45,35 +52,43 @@ from .numba_abi import array_view, uses_process_state
 from .timings import stage
 
 _RULES = []                    # (target, reverse, outputs, extents, forward)
+_reverse_tangents = {}         # reverse of an external symbol's rule -> (target, its tangent)
 _bound = {}                    # (reverse, argtypes) -> symbol
 _libraries = {}                # symbol -> (code library, name of the function in it)
+_functions = {}                # symbol -> the njit function it was compiled from
 _counter = itertools.count()
 LLVM_TO_NUMBA = {"i8": types.int8, "i16": types.int16, "i32": types.int32, "i64": types.int64,
                  "float": types.float32, "double": types.float64, "ptr": types.int64}
 
 
-def register_rule(target, reverse, outputs=(), extents=None, forward=None):
+def register_rule(target, reverse, outputs=(), extents=None, forward=None, reverse_tangent=None):
     """Differentiate calls to ``target`` (an njit function or the name of an external
     symbol) with the njit function ``reverse`` (see the module docstring).  ``outputs``
     lists the positions of pointer arguments the callee only writes: the reverse does not
     read them, so later code may overwrite them.  For an external symbol, ``extents`` (an
     njit function of the C arguments returning one byte count per pointer argument) lets
     adcore copy an operand the kernel overwrites after the call, for the reverse to read.
-    ``forward`` is the optional forward-mode rule (module docstring)."""
+    ``forward`` is the optional forward-mode rule and ``reverse_tangent`` (external
+    symbols only) the tangent of the reverse, for ``hvp`` (module docstring)."""
     if not isinstance(reverse, CPUDispatcher):
         raise ADError(f"the reverse of a rule must be a numba.njit function, got {reverse!r}")
     if not isinstance(target, (str, CPUDispatcher)):
         raise ADError(f"a rule's target must be an njit function or a symbol name, got {target!r}")
-    for what, f in (("extents", extents), ("forward", forward)):
+    for what, f in (("extents", extents), ("forward", forward), ("reverse_tangent", reverse_tangent)):
         if f is not None and not isinstance(f, CPUDispatcher):
             raise ADError(f"the {what} of a rule must be a numba.njit function, got {f!r}")
+    if reverse_tangent is not None and not isinstance(target, str):
+        raise ADError("a reverse_tangent is for the rule of an external symbol; an njit function's "
+                      "rule has none")
     _RULES.append((target, reverse, tuple(outputs), extents, forward))
+    if reverse_tangent is not None:
+        _reverse_tangents[reverse] = (target, reverse_tangent)
     return reverse
 
 
-def rule(target, outputs=(), extents=None, forward=None):
+def rule(target, outputs=(), extents=None, forward=None, reverse_tangent=None):
     """Decorator form: ``@adcore.rule(g)`` above ``@numba.njit def g_reverse(...)``."""
-    return lambda reverse: register_rule(target, reverse, outputs, extents, forward)
+    return lambda reverse: register_rule(target, reverse, outputs, extents, forward, reverse_tangent)
 
 
 class BoundRule:
@@ -103,7 +118,15 @@ def native_symbol(function, types_):
         llvm.add_symbol(name, cres.library.get_pointer_to_function(cres.fndesc.mangled_name))
         _bound[key] = (name, cres.signature.return_type)
         _libraries[name] = (cres.library, cres.fndesc.mangled_name)
+        _functions[name] = function
     return _bound[key]
+
+
+def reverse_tangent(symbol):
+    """``(target symbol, tangent of the reverse)`` when ``symbol`` (from
+    :func:`native_symbol`) is the reverse of an external symbol's rule that has a
+    ``reverse_tangent``; else None."""
+    return _reverse_tangents.get(_functions.get(symbol))
 
 
 def linkable(symbol):

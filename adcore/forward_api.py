@@ -5,21 +5,19 @@
 the gradient of ``f`` is compiled as usual, its IR is captured as a kernel whose value-stack
 calls are kept as calls, and the tangent generator runs on it in *stack mode*.
 """
-import re
 import threading
 
-import llvmlite.binding as llvm
 import numba
 import numpy as np
 
-from . import api, numba_abi
+from . import api
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
 from .arguments import (_check_memory, annotate, check_shadow, distinct as _distinct, is_float_scalar,
                         share_memory, type_key)
-from .capture import Kernel, argument_types
+from .capture import argument_types
 from .errors import ActivityError, UnsupportedError
 from .forward_pipeline import differentiate_forward
-from .numba_abi import target_machine
+from .gradient_kernel import GradientKernel, float_pops, stack_rule
 
 BATCH = 8                        # directions per pass of jacobian(Forward) and hessian
 _cache = api._Bounded()
@@ -273,63 +271,6 @@ def _unit(x, i):
 
 
 # -- second derivatives: forward over reverse --------------------------------------------
-_STACK_CALL = re.compile(r"^adg\.(push\.|pop\.|snapshot$|restore$)")
-_HELPER_DEF = re.compile(r"^(define internal [^@]*@adg\.(?!push\.|pop\.|stack\.grow)[^(]*\(.*\)) noinline", re.M)
-_STACK_DEF = re.compile(r"^(define internal [^@]*@adg\.(?:push|pop)\.[^(]*\(.*\)) alwaysinline", re.M)
-
-
-class StackCall:
-    """A value-stack call of gradient IR, handled by the tangent generator (stack mode):
-    ``push``/``pop`` of a value, ``snapshot``/``restore`` of an array's memory."""
-
-    is_external, forward = False, None
-
-    def __init__(self, what, type_):
-        self.what, self.type = what, type_
-        self.outputs = (0, 1) if what == "restore" else (0,)   # the stack struct; restore: the array
-
-
-def stack_rule(instr):
-    """The :class:`StackCall` of a value-stack call of gradient IR, or None."""
-    if instr.opcode != "call" or not _STACK_CALL.match(instr.callee or ""):
-        return None
-    what = instr.callee[len("adg."):].split(".")[0]
-    return StackCall(what, instr.operands[1].type if what == "push" else instr.type)
-
-
-def _float_pops(func, name):
-    """The float pops of gradient IR (they carry tangents from the start); refuses calls to
-    custom-rule reverses, which no forward rule differentiates."""
-    for instr in func.instructions():
-        if instr.opcode == "call" and (instr.callee or "").startswith("adcore_rule_"):
-            raise UnsupportedError(f"'{instr.text}'", name, "hvp cannot differentiate the reverse "
-                                   "of a custom rule (the gradient of a kernel with BLAS calls or rules)")
-    return [i for i in func.instructions()
-            if stack_rule(i) is not None and stack_rule(i).what == "pop" and i.is_float]
-
-
-class GradientKernel:
-    """adcore's compiled gradient of a kernel, presented as a kernel to differentiate:
-    arguments are the kernel's then its shadows; its stack push/pop stay calls."""
-
-    def __init__(self, compiled, argtypes, pyname):
-        self.compiled, self.argtypes, self.pyname = compiled, argtypes, pyname
-        self.__name__ = f"gradient of {pyname}"
-        self.symbol = compiled.symbol
-
-    def _adcore_capture(self, argtypes):
-        text = re.sub(r"@ad\.", "@adg.", self.compiled.adjoint_ir)
-        text = _HELPER_DEF.sub(r"\1", text)          # shadow allocations and frees get inlined
-        text = _STACK_DEF.sub(r"\1", text)           # pushes and pops stay calls
-        module = llvm.parse_assembly(text)
-        tm = target_machine()
-        module.triple, module.data_layout = tm.triple, str(tm.target_data)
-        kernel = Kernel(tuple(argtypes), self.compiled.native.nopython_signatures[0].return_type,
-                        self.symbol, module, self.__name__, numba_abi.target_context())
-        kernel.keep = [fn.name for fn in module.functions if _STACK_CALL.match(fn.name)]
-        return kernel
-
-
 _gradients = api._Bounded()
 
 
@@ -367,7 +308,7 @@ def _hvps(f, x, directions, const_args):
                 entry = _cache.get(key) or differentiate_forward(
                     gk, tuple(numba.typeof(a.val) for a in everything), [], [0, dx_position], len(directions),
                     _distinct([a.val for a in everything]), stack_rule=stack_rule,
-                    seeds=lambda func: _float_pops(func, gk.__name__))
+                    seeds=lambda func: float_pops(func, gk.__name__))
             except UnsupportedError as err:
                 why = " (the gradient keeps array pointers on its value stack: an array allocated " \
                       "in a loop)" if "@ad.push.ptr(ptr %ad.stack," in compiled.adjoint_ir else ""

@@ -13,6 +13,7 @@ from .compiled import CompiledGradient, _like_strides
 from .constructs import in_user_words
 from .errors import UnsupportedError
 from .forward import ForwardSpec, TangentGenerator, tangent_module
+from .gradient_kernel import reverse_call_rule
 from .timings import compiling, stage
 
 _counter = itertools.count()
@@ -73,7 +74,7 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         rule_of = None
         if stack_rule is not None:
             base = custom_rules.lookup()
-            rule_of = lambda instr: stack_rule(instr) or base(instr)   # noqa: E731
+            rule_of = lambda instr: stack_rule(instr) or reverse_call_rule(instr) or base(instr)   # noqa: E731
         try:
             with stage("analyse"):
                 spec, analyses, scratch = pipeline.analyse(

@@ -145,9 +145,13 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
     module.name = symbol
     if entry is not None:
         module.get_function(entry).name = symbol
-    declared = [fn.name for fn in module.functions if fn.is_declaration]
-    for part in filter(None, map(link or (lambda name: None), declared)):
-        module.link_in(part)
+    for name in [fn.name for fn in module.functions if fn.is_declaration]:
+        part = link(name) if link else None
+        if part is not None:
+            module.link_in(part)
+            # a private copy: no later module may resolve ``name`` to it (it loses
+            # the calling convention its declaration states once internal)
+            module.get_function(name).name = f"{name}.in.{symbol}"
     keep_only(module, symbol)
     optimise(module)
     with _lock:

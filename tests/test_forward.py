@@ -217,12 +217,29 @@ def grad_of(f, x, *const):
     return adcore.gradient(Reverse, f, x, *[Const(c) for c in const])[0]
 
 
+@numba.njit
+def tanh_layer(x, A):                  # BLAS gemv: the gradient calls its reverse
+    return np.sum(np.tanh(A @ x))
+
+
+@numba.njit
+def matrix_input(X, c):                # gemv with the matrix differentiated
+    return np.sum(np.sin(X @ c)) + 0.3 * np.sum(X * X)
+
+
+@numba.njit
+def dots_and_norm(x, c):               # BLAS dot (an operand twice) and nrm2
+    return 0.1 * np.dot(x, x) + np.sin(np.dot(x, c)) + np.linalg.norm(x) ** 3
+
+
 HVP_CASES = [
     ("quartic", quartic, lambda: (rand(6, lo=-1, hi=1), 0.7)),
     ("logsumexp", logsumexp, lambda: (rand(7, lo=-2, hi=2),)),
     ("stencil", stencil, lambda: (rand(8), 3)),
     ("allocation", lambda a, b: allocating(a, b), lambda: (rand(6), rand(6, seed=2))),
     ("branches", branchy, lambda: (rand(9, lo=0.1, hi=0.95), 0.7)),
+    ("gemv", tanh_layer, lambda: (rand(3, lo=-1, hi=1), rand(4, 3, lo=-1, hi=1))),
+    ("dot-nrm2", dots_and_norm, lambda: (rand(5, lo=-1, hi=1), rand(5, seed=2))),
 ]
 
 
@@ -358,8 +375,16 @@ def test_custom_rule_with_forward():
     check_forward(through_rule, rand(2), 0.4)
 
 
+def test_hvp_through_blas_reverses_closed_form():
+    x, A, v = rand(3, lo=-1, hi=1), rand(4, 3, lo=-1, hi=1), rand(3, seed=4)
+    t = np.tanh(A @ x)
+    H = A.T @ np.diag(-2 * t * (1 - t * t)) @ A          # sum(tanh(A x))
+    np.testing.assert_allclose(adcore.hvp(tanh_layer, x, v, A), H @ v, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(adcore.hessian(tanh_layer, x, A), H, rtol=1e-12, atol=1e-14)
+
+
 def test_hvp_through_a_custom_rule_reverse_is_refused():
-    with pytest.raises(UnsupportedError, match="hvp cannot differentiate the reverse of a custom rule"):
+    with pytest.raises(UnsupportedError, match="reverse of a custom rule that has no reverse_tangent"):
         adcore.hvp(through_rule, rand(2), np.ones(2), 0.4)
 
 
