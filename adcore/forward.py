@@ -15,7 +15,8 @@ Calls with a custom rule call the rule's forward (:mod:`adcore.custom_rules`) ju
 the call; a call without one is refused.  A float return's tangents are result fields.
 In *stack* mode (for :func:`adcore.hvp`, which differentiates adcore's own gradient IR)
 the value-stack calls of the gradient are mirrored on a tangent stack per lane: a float
-pushed has its tangent pushed, a float popped its tangent popped; and the reverse rules'
+pushed has its tangent pushed, a float popped its tangent popped, a pointer its shadow
+pointer; and the reverse rules'
 zero guards ``select (v == 0), 0, v·p`` (:meth:`adcore.emit.Expr.unless_zero`) are
 differentiated as the ``v·p`` they stand for: at ``v = 0`` its tangent is ``dv·p``, not the
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
@@ -69,14 +70,19 @@ class _Lane:
     def __init__(self, gen, j, shadow_ref):
         self.gen, self.memory, self.cfg, self.e, self.spec = gen, gen.memory, gen.cfg, gen.e, gen.spec
         self.retptr, self.shadow_ref, self.returned_shadow = gen.retptr, shadow_ref, {}
-        self.shadow_def = shadow_pointers(self)
         self.j = j
+        self.shadow_def = shadow_pointers(self)
 
     def alloca(self, type_, hint):
         return self.gen.alloca(type_, hint)
 
     def unsupported(self, instr, detail):
         return self.gen.unsupported(instr, detail)
+
+    def popped_shadow(self, pop, ref):
+        """Stack mode: ``ref = `` the shadow of the pointer ``pop`` pops, popped from this
+        lane's tangent stack of that value stack."""
+        return f"{ref} = call ptr @ad.pop.ptr(ptr {self.gen.tangent_stack(pop.operands[0])[self.j]})"
 
     def shadow(self, op):
         d = op.defn
@@ -367,6 +373,9 @@ class TangentGenerator(GeneratorBase):
                     e.line(f"call void @ad.{what}(ptr {stacks[lane.j]}, ptr {lane.shadow(data)}, "
                            f"i64 {size.ref})")
             return
+        if t == "ptr":
+            self.pointer_stack_call(instr, what)
+            return
         if not is_float_type(t):
             return
         self.stack_types.add(t)
@@ -380,6 +389,21 @@ class TangentGenerator(GeneratorBase):
                 if instr not in self.act.active:
                     out = e.fresh("unused")
                 e.line(f"{out} = call {t} @ad.pop.{tag}(ptr {stacks[j]})")
+
+    def pointer_stack_call(self, instr, what):
+        """Stack mode: a pointer pushed has each lane's shadow of it pushed (null when it has
+        none), a pointer popped has them popped (into its shadow when it has one), so
+        that a pointer the gradient keeps on its stack keeps its shadows."""
+        e, stacks = self.e, self.tangent_stack(instr.operands[0])
+        for lane in self.lanes:
+            if what == "push":
+                pushed = instr.operands[1]
+                shadow = lane.shadow(pushed) if self.memory.mirrored(pushed) else "null"
+                e.line(f"call void @ad.push.ptr(ptr {stacks[lane.j]}, ptr {shadow})")
+            elif instr in lane.shadow_def:
+                e.line(lane.shadow_def[instr].text)
+            else:
+                e.line(f"{e.fresh('unused')} = call ptr @ad.pop.ptr(ptr {stacks[lane.j]})")
 
     def tangent_stack(self, stack):
         """Each lane's tangent stack of the gradient's value stack ``stack`` (one set per

@@ -310,10 +310,8 @@ def _hvps(f, x, directions, const_args):
                     _distinct([a.val for a in everything]), stack_rule=stack_rule,
                     seeds=lambda func: float_pops(func, gk.__name__))
             except UnsupportedError as err:
-                why = " (the gradient keeps array pointers on its value stack: an array allocated " \
-                      "in a loop)" if "@ad.push.ptr(ptr %ad.stack," in compiled.adjoint_ir else ""
                 raise UnsupportedError(f"the Hessian of {gk.pyname}", None,
-                                       f"forward mode over its gradient{why}: {err}") from None
+                                       f"forward mode over its gradient: {err}") from None
             _cache[key] = entry
     entry.run(everything, tangents)
     return tangents[dx_position]

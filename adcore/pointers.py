@@ -1,6 +1,7 @@
 """Pointer-base analysis: which objects each pointer value may point into.
 
-Every pointer is traced through GEPs, casts, phis, selects, stack slots and the pointer
+Every pointer is traced through GEPs, casts, phis, selects, stack slots, the value stack
+of a gradient read back by ``hvp`` (a pointer popped may be any pushed) and the pointer
 fields of Numba's array structs to the set of objects it may point into: arguments,
 allocations (the NRT call or alloca that made them), meminfo headers.  ``UNKNOWN`` when
 it cannot be told; ``NOWHERE`` (the empty set) for constants, null and globals.
@@ -17,6 +18,7 @@ ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned", "NR
 RAW_ALLOCATORS = ("NRT_Allocate",)
 MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 PURE_CASTS = ("bitcast", "addrspacecast")
+PUSH_POINTER, POP_POINTER = "adg.push.ptr", "adg.pop.ptr"     # a gradient's value stack in hvp
 _BYTE_GEP = re.compile(r"=\s*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*i8,")
 
 
@@ -68,6 +70,10 @@ def aggregate_index(text):
     return int(re.search(r",\s*([0-9]+)(?:\s*,\s*[0-9]+)*\s*$", text).group(1))
 
 
+def _stack_key(op):
+    return op.defn if op.defn is not None else op.ref
+
+
 def join(sets):
     """The union of base sets, ``UNKNOWN`` if any is."""
     if any(s == UNKNOWN for s in sets):
@@ -85,11 +91,14 @@ class PointerBases:
         self.fields = {}                 # aggregate value -> {top-level index: bases}
         self._meminfo = {}
         self._slot_values = {}           # pointers stored in stack slots, by slot
+        self._pushed = {}                # pointers pushed on a gradient's value stack, by stack
         for instr in func.instructions():
             if instr.opcode == "store" and instr.operands[0].type == "ptr":
                 slot = stack_slot(instr.operands[1])
                 if slot is not None:
                     self._slot_values.setdefault(slot, []).append(instr.operands[0])
+            elif instr.opcode == "call" and instr.callee == PUSH_POINTER:
+                self._pushed.setdefault(_stack_key(instr.operands[0]), []).append(instr.operands[1])
         changed = True
         while changed:
             changed = False
@@ -145,6 +154,8 @@ class PointerBases:
             return self.fields.get(instr.operands[0].defn, {}).get(aggregate_index(instr.text))
         if op == "load" and stack_slot(instr.operands[0]) in self._slot_values:
             return self._join_known(self._slot_values[stack_slot(instr.operands[0])])
+        if op == "call" and instr.callee == POP_POINTER:
+            return self._join_known(self._pushed.get(_stack_key(instr.operands[0]), []))
         return UNKNOWN
 
     def _update(self, instr):

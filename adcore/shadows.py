@@ -5,12 +5,13 @@ pointer with an instruction of its own: an allocation call becomes a zeroed shad
 allocation; loads of a meminfo's data pointer, GEPs, casts, phis and selects are mirrored
 on the shadows of their operands (a Duplicated argument's shadow is a parameter); a
 pointer stored in a stack slot (or in the return slot) has its shadow stored in a shadow
-slot, and loads from the slot read that.  The reverse pass materialises these shadow
+slot, and loads from the slot read that; a pointer popped from a gradient's value stack
+(``hvp``) has its shadow popped from a tangent stack.  The reverse pass materialises these shadow
 pointers like any other value: recomputed when pure, else saved.
 """
 import re
 
-from .pointers import ALLOCATORS, RAW_ALLOCATORS, MemInfo, return_slot, stack_slot
+from .pointers import ALLOCATORS, POP_POINTER, RAW_ALLOCATORS, MemInfo, return_slot, stack_slot
 from .ir import Operand, Synthetic, rename, strip_metadata
 
 
@@ -53,7 +54,9 @@ class _ShadowPointers:
         syn.incoming = instr.incoming
         syn.reloadable = instr.opcode == "load" and all(
             isinstance(b, MemInfo) for b in self.bases(instr.operands[0]))
-        if instr.opcode == "call" and instr.callee in ALLOCATORS + RAW_ALLOCATORS:
+        if instr.opcode == "call" and instr.callee == POP_POINTER:
+            syn.text = self.gen.popped_shadow(instr, syn.ref)
+        elif instr.opcode == "call" and instr.callee in ALLOCATORS + RAW_ALLOCATORS:
             size = instr.operands[0]
             if instr.callee in RAW_ALLOCATORS:
                 syn.text = f"{syn.ref} = call ptr @ad.shadow.raw(i64 {size.ref})"
