@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import adcore
-from adcore import Duplicated, Reverse, UnsupportedError
+from adcore import ADError, Duplicated, Reverse, UnsupportedError
 from fdcheck import check
 
 warnings.filterwarnings("ignore", category=numba.NumbaPerformanceWarning)
@@ -207,7 +207,28 @@ def _c_square_inplace(x, n):
 llvm.add_symbol("adcore_test_square_inplace", _c_square_inplace.address)
 
 
-@adcore.rule("adcore_test_square_inplace")
+@numba.njit
+def square_inplace_forward(x, n, tx):
+    # x_new = x_old^2                    t(x_new) = 2 x_old t(x_old)
+    xs, ts = adcore.carray(x, n, np.float64), adcore.carray(tx, n, np.float64)
+    for i in range(n):
+        ts[i] = 2.0 * xs[i] * ts[i]
+
+
+@numba.njit
+def square_inplace_reverse_tangent(x, n, dx, tx, tdx):
+    # dx_old = 2 sqrt(x) dx              t(dx_old) = 2 sqrt(x) t(dx) + dx t(x) / sqrt(x)
+    if tdx == 0:
+        return
+    xs, ds, tds = adcore.carray(x, n, np.float64), adcore.carray(dx, n, np.float64), adcore.carray(tdx, n, np.float64)
+    for i in range(n):
+        tds[i] = 2.0 * math.sqrt(xs[i]) * tds[i]
+        if tx != 0:
+            tds[i] += ds[i] * adcore.carray(tx, n, np.float64)[i] / math.sqrt(xs[i])
+
+
+@adcore.rule("adcore_test_square_inplace", forward=square_inplace_forward,
+             reverse_tangent=square_inplace_reverse_tangent)
 @numba.njit
 def square_inplace_reverse(x, n, dx):
     # x_new = x_old^2                    dx_old = 2 x_old dx_new, with x_old = sqrt(x_new) (x >= 0)
@@ -231,6 +252,17 @@ def test_rule_on_an_external_symbol():
     f = adcore.from_llvm(SQUARE_IR, "twice_squared")
     x = np.array([1.5, 2.0, 0.5])
     check(f, x, 3)
+
+
+def test_hvp_through_a_rule_with_a_reverse_tangent():
+    f = adcore.from_llvm(SQUARE_IR, "twice_squared")      # x0^2: H = diag(2, 0, 0)
+    x, v = np.array([1.5, 2.0, 0.5]), np.array([0.3, -1.0, 2.0])
+    np.testing.assert_allclose(adcore.hvp(f, x, v, 3), [0.6, 0.0, 0.0], rtol=1e-14)
+
+
+def test_a_reverse_tangent_needs_an_external_symbol():
+    with pytest.raises(ADError, match="reverse_tangent is for the rule of an external symbol"):
+        adcore.register_rule(weighted_square, weighted_square_reverse, reverse_tangent=square_inplace_forward)
 
 
 def test_rule_operand_overwritten_afterwards_is_refused_without_extents():
