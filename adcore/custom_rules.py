@@ -125,8 +125,19 @@ def native_symbol(function, types_):
 def reverse_tangent(symbol):
     """``(target symbol, tangent of the reverse)`` when ``symbol`` (from
     :func:`native_symbol`) is the reverse of an external symbol's rule that has a
-    ``reverse_tangent``; else None."""
-    return _reverse_tangents.get(_functions.get(symbol))
+    ``reverse_tangent``; else None (also when the reverse serves several targets: the
+    call cannot tell which)."""
+    function = _functions.get(symbol)
+    if len({target for target, reverse, *_ in _RULES if reverse is function}) != 1:
+        return None
+    return _reverse_tangents.get(function)
+
+
+def njit_rule_reverse(symbol):
+    """Whether ``symbol`` (from :func:`native_symbol`) is the reverse of an njit function's
+    rule: code on arrays that forward mode can differentiate (``hvp``)."""
+    function = _functions.get(symbol)
+    return any(reverse is function and not isinstance(target, str) for target, reverse, *_ in _RULES)
 
 
 def linkable(symbol):

@@ -2,7 +2,8 @@
 reverse mode).
 
 The gradient's value-stack calls stay calls (:class:`StackCall`, mirrored on tangent stacks
-by the tangent generator's stack mode).  Each call of a custom rule's reverse with a
+by the tangent generator's stack mode).  The reverses of njit functions' rules are compiled
+in and differentiated as code.  Each call of a custom rule's reverse with a
 ``reverse_tangent`` (the BLAS rules) is rewritten into a call of a small wrapper taking its
 addresses as pointers, ``@adg.reverse.<symbol>``, so that the analyses see which memory it
 reads and writes; the wrapper's rule is the reverse's tangent (:func:`reverse_call_rule`).
@@ -61,7 +62,8 @@ def float_pops(func, name):
     for instr in func.instructions():
         if instr.opcode == "call" and (instr.callee or "").startswith("adcore_rule_"):
             raise UnsupportedError(f"'{instr.text}'", name, "hvp cannot differentiate the reverse of "
-                                   "a custom rule that has no reverse_tangent (adcore.register_rule)")
+                                   "an external symbol's custom rule that has no reverse_tangent "
+                                   "(adcore.register_rule)")
     return [i for i in func.instructions()
             if stack_rule(i) is not None and stack_rule(i).what == "pop" and i.is_float]
 
@@ -80,6 +82,7 @@ class GradientKernel:
         text = _HELPER_DEF.sub(r"\1", text)          # shadow allocations and frees get inlined
         text = _STACK_DEF.sub(r"\1", text)           # pushes and pops stay calls
         module = _with_reverse_wrappers(llvm.parse_assembly(text), self.symbol, self.__name__)
+        _link_njit_reverses(module)
         tm = target_machine()
         module.triple, module.data_layout = tm.triple, str(tm.target_data)
         kernel = Kernel(tuple(argtypes), self.compiled.native.nopython_signatures[0].return_type,
@@ -115,6 +118,16 @@ def _with_reverse_wrappers(module, symbol, name):
     if not wrappers:
         return module
     return llvm.parse_assembly(text + "\n" + "\n".join(_wrapper(c, ts) for c, ts in wrappers.items()))
+
+
+def _link_njit_reverses(module):
+    """Compile into ``module`` the code of the njit rules' reverses it calls, to be inlined
+    and differentiated like the rest of the gradient."""
+    for fn in list(module.functions):
+        if fn.is_declaration and custom_rules.njit_rule_reverse(fn.name):
+            part = custom_rules.linkable(fn.name)
+            if part is not None:
+                module.link_in(part)
 
 
 def _wrapper(callee, types_):

@@ -260,6 +260,17 @@ def test_hvp_through_a_rule_with_a_reverse_tangent():
     np.testing.assert_allclose(adcore.hvp(f, x, v, 3), [0.6, 0.0, 0.0], rtol=1e-14)
 
 
+llvm.add_symbol("adcore_test_square_inplace_plain", _c_square_inplace.address)
+adcore.register_rule("adcore_test_square_inplace_plain", numba.njit(square_inplace_reverse.py_func),
+                     forward=square_inplace_forward)
+
+
+def test_hvp_through_a_rule_without_a_reverse_tangent_is_refused():
+    f = adcore.from_llvm(SQUARE_IR.replace("square_inplace", "square_inplace_plain"), "twice_squared")
+    with pytest.raises(UnsupportedError, match="custom rule that has no reverse_tangent"):
+        adcore.hvp(f, np.array([1.5, 2.0]), np.ones(2), 2)
+
+
 def test_a_reverse_tangent_needs_an_external_symbol():
     with pytest.raises(ADError, match="reverse_tangent is for the rule of an external symbol"):
         adcore.register_rule(weighted_square, weighted_square_reverse, reverse_tangent=square_inplace_forward)

@@ -391,9 +391,33 @@ def test_hvp_through_blas_reverses_closed_form():
     np.testing.assert_allclose(adcore.hessian(tanh_layer, x, A), H, rtol=1e-12, atol=1e-14)
 
 
-def test_hvp_through_a_custom_rule_reverse_is_refused():
-    with pytest.raises(UnsupportedError, match="reverse of a custom rule that has no reverse_tangent"):
-        adcore.hvp(through_rule, rand(2), np.ones(2), 0.4)
+@numba.njit
+def cubes(x):
+    return np.sum(x ** 3)
+
+
+@numba.njit
+def cubes_forward(x, tx):
+    return np.sum(3.0 * x ** 2 * tx)
+
+
+@adcore.rule(cubes, forward=cubes_forward)
+@numba.njit
+def cubes_reverse(x, dx, dret):
+    for i in range(x.shape[0]):
+        dx[i] += 3.0 * x[i] ** 2 * dret
+
+
+@numba.njit
+def sin_of_cubes(x):
+    return np.sin(cubes(x))
+
+
+def test_hvp_differentiates_an_njit_rules_reverse():
+    x, v = rand(4), rand(4, seed=6)
+    s = np.sum(x ** 3)
+    H = -np.sin(s) * np.outer(3 * x ** 2, 3 * x ** 2) + np.cos(s) * np.diag(6 * x)
+    np.testing.assert_allclose(adcore.hvp(sin_of_cubes, x, v), H @ v, rtol=1e-12, atol=1e-14)
 
 
 # -- foreign IR: C compiled by clang (tests/ll/kernels.c), vectorised at -O2 ----------------
