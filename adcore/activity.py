@@ -6,6 +6,8 @@ float loads from shadowed memory), *useful* when it can flow to a differentiated
 *active* when both.  Integer and pointer values are never active.  Constructs whose
 derivative adcore cannot vouch for are refused here with ``UnsupportedError``.
 """
+import re
+
 from .errors import UnsupportedError
 from .ir import Arg, is_float_type
 from .memory import MEMORY_WRITERS, is_memcpy, is_memory_intrinsic
@@ -17,6 +19,7 @@ FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
 INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui", "ret")      # ret: a callee's result, see _useful
 PUN_TYPES = {"i64": "double", "i32": "float"}
+_GENERATED_FOR_CALLS = re.compile(r"\.(aug|rev)\.\d+$")     # adcore.calls' augmented forwards, reverses
 # external helpers known to read only integers (shapes, strides) through their pointers
 READS_NO_POINTERS = ("numba_attempt_nocopy_reshape", "NRT_Free", "NRT_MemInfo_call_dtor",
                      "NRT_decref", "NRT_incref")
@@ -108,13 +111,12 @@ class Activity:
         return hit
 
     def _callee(self, instr):
-        """The callee of a call in the user's words: its Python name, and for a Numba
-        function left a call (a recursive one) when there are no callees to differentiate
-        (forward mode), that only reverse mode differentiates it."""
-        name = python_name(instr.callee)
-        if name != instr.callee and self.calls is None:
-            return f"'{name}' (a recursive function: only reverse mode differentiates calls to it)"
-        return f"'{name}'"
+        """The callee of a call in the user's words: its Python name, and for the gradient
+        of a function differentiated as a call (a recursive one) read back by ``hvp``
+        (there are no callees to differentiate), that hvp cannot differentiate it."""
+        if self.calls is None and _GENERATED_FOR_CALLS.search(instr.callee):
+            return f"'{instr.callee}' (the gradient of a recursive function: hvp cannot differentiate it)"
+        return f"'{python_name(instr.callee)}'"
 
     def _check_calls(self):
         """Refuse calls and atomics through which a derivative would be lost."""

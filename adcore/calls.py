@@ -130,18 +130,25 @@ class Callees:
 
     def _generator(self, key):
         name, active, shadowed, ret_active = key
-        func = self.function(name)
         pyname = numba_abi.python_name(name)
         ret_type = func_return_type(self.module.get_function(name))
         if ret_type not in ("void", "double", "float") and not ret_type.startswith("i"):
             raise UnsupportedError(f"the call of {pyname}", pyname,
                                    f"a function differentiated as a call may return a float, "
                                    f"an integer or nothing, not {ret_type}")
+        func = self.function(name)
+        spec = Spec(self.pairs[key].augmented, pyname, list(active), [(k, ["ptr"], 0) for k in shadowed],
+                    ret_active, None, [], None, [a.index for a in func.args if a.type == "ptr"], False,
+                    split=Split(self.pairs[key], ret_type))
+        return AdjointGenerator(func, spec, self.analyses(name, active, shadowed, ret_active), self.context, self)
+
+    def analyses(self, name, active, shadowed, ret_active):
+        """The :class:`Analyses` of callee ``name`` for one activity pattern: its ``active``
+        float arguments vary, its ``shadowed`` pointer arguments have shadows; refuses a
+        callee that writes derivatives where its caller cannot follow them."""
+        func, pyname = self.function(name), numba_abi.python_name(name)
         args = func.args
         pointers_ = [a for a in args if a.type == "ptr"]
-        spec = Spec(self.pairs[key].augmented, pyname, list(active), [(k, ["ptr"], 0) for k in shadowed],
-                    ret_active, None, [], None, [a.index for a in pointers_], False,
-                    split=Split(self.pairs[key], ret_type))
         cfg, pointers = ControlFlow(func), PointerBases(func)
         memory = ShadowedMemory(func, pointers, [args[k] for k in shadowed], self.rule_of, pyname,
                                 self.is_callee)
@@ -160,8 +167,7 @@ class Callees:
         _check_no_escape(func, pointers, pointers_, memory, pyname)
         clobbers = Clobbers(func, pointers, self.rule_of, is_pure_call, pointers_, False,
                             outside=pointers_)
-        analyses = Analyses(cfg, pointers, memory, activity, clobbers, self.rule_of)
-        return AdjointGenerator(func, spec, analyses, self.context, self)
+        return Analyses(cfg, pointers, memory, activity, clobbers, self.rule_of)
 
 
 def func_return_type(fn):

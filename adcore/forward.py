@@ -45,8 +45,8 @@ class ForwardSpec:
     split = None          # forward mode differentiates no function as a call (adjoint.Spec.split)
 
     def __init__(self, symbol, pyname, lanes, tangent_args, shadows, given, result_type, tangent_field,
-                 status_field, noalias=None, checks_overlap=False):
-        self.checks_overlap = checks_overlap
+                 status_field, noalias=None, checks_overlap=False, return_type="i32"):
+        self.checks_overlap, self.return_type = checks_overlap, return_type
         self.symbol, self.pyname, self.lanes = symbol, pyname, lanes
         self.tangent_args, self.shadows, self.given = tangent_args, shadows, given
         self.result_type, self.tangent_field, self.status_field = result_type, tangent_field, status_field
@@ -97,12 +97,12 @@ class TangentGenerator(GeneratorBase):
     """Builds the tangent function of one primal function for one :class:`ForwardSpec`.
     ``stack_rule(instr)`` tells the value-stack calls of stack mode (None otherwise)."""
 
-    def __init__(self, func, spec, analyses, context=None, stack_rule=None):
-        self.func, self.spec, self.context = func, spec, context
+    def __init__(self, func, spec, analyses, context=None, stack_rule=None, callees=None):
+        self.func, self.spec, self.context, self.callees = func, spec, context, callees
         self.cfg, self.memory, self.act = analyses.cfg, analyses.memory, analyses.activity
         self.rule_of, self.stack_rule = analyses.rule_of, stack_rule or _no_stack
         args, k = func.args, spec.lanes
-        self.retptr = args[0]
+        self.retptr = args[0] if spec.result_type is not None else None    # a callee's is a shadowed pointer
         taken = {a.name for a in args} | {b.name for b in func.blocks}
         taken |= {i.name for i in func.instructions() if i.name}
         self.e = Emitter(taken)
@@ -169,7 +169,8 @@ class TangentGenerator(GeneratorBase):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas
-        entry.append(f"  store i64 0, ptr {self.status(entry)}")
+        if self.spec.status_field is not None:
+            entry.append(f"  store i64 0, ptr {self.status(entry)}")
         if self.spec.tangent_field is not None:      # the return's tangents start at zero
             t = self.ret_type
             for j in range(self.spec.lanes):
@@ -177,14 +178,13 @@ class TangentGenerator(GeneratorBase):
         start = self.e.fresh("start")
         entry += self.overlap_check(start) if self.spec.checks_overlap else [f"  br label {start}"]
         entry += [f"{start[1:]}:"] + self.internal_shadows() + [f"  br label {self.func.entry.ref}"]
-        text = f"define i32 @{self.spec.symbol}({', '.join(self.params)}) {{\n" \
+        return f"define {self.spec.return_type} @{self.spec.symbol}({', '.join(self.params)}) {{\n" \
                + "\n".join(entry + body + self.e.lines) + "\n}\n"
-        return text + runtime.helpers(self.stack_types)
 
     def status(self, lines):
         """The address of the result's status field (emitted into ``lines``)."""
         ref = self.e.fresh("status")
-        lines.append(f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr %retptr, i32 0, "
+        lines.append(f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr {self.retptr.ref}, i32 0, "
                      f"i32 {self.spec.status_field}")
         return ref
 
@@ -236,7 +236,7 @@ class TangentGenerator(GeneratorBase):
 
     def result_field(self, j, lines=None):
         ref = self.e.fresh("tret")
-        text = f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr %retptr, i32 0, " \
+        text = f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr {self.retptr.ref}, i32 0, " \
                f"i32 {self.spec.tangent_field + j}"
         (self.e.lines if lines is None else lines).append(text)
         return ref
@@ -263,8 +263,11 @@ class TangentGenerator(GeneratorBase):
     def instruction(self, instr):
         e = self.e
         if instr.opcode == "ret":
-            self.ret_blocks.append((instr.block, instr.operands[0]))
+            self.ret_blocks.append((instr.block, instr.operands[0] if instr.operands else None))
             e.line(f"br label {self.exit_ref}")
+            return
+        if self.callees is not None and self.callees.is_callee(instr):
+            self.call_site(instr)
             return
         stack = self.stack_rule(instr)
         if stack is not None:
@@ -289,6 +292,31 @@ class TangentGenerator(GeneratorBase):
         elif instr in self.act.active and rule is None:
             for lane in self.lanes:
                 self.tangent_of(instr, lane)
+
+    def call_site(self, instr):
+        """A call of a function differentiated as a call: its tangent function for the
+        site's activity pattern (the varied float arguments' tangents and the shadowed
+        pointers' shadows, lane by lane), or the call itself when nothing varies."""
+        ops, e, k = instr.operands, self.e, self.spec.lanes
+        ret_active = instr in self.act.active
+        active = tuple(i for i, o in enumerate(ops) if is_float_type(o.type) and self.has_tangent(o))
+        shadowed = tuple(i for i, o in enumerate(ops) if o.type == "ptr" and self.memory.is_shadowed(o))
+        if not (active or shadowed or ret_active):
+            e.line(strip_metadata(instr.text))
+            return
+        args = [f"{o.type} {o.ref}" for o in ops]
+        args += [f"{ops[i].type} {self.tangent(ops[i], j)}" for i in active for j in range(k)]
+        args += [f"ptr {lane.shadow(ops[i])}" for i in shadowed for lane in self.lanes]
+        symbol = self.callees.request(instr.callee, active, shadowed, ret_active)
+        if not ret_active:
+            call = f"call {instr.type} @{symbol}({', '.join(args)})"
+            e.line(f"{instr.ref} = {call}" if instr.ref else call)
+            return
+        struct = returned_type(instr.type, k)
+        both = e(f"call {struct} @{symbol}({', '.join(args)})", "both")
+        e.line(f"{instr.ref} = extractvalue {struct} {both}, 0")
+        for j in range(k):
+            self.names[instr, j] = e(f"extractvalue {struct} {both}, {1 + j}")
 
     def tangent_of(self, instr, lane):
         j, e = lane.j, self.e
@@ -417,14 +445,23 @@ class TangentGenerator(GeneratorBase):
         return [ref for lanes in self.tstacks.values() for ref in lanes]
 
     def exit(self):
-        e = self.e
+        e, t = self.e, self.spec.return_type
         e.label(self.exit_ref)
-        status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
+        if t.startswith("{"):                  # a float result and its tangents
+            value = self.ret_blocks[0][1]
+            fields = [e(f"phi {value.type} " + ", ".join(f"[ {s.ref if j == 0 else self.tangent(s, j - 1)}, "
+                                                          f"{b.ref} ]" for b, s in self.ret_blocks))
+                      for j in range(1 + self.spec.lanes)]
+            status = "undef"
+            for j, field in enumerate(fields):
+                status = e(f"insertvalue {t} {status}, {value.type} {field}, {j}")
+        elif t != "void":
+            status = e(f"phi {t} " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
         e.line(f"call void @ad.release(ptr {self.dtors}, ptr @NRT_MemInfo_call_dtor)")
         e.line(f"call void @ad.release(ptr {self.rawfrees}, ptr @NRT_Free)")
         for stack in self.tangent_stacks():
             e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
-        e.line(f"ret i32 {status}")
+        e.line("ret void" if t == "void" else f"ret {t} {status}")
 
 
 def _byte_span(fields, emit):
@@ -440,6 +477,11 @@ def _byte_span(fields, emit):
     hi = emit(f"add i64 {hi}, {fields[numba_abi.ITEMSIZE]}")
     empty = emit(f"icmp eq i64 {fields[numba_abi.NITEMS]}, 0")
     return emit(f"select i1 {empty}, i64 0, i64 {lo}"), emit(f"select i1 {empty}, i64 0, i64 {hi}")
+
+
+def returned_type(float_type, lanes):
+    """What a tangent function returns for a float result with tangents: ``{ T, k x T }``."""
+    return "{ " + ", ".join([float_type] * (1 + lanes)) + " }"
 
 
 def _no_stack(instr):
@@ -459,10 +501,16 @@ def _is_zero(op):
 
 
 def tangent_module(module, gen):
-    """IR text of ``module`` (the cleaned primal) plus the tangent function built by ``gen``."""
-    text = gen.build()
+    """IR text of ``module`` (the cleaned primal) plus the tangent function built by ``gen``
+    and those of the functions it differentiates as calls."""
+    texts, gens = [gen.build()], [gen]
+    if gen.callees is not None:
+        texts += gen.callees.generate()
+        gens += gen.callees.generators
     existing = {f.name for f in module.functions}
     decls = dict(runtime.DECLARATIONS)
-    decls.update(gen.e.declarations)
+    for g in gens:
+        decls.update(g.e.declarations)
     extra = [d for name, d in decls.items() if name not in existing]
-    return str(module) + "\n" + text + "\n" + "\n".join(extra) + "\n"
+    helpers = runtime.helpers(set().union(*(g.stack_types for g in gens)))
+    return str(module) + "\n" + "\n".join(texts) + helpers + "\n" + "\n".join(extra) + "\n"

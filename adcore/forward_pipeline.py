@@ -13,6 +13,7 @@ from .compiled import CompiledGradient, _like_strides
 from .constructs import in_user_words
 from .errors import UnsupportedError
 from .forward import ForwardSpec, TangentGenerator, tangent_module
+from .forward_callees import ForwardCallees
 from .gradient_kernel import reverse_call_rule
 from .timings import compiling, stage
 
@@ -71,17 +72,20 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
         with stage("layout"):
             layout = ForwardLayout(primal_, argtypes, tangent_floats, duplicated, lanes)
         symbol = f"adcore_tangent_{next(_counter)}"
-        rule_of = None
+        rule_of = callees = None
         if stack_rule is not None:
             base = custom_rules.lookup()
             rule_of = lambda instr: stack_rule(instr) or reverse_call_rule(instr) or base(instr)   # noqa: E731
+        else:
+            callees = ForwardCallees(primal_.module, custom_rules.lookup(), primal_.kernel.context, symbol,
+                                     lanes, primal_.locations)
         try:
             with stage("analyse"):
                 spec, analyses, scratch = pipeline.analyse(
-                    primal_, layout, symbol, distinct, rule_of=rule_of,
+                    primal_, layout, symbol, distinct, callees, rule_of=rule_of,
                     seeds=seeds(primal_.func) if seeds else ())
             with stage("generate"):
-                gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule)
+                gen = TangentGenerator(primal_.func, spec, analyses, primal_.kernel.context, stack_rule, callees)
                 tangent_ir = tangent_module(primal_.module, gen)
         except UnsupportedError as err:
             raise in_user_words(err, primal_.func, primal_.kernel) from None

@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 
 import adcore
 from adcore import Active, Const, Duplicated, Reverse, UnsupportedError
-from fdcheck import check
+from fdcheck import check, check_forward
 from test_core_property import EXAMPLES, examples
 
 
@@ -47,10 +47,18 @@ def test_double_recursion_closed_form(x0, x1, n):
 
 
 # -- a recursive callee with a loop, writing the array it is given ------------------------------
-def test_forward_mode_refuses_recursion_naming_the_function():
-    x = np.linspace(0.5, 1.0, 5)
-    with pytest.raises(UnsupportedError, match=r"'[\w.]*fib' \(a recursive function: only reverse mode"):
-        adcore.autodiff(adcore.Forward, fib, Duplicated(x, np.ones(5)), Const(4))
+@examples(EXAMPLES)
+@given(st.floats(-2, 2), st.floats(-2, 2), st.floats(-2, 2), st.floats(-2, 2), st.integers(0, 9))
+def test_double_recursion_forward_closed_form(x0, x1, t0, t1, n):
+    # the tangent of c1 x0 x1 + c0 x0^2 along (t0, t1): c1 (t0 x1 + x0 t1) + 2 c0 x0 t0
+    c1, c0 = leaves(n)
+    dy = adcore.autodiff(adcore.Forward, fib, Duplicated(np.array([x0, x1]), np.array([t0, t1])), Const(n))
+    np.testing.assert_allclose(dy, c1 * (t0 * x1 + x0 * t1) + 2 * c0 * x0 * t0, rtol=1e-12, atol=1e-12)
+
+
+def test_hvp_of_a_recursive_function_is_refused():
+    with pytest.raises(UnsupportedError, match="the gradient of a recursive function: hvp cannot"):
+        adcore.hvp(fib, np.array([0.7, 1.3, 0.4]), np.ones(3), 5)
 
 
 @numba.njit
@@ -72,6 +80,15 @@ def prefix_twice(x, w):
 def test_recursive_callee_with_loop_writes_its_array():
     check(prefix, np.random.default_rng(0).uniform(0.2, 0.9, 5), 4, 0.7)
     check(prefix_twice, np.random.default_rng(1).uniform(0.2, 0.9, 5), 0.7)
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_forward_mode_through_recursion(lanes):
+    # each callee gets one tangent function per activity pattern, its array's shadows passed in
+    check_forward(fib, np.array([0.7, 1.3, 0.4]), 6, lanes=lanes)
+    check_forward(prefix, np.random.default_rng(0).uniform(0.2, 0.9, 5), 4, 0.7, lanes=lanes)
+    check_forward(prefix_twice, np.random.default_rng(1).uniform(0.2, 0.9, 5), 0.7, lanes=lanes)
+    check_forward(three_sites, np.array([0.5, 0.7, 0.2]), np.array([0.3, 0.4, 0.9]), 1.3, lanes=lanes)
 
 
 # -- mutual recursion carrying a float ----------------------------------------------------------
@@ -246,7 +263,9 @@ C_CASES = [("rsum", lambda: (X6.copy(), 6)), ("parity", lambda: (0.4, 5)),
 @pytest.mark.parametrize("opt", ["-O0", "-O1"])
 @pytest.mark.parametrize("name,args", C_CASES, ids=[c[0] for c in C_CASES])
 def test_c_recursion(opt, name, args):
-    check(adcore.from_llvm(clang_ir(opt), name), *args())
+    f = adcore.from_llvm(clang_ir(opt), name)
+    check(f, *args())
+    check_forward(f, *args(), lanes=2)          # a float result comes back with its tangents
 
 
 # -- the inlining decision (a stage test on hand-written IR) -----------------------------------
