@@ -392,6 +392,21 @@ def test_hvp_through_blas_reverses_closed_form():
 
 
 @numba.njit
+def tanh_layer_and_dot(x, A):          # float32: BLAS's 's' routines
+    return np.sum(np.tanh(A @ x)) + np.float32(0.1) * np.dot(x, x)
+
+
+def test_hvp_through_float32_blas_closed_form():
+    x, A, v = rand(3, dtype=np.float32), rand(4, 3, dtype=np.float32, seed=2), rand(3, dtype=np.float32, seed=3)
+    x64, A64 = x.astype(np.float64), A.astype(np.float64)
+    t = np.tanh(A64 @ x64)
+    H = A64.T @ np.diag(-2 * t * (1 - t * t)) @ A64 + 0.2 * np.eye(3)
+    Hv = adcore.hvp(tanh_layer_and_dot, x, v, A)
+    assert Hv.dtype == np.float32
+    np.testing.assert_allclose(Hv, H @ v.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+@numba.njit
 def cubes(x):
     return np.sum(x ** 3)
 
