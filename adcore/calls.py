@@ -119,7 +119,7 @@ class Callees:
         return self.pairs[key]
 
     def generate(self):
-        """IR text of every pair requested so far (and of those they request)."""
+        """IR text of every function requested so far (and of those they request)."""
         texts = []
         while self.queue:
             key = self.queue.pop(0)
@@ -128,14 +128,19 @@ class Callees:
             self.generators.append(gen)
         return texts
 
-    def _generator(self, key):
-        name, active, shadowed, ret_active = key
-        pyname = numba_abi.python_name(name)
+    def return_type(self, name):
+        """The LLVM return type of callee ``name``: a float, an integer or void (else refused)."""
         ret_type = func_return_type(self.module.get_function(name))
         if ret_type not in ("void", "double", "float") and not ret_type.startswith("i"):
+            pyname = numba_abi.python_name(name)
             raise UnsupportedError(f"the call of {pyname}", pyname,
                                    f"a function differentiated as a call may return a float, "
                                    f"an integer or nothing, not {ret_type}")
+        return ret_type
+
+    def _generator(self, key):
+        name, active, shadowed, ret_active = key
+        pyname, ret_type = numba_abi.python_name(name), self.return_type(name)
         func = self.function(name)
         spec = Spec(self.pairs[key].augmented, pyname, list(active), [(k, ["ptr"], 0) for k in shadowed],
                     ret_active, None, [], None, [a.index for a in func.args if a.type == "ptr"], False,

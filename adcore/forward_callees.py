@@ -10,8 +10,7 @@ caller differentiates (a C function's) comes back as ``{ T, k tangents }``.  Sha
 callee's own allocations are freed when it returns, so a callee may not hand out a
 pointer (as the reverse mode's calls may not).
 """
-from .calls import Callees, func_return_type
-from .errors import UnsupportedError
+from .calls import Callees
 from .forward import ForwardSpec, TangentGenerator, returned_type
 from .numba_abi import python_name
 
@@ -33,26 +32,11 @@ class ForwardCallees(Callees):
             self.queue.append(key)
         return self.symbols[key]
 
-    def generate(self):
-        """IR text of every tangent function requested so far (and of those they request)."""
-        texts = []
-        while self.queue:
-            key = self.queue.pop(0)
-            gen = self._tangent_generator(key)
-            texts.append(gen.build())
-            self.generators.append(gen)
-        return texts
-
-    def _tangent_generator(self, key):
+    def _generator(self, key):
         name, active, shadowed, ret_active = key
-        ret_type = func_return_type(self.module.get_function(name))
-        if ret_type != "void" and not ret_type.startswith("i") and ret_type not in ("double", "float"):
-            pyname = python_name(name)
-            raise UnsupportedError(f"the call of {pyname}", pyname, f"a function differentiated as a "
-                                   f"call may return a float, an integer or nothing, not {ret_type}")
+        ret_type = self.return_type(name)
         spec = ForwardSpec(self.symbols[key], python_name(name), self.lanes, list(active),
                            [(k, ["ptr"], 0) for k in shadowed], len(shadowed), None, None, None,
                            return_type=returned_type(ret_type, self.lanes) if ret_active else ret_type)
         return TangentGenerator(self.function(name), spec, self.analyses(name, active, shadowed, ret_active),
                                 self.context, callees=self)
-
