@@ -13,6 +13,7 @@ import re
 import threading
 import types
 
+import llvmlite.binding as llvm
 import numba
 from numba.core.errors import NumbaError
 
@@ -133,6 +134,25 @@ def unoptimised_module(library, cres=None):
     return module
 
 
+def _references_to_kernel(module, symbol):
+    """Numba's unresolved references in ``module`` to another compile of the kernel
+    ``symbol``: a callee (mutual recursion) names the kernel as Numba compiles it, while
+    adcore lowers it again, with other flags (:func:`numba_abi.lowered`)."""
+    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    return [t for t in numba_abi.unresolved_targets(module)
+            if t not in defined and numba_abi.without_tags(t) == numba_abi.without_tags(symbol)]
+
+
+def _resolved(module, targets, symbol):
+    """``module`` with the unresolved references ``targets`` made constants holding ``symbol``."""
+    text = str(module)
+    for target in targets:
+        ref = re.escape(f'@"{numba_abi.UNRESOLVED_PREFIX}{target}"')
+        text = re.sub(ref + r" = external [^\n]*global ptr[^\n]*",
+                      lambda m: f'@"{numba_abi.UNRESOLVED_PREFIX}{target}" = internal constant ptr @{symbol}', text)
+    return llvm.parse_assembly(text)
+
+
 def capture(f, argtypes):
     """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module."""
     dispatcher = as_dispatcher(f)
@@ -141,6 +161,10 @@ def capture(f, argtypes):
     with _lock:
         cres = _compiled(dispatcher, argtypes)
         module = unoptimised_module(cres.library, cres)
+        to_kernel = _references_to_kernel(module, cres.fndesc.mangled_name)
+        if to_kernel:
+            numba_abi.point_references_at_compiled(dispatcher, argtypes, to_kernel)
+            module = _resolved(module, to_kernel, cres.fndesc.mangled_name)
     for fn in module.functions:
         if not fn.is_declaration and numba_abi.only_raises(fn.name):
             for attribute in ("noinline", "optnone"):     # stays a call, compiled as it is

@@ -282,6 +282,31 @@ def library_defining(symbol, cres):
     return None
 
 
+def without_tags(mangled):
+    """A Numba mangled name without its version and compile-flags tags (``B<n>v<k>B<m><tag>``):
+    the same function and argument types, whichever compile of it."""
+    tags = re.match(r"(.*?)B\d+v\d+B(\d+)", mangled)
+    if tags is None:
+        return mangled
+    return tags.group(1) + mangled[tags.end() + int(tags.group(2)):]
+
+
+def point_references_at_compiled(dispatcher, argtypes, targets):
+    """Compile ``dispatcher`` for ``argtypes`` as Numba does and point Numba's unresolved
+    references ``targets`` at it: they name the kernel by the uid of a lowering
+    (:func:`lowered`) that defines nothing, so the njit callees that hold them (mutual
+    recursion) would otherwise abort when the program runs."""
+    dispatcher.compile(tuple(argtypes))
+    cres = dispatcher.overloads[tuple(argtypes)]
+    linker = dispatcher.targetctx.codegen()._rtlinker
+    address = cres.library.get_pointer_to_function(cres.fndesc.mangled_name)
+    for target in targets:
+        slot = linker._unresolved.pop(target, None)
+        if slot is not None:
+            slot.value = address
+            linker._resolved.append((target, slot))
+
+
 def unresolved_targets(module):
     """The functions ``module`` reaches through Numba's unresolved references (recursion)."""
     return [gv.name[len(UNRESOLVED_PREFIX):] for gv in module.global_variables

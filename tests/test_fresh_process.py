@@ -122,6 +122,31 @@ np.testing.assert_allclose(model.layers[0].weight, W1 - 0.1 * dW1, rtol=1e-12)
 np.testing.assert_allclose(model.layers[0].bias, b1 - 0.1 * db1, rtol=1e-12)
 """
 
+# Mutual recursion: Numba compiles is_odd while typing is_even, and is_odd names is_even by
+# that compile, which adcore's own lowering of is_even must not leave undefined.
+MUTUAL = """
+import math
+import numba
+import numpy as np
+import adcore
+from adcore import Reverse, Forward, Duplicated
+
+@numba.njit
+def is_even(v, n):
+    if n == 0:
+        return v
+    return is_odd(math.sin(v) * 1.1, n - 1)
+
+@numba.njit
+def is_odd(v, n):
+    if n == 0:
+        return v * v
+    return is_even(v + 0.5 * v * v, n - 1)
+
+def fd(v, eps=1e-6):
+    return (is_even.py_func(v + eps, 5) - is_even.py_func(v - eps, 5)) / (2 * eps)
+"""
+
 # name -> (script, name of the ADError subclass it must die with, or None)
 SCRIPTS = {
     "autodiff_reverse_njit": (NJIT + """
@@ -184,6 +209,31 @@ H[0, :] += 3 * x ** 2
 H[:, 0] += 3 * x ** 2
 np.testing.assert_allclose(adcore.hvp(f, x, v), H @ v, rtol=1e-13)
 np.testing.assert_allclose(adcore.hessian(f, x), H, rtol=1e-13)
+""", None),
+    "hvp_blas": ("""
+import numba
+import numpy as np
+import adcore
+
+@numba.njit
+def f(x, A):
+    return np.sum(np.tanh(A @ x))
+
+x, v = np.array([0.5, -1.0, 2.0]), np.array([1.0, 2.0, -0.5])
+A = np.array([[0.3, -0.2, 0.1], [0.5, 0.4, -0.6]])
+Hv = adcore.hvp(f, x, v, A)
+t = np.tanh(A @ x)
+np.testing.assert_allclose(Hv, A.T @ np.diag(-2 * t * (1 - t * t)) @ A @ v, rtol=1e-12)
+""", None),
+    "mutual_recursion_first": (MUTUAL + """
+g = adcore.gradient(Reverse, is_even, 0.3, 5)[0]
+t = adcore.autodiff(Forward, is_even, Duplicated(0.3, 1.0), 5)
+np.testing.assert_allclose([g, t], [fd(0.3), fd(0.3)], rtol=1e-7)
+assert is_even(0.3, 5) == is_even.py_func(0.3, 5)      # the primal still runs
+""", None),
+    "mutual_recursion_after_the_primal": (MUTUAL + """
+assert is_even(0.3, 5) == is_even.py_func(0.3, 5)
+np.testing.assert_allclose(adcore.gradient(Reverse, is_even, 0.3, 5)[0], fd(0.3), rtol=1e-7)
 """, None),
     "gradient": (NJIT + """
 from fdcheck import fd_gradient
