@@ -10,7 +10,7 @@ import threading
 import numba
 import numpy as np
 
-from . import api
+from . import api, pipeline
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
 from .arguments import (_check_memory, annotate, check_shadow, distinct as _distinct, is_float_scalar,
                         share_memory, type_key)
@@ -277,6 +277,11 @@ _gradients = api._Bounded()
 def _gradient_kernel(f, x, const_args):
     anns = api._with_defaults(f, annotate([Duplicated(x, np.zeros_like(x))] + [Const(c) for c in const_args]))
     compiled = api._compiled(f, anns, Active)
+    if compiled.native_parts is None and "@adcore_rule_" in compiled.adjoint_ir:
+        # from the disk cache: its IR names the rules' reverses as the writing process did
+        dispatcher = api._dispatcher(f)
+        compiled = pipeline.differentiate(dispatcher, anns, argument_types(dispatcher, [a.val for a in anns]),
+                                          Active, compiled.distinct)
     key = (compiled, len(anns))
     if key not in _gradients:
         argtypes = argument_types(api._dispatcher(f), [a.val for a in anns])

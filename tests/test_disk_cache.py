@@ -335,3 +335,38 @@ def test_duplicated_model_and_train_loop_from_the_cache(tmp_path):
     assert first["train"] == ["loop", ["Numba compile"]]     # Numba compiled the loop
     assert second["train"] == ["loop", ["load from disk"]]   # the loop's object code
     assert first["losses"] == second["losses"] and first["params"] == second["params"]
+
+
+HVP_AFTER_OTHER_RULES = """
+import json, numba, numpy as np, adcore, os
+
+@numba.njit
+def layer(x, A):
+    return np.sum(np.tanh(A @ x))
+
+@numba.njit
+def other(x, B):                 # compiled first here: the rules' reverses get other symbols
+    return np.sum(np.sin(B @ x.reshape((2, 2)))) + np.dot(x, x)
+
+x, v = np.array([0.5, -1.0, 2.0]), np.array([1.0, 2.0, -0.5])
+A = np.array([[0.3, -0.2, 0.1], [0.5, 0.4, -0.6]])
+if os.environ.get("OTHER_FIRST"):
+    adcore.gradient(adcore.Reverse, other, np.ones(4), adcore.Const(np.ones((3, 2))))
+g = adcore.gradient(adcore.Reverse, layer, x, adcore.Const(A))[0]
+stages = list(adcore.last_compile_report().seconds)
+print(json.dumps(dict(hv=adcore.hvp(layer, x, v, A).tolist(), stages=stages)))
+"""
+
+
+def test_hvp_of_a_cached_gradient_with_rules(tmp_path):
+    # the cached IR names the rules' reverses by the writing process's symbols; hvp in a
+    # process that numbered them otherwise must not follow those names
+    first = _process(HVP_AFTER_OTHER_RULES, tmp_path)
+    second = _process(HVP_AFTER_OTHER_RULES, tmp_path, OTHER_FIRST="1")
+    assert second["stages"] == ["load from disk"]
+    x, v = np.array([0.5, -1.0, 2.0]), np.array([1.0, 2.0, -0.5])
+    A = np.array([[0.3, -0.2, 0.1], [0.5, 0.4, -0.6]])
+    t = np.tanh(A @ x)
+    Hv = A.T @ np.diag(-2 * t * (1 - t * t)) @ A @ v
+    for run in (first, second):
+        np.testing.assert_allclose(run["hv"], Hv, rtol=1e-12)
