@@ -26,6 +26,12 @@ LANES = 8
 
 
 @numba.njit
+def dense_blas(W, X):
+    """A tanh layer on a batch through BLAS (``@``): hvp through the product rules' reverses."""
+    return np.sum(np.tanh(W @ X))
+
+
+@numba.njit
 def gmm_icf(icf, alphas, means, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
     """The GMM objective as a function of its inverse-covariance factors first."""
     return gmm.objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main)
@@ -82,6 +88,7 @@ def cases(quick, size):
     x = rng.standard_normal(n)
     m = int((128 if quick else 512) * size ** 0.5)
     W_, b, xv, y = rng.standard_normal((m, m)) / m, rng.standard_normal(m), rng.standard_normal(m), np.zeros(m)
+    Xb = rng.standard_normal((m, 32))
     nu = int((10_000 if quick else 100_000) * size)
     inst = gmm.instance(5, max(2, int(10_000 * size)))      # 10x bench gmm's n: per-call overhead small
     K, d = inst.K, inst.d
@@ -91,6 +98,8 @@ def cases(quick, size):
         Case("sum(sin(x)*x*x)", f"n={n}", sinxx, x, (), xp_f=lambda xp, x: xp.sum(xp.sin(x) * x * x)),
         Case("dense tanh layer", f"{m}x{m}, d/dW", dense, W_, (b, xv, y),
              xp_f=lambda xp, W: xp.sum(xp.tanh(W @ xv + b))),
+        Case("dense tanh layer, BLAS", f"{m}x{m} @ {m}x32, d/dW", dense_blas, W_, (Xb,),
+             xp_f=lambda xp, W: xp.sum(xp.tanh(W @ Xb))),
         Case("in-place stencil", f"n={nu}, 10 steps", stencil, rng.standard_normal(nu), (10,), inplace=True),
         Case("logsumexp", f"n={n}", logsumexp, x, (),
              xp_f=lambda xp, x: xp.max(x) + xp.log(xp.sum(xp.exp(x - xp.max(x))))),
