@@ -134,8 +134,9 @@ class Compiled:
         self.ir, self.object, self.externals = ir, obj, externals
 
 
-def compile_ir(text, symbol, owner=None, link=None, entry=None):
-    """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
+def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False):
+    """Parse, optimise (unless ``text`` is ``optimised`` already) and JIT-compile ``text``;
+    register ``symbol`` for Numba to link against.
 
     ``link(name)`` may give the module defining a function ``text`` declares, to be
     compiled in (so that the object code is whole); ``entry`` names the function of
@@ -143,7 +144,7 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
     external function the module calls must exist in the process (else :class:`LinkError`
     naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
     resolve it to address 0.  Returns a :class:`Compiled`."""
-    module = llvm.parse_assembly(without_vectorising_large_loops(text))
+    module = llvm.parse_assembly(text if optimised else without_vectorising_large_loops(text))
     module.verify()
     module.name = symbol
     if entry is not None:
@@ -152,7 +153,8 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
     for part in filter(None, map(link or (lambda name: None), declared)):
         module.link_in(part)
     keep_only(module, symbol)
-    optimise(module)
+    if not optimised:
+        optimise(module)
     with _lock:
         engine = _start_engine()
         externals = sorted(f.name for f in module.functions

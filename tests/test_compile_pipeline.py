@@ -59,11 +59,13 @@ def test_a_small_loop_is_still_vectorised_and_a_large_one_is_not():
     assert vectorised == {"small": True, "large": False}
 
 
-@pytest.mark.parametrize("name", ["small", "large"])
-def test_hinted_code_computes_the_same_numbers(name):
+@pytest.mark.parametrize("name, optimised", [("small", False), ("large", False), ("small", True)])
+def test_hinted_code_computes_the_same_numbers(name, optimised):
+    """As does code compiled without optimisation (``optimised``: IR Numba optimised)."""
     text = SMALL if name == "small" else LARGE
-    symbol = f"adcore_test_hinted_{name}"
-    native.compile_ir(text, symbol, entry=name)
+    symbol = f"adcore_test_hinted_{name}_{optimised}"
+    compiled = native.compile_ir(text, symbol, entry=name, optimised=optimised)
+    assert ("vector.body" in compiled.ir) == (name == "small" and not optimised)
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
         native._defined[symbol])
     x, y = np.arange(1.0, 38.0), np.full(37, 0.5)
