@@ -408,13 +408,15 @@ class CachedFunction:
                 loaded = _load_function(digest, len(argtypes))
             if loaded is not None:
                 return loaded
-        with compiling(self.name), stage("Numba compile"):
-            if self.dispatcher is None:
-                self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
-                    {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
-            self.dispatcher.compile(argtypes)
-        if digest is not None:
-            _store_function(digest, self.dispatcher, argtypes)
+        with compiling(self.name):
+            with stage("Numba compile"):
+                if self.dispatcher is None:
+                    self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
+                        {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+                self.dispatcher.compile(argtypes)
+            if digest is not None:
+                with stage("object code for the disk cache"):
+                    _store_function(digest, self.dispatcher, argtypes)
         return self.dispatcher
 
 
@@ -441,7 +443,8 @@ def _store_function(digest, dispatcher, argtypes):
     if native.is_defined(symbol):       # compiled here before: its entry went since
         return
     try:
-        compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name)
+        compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name,
+                                     optimised=True)      # Numba optimised it
     except LinkError:        # it calls what this process alone has: the njit function serves
         return
     flat = [numba_abi.flat_types(ctx, t) for t in argtypes]

@@ -1,4 +1,5 @@
-"""From gradient IR to a callable: O3 with vectorisation, MCJIT, and a Numba stub.
+"""From gradient IR to a callable: O3 with vectorisation (not of very large loops), MCJIT,
+and a Numba stub.
 
 The gradient function follows Numba's calling convention, so a Numba ``@intrinsic``
 can call it like any compiled function: the stub's own exception handling re-raises a
@@ -17,6 +18,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import numba_abi
+from .loop_hints import without_vectorising_large_loops
 from .numba_abi import target_machine
 from .errors import ActivityError, LinkError
 
@@ -58,7 +60,8 @@ exit:
 
 
 def optimise(module):
-    """Full O3 with loop and SLP vectorisation."""
+    """Full O3 with loop and SLP vectorisation (loops marked by :mod:`adcore.loop_hints`
+    excepted from loop vectorisation)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
@@ -131,8 +134,9 @@ class Compiled:
         self.ir, self.object, self.externals = ir, obj, externals
 
 
-def compile_ir(text, symbol, owner=None, link=None, entry=None):
-    """Parse, optimise and JIT-compile ``text``; register ``symbol`` for Numba to link against.
+def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False):
+    """Parse, optimise (unless ``text`` is ``optimised`` already) and JIT-compile ``text``;
+    register ``symbol`` for Numba to link against.
 
     ``link(name)`` may give the module defining a function ``text`` declares, to be
     compiled in (so that the object code is whole); ``entry`` names the function of
@@ -140,7 +144,7 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
     external function the module calls must exist in the process (else :class:`LinkError`
     naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
     resolve it to address 0.  Returns a :class:`Compiled`."""
-    module = llvm.parse_assembly(text)
+    module = llvm.parse_assembly(text if optimised else without_vectorising_large_loops(text))
     module.verify()
     module.name = symbol
     if entry is not None:
@@ -153,7 +157,8 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None):
             # the calling convention its declaration states once internal)
             module.get_function(name).name = f"{name}.in.{symbol}"
     keep_only(module, symbol)
-    optimise(module)
+    if not optimised:
+        optimise(module)
     with _lock:
         engine = _start_engine()
         externals = sorted(f.name for f in module.functions

@@ -5,7 +5,7 @@ included, and numpy.ma and scipy.linalg, which Numba's first ``typeof`` of an ar
 its first BLAS call import): the time to the first gradient includes Numba's compile of the primal,
 adcore's pipeline and the Numba compiles of the rules it needs, as a user's script pays
 them.  It runs twice on one new, empty ``ADCORE_CACHE_DIR``: cold, then in another new
-process from the disk cache.  Each row names where adcore's time went (every stage of the compile
+process from the disk cache.  Each row names where adcore's CPU time went (every stage of the compile
 reports the call made, ``adcore.timings.compile_reports()``, and the time outside them:
 the Numba compile of a ``Duplicated`` program's driver) and divides by references, each also the first call
 in a fresh process: Numba's compile of the primal, JAX's ``jit`` of its gradient (when
@@ -109,17 +109,18 @@ t0, c0 = time.perf_counter(), time.process_time()
 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 stages = {{}}
 for report in adcore.timings.compile_reports()[made:] if "{which}" == "gradient" else []:
-    for name, sec in report.seconds.items():
+    for name, sec in report.cpu_seconds.items():
         stages[name] = stages.get(name, 0.0) + sec
 if stages:
-    stages[{outside!r}] = seconds - sum(stages.values())
+    stages[{outside!r}] = cpu - sum(stages.values())
 print(json.dumps({{"seconds": seconds, "cpu": cpu, "stages": stages}}))
 """
 
 
 def _fresh(script, which, cache):
     """``{"seconds": ..., "cpu": ..., "stages": {...}}`` of the first ``which()`` in a new
-    process (``cpu``: the process's CPU seconds, less sensitive to a busy machine)."""
+    process (``cpu``: the process's CPU seconds, less sensitive to a busy machine;
+    ``stages``: the CPU seconds of each stage)."""
     env = dict(os.environ, ADCORE_CACHE="1", ADCORE_CACHE_DIR=cache,
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     run = subprocess.run([sys.executable, "-c", script + HARNESS.format(which=which, outside=OUTSIDE)], cwd=ROOT,
@@ -155,5 +156,5 @@ def run(config):
             ratios = "; ".join(f"x {t / refs[n]:.3f} vs {references[n]} ({refs[n]:.2f} s)"
                                for n in refs)
             rows.append(row(W, case, impl, Timing((t,)), vs_ref=t / refs[first], first_call_s=t,
-                            note=f"{ratios}; CPU {got['cpu']:.2f} s; adcore's stages: {_where(got['stages'])}"))
+                            note=f"{ratios}; CPU {got['cpu']:.2f} s; adcore's stages (CPU): {_where(got['stages'])}"))
     return rows

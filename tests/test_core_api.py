@@ -424,7 +424,9 @@ def test_compile_report_names_every_stage():
     assert list(report.seconds)[:3] == ["capture", "clean", "read"]
     assert {"layout", "analyse", "generate", "compile", "stub"} <= set(report.seconds)
     assert all(s >= 0 for s in report.seconds.values())
-    assert "cubes" in str(report) and "total" in str(report)
+    assert set(report.cpu_seconds) == set(report.seconds) and all(s >= 0 for s in report.cpu_seconds.values())
+    assert report.total_cpu == pytest.approx(sum(report.cpu_seconds.values()))
+    assert "cubes" in str(report) and "total" in str(report) and "ms CPU" in str(report)
 
 
 def test_gradient_lowers_the_kernel_without_compiling_it():
