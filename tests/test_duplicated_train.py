@@ -193,3 +193,57 @@ def test_update_with_stored_gradient_equals_explicit_gradient():
     update(s1, dup)
     for a, b in zip(params(m1), params(m2)):
         np.testing.assert_array_equal(a, b)
+
+
+def _odd_items():
+    """Data whose fourth item differs from the others in one way each (the native loop
+    refuses it; train steps through the items in Python)."""
+    base = seed_data()[:6]
+    x, y = base[3]
+    yield "float64 input", base[:3] + [(x.astype(np.float64), y)] + base[4:], None
+    yield "input of shape (1, 1)", base[:3] + [(x.reshape(1, 1), y)] + base[4:], None
+    yield "input that is a list", base[:3] + [([0.1], y)] + base[4:], None
+    yield "python float target", base[:3] + [(x, float(y))] + base[4:], None
+    yield "input of shape (2,)", base[:3] + [(np.ones(2, np.float32), y)] + base[4:], ValueError
+    yield "shorter tuple", base[:3] + [(x,)] + base[4:], TypeError
+
+
+@pytest.mark.parametrize("name, data, error", list(_odd_items()),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_an_item_unlike_the_first_is_trained_as_the_tape_engine_does(name, data, error):
+    m_tape, m_dup = seed_model(), seed_model()
+    dup = Duplicated(m_dup)
+    s_tape, s_dup = setup(Descent(0.05), m_tape), setup(Descent(0.05), dup)
+    if error is not None:
+        with pytest.raises(error):
+            train(seed_loss, m_tape, data, s_tape)
+        with pytest.raises(error):
+            train(seed_loss, dup, data, s_dup)
+        for a, b in zip(params(m_tape), params(m_dup)):    # the items before it applied
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+        return
+    for _ in range(2):
+        np.testing.assert_allclose(train(seed_loss, dup, data, s_dup),
+                                   train(seed_loss, m_tape, data, s_tape), rtol=1e-5, atol=1e-7)
+
+
+def test_items_changed_in_place_between_train_calls_are_read_again():
+    """The stacked items live in buffers kept from call to call: values written into the
+    data's arrays, an item replaced and another number of items all reach the loop."""
+    data = seed_data()[::3]
+    m_tape, m_dup = seed_model(), seed_model()
+    dup = Duplicated(m_dup)
+    s_tape, s_dup = setup(Adam(0.01), m_tape), setup(Adam(0.01), dup)
+
+    def both(items):
+        np.testing.assert_allclose(train(seed_loss, dup, items, s_dup),
+                                   train(seed_loss, m_tape, items, s_tape), rtol=1e-5, atol=1e-7)
+    both(data)
+    data[2][0][0] = 1.75                        # in place
+    data[4] = (np.array([-0.3], np.float32), np.float32(0.5))
+    both(data)
+    both(data[:5])
+    both(data)
+    for a, b in zip(params(m_tape), params(m_dup)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert program.lookup(seed_loss, (dup,) + data[0])[0].plan.stack.n == len(data)  # native
