@@ -247,3 +247,46 @@ def test_items_changed_in_place_between_train_calls_are_read_again():
     for a, b in zip(params(m_tape), params(m_dup)):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
     assert program.lookup(seed_loss, (dup,) + data[0])[0].plan.stack.n == len(data)  # native
+
+
+@pytest.mark.parametrize("engine", ["tape", "duplicated"])
+def test_epochs_run_as_that_many_train_calls(engine):
+    data = seed_data()[::5]
+    m1, m2 = seed_model(), seed_model()
+    a, b = (m1, m2) if engine == "tape" else (Duplicated(m1), Duplicated(m2))
+    s1, s2 = setup(Adam(0.01), a), setup(Adam(0.01), b)
+    losses = train(seed_loss, a, data, s1, epochs=3)
+    expected = [v for _ in range(3) for v in train(seed_loss, b, data, s2)]
+    assert len(losses) == 3 * len(data)
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    for x, y in zip(params(m1), params(m2)):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+
+
+def test_a_non_finite_loss_names_its_epoch_and_stops_there():
+    """The loss turns NaN in the third epoch (a Descent step too large for the data):
+    the native loop stops on that item, as train one epoch at a time does."""
+    data = [(np.array([v], np.float32), np.float32(v)) for v in (1.0, 30.0)]
+    loss = lambda m, x, y: np.sum((m(x) - y) ** 4)
+    m1, m2 = Dense(1, 1, rng=1), Dense(1, 1, rng=1)
+    d1 = Duplicated(m1)
+    s1, s2 = setup(Descent(0.01), d1), setup(Descent(0.01), m2)
+    with pytest.raises(NonFiniteLossError) as native:
+        train(loss, d1, data, s1, epochs=50)
+    for epoch in range(50):
+        try:
+            train(loss, m2, data, s2)
+        except NonFiniteLossError as e:
+            stepped = e
+            break
+    assert (native.value.index, native.value.epoch) == (stepped.index, epoch)
+    assert native.value.epoch > 0 and f"in epoch {epoch}" in str(native.value)
+    assert any(e.loops for e in program._cache[program.cache_key(loss)])   # the native loop ran
+    np.testing.assert_allclose(m1.weight, m2.weight, rtol=1e-5)
+
+
+@pytest.mark.parametrize("epochs", [0, -1, 2.0, True, None])
+def test_epochs_must_be_a_positive_int(epochs):
+    model = seed_model()
+    with pytest.raises(ValueError, match="epochs must be a positive int"):
+        train(seed_loss, Duplicated(model), seed_data(), setup(Adam(), model), epochs=epochs)

@@ -55,15 +55,16 @@ def _columns(staged, items, n_args):
 
 class _Stack:
     """Buffers holding the varying arguments of ``n`` items stacked along a new first
-    axis (``(n, size)`` for arrays, ``(n,)`` for scalars) and the losses, kept from call to
-    call so that the loop takes them as addresses.  ``fill`` copies the items' current
-    values in (``False`` when one differs in type, shape or dtype from the first)."""
+    axis (``(n, size)`` for arrays, ``(n,)`` for scalars) and the losses of ``total``
+    training steps, kept from call to call so that the loop takes them as addresses.
+    ``fill`` copies the items' current values in (``False`` when one differs in type,
+    shape or dtype from the first)."""
 
-    def __init__(self, n, samples):
-        self.n = n
+    def __init__(self, n, total, samples):
+        self.n, self.total = n, total
         self.buffers = {k: np.empty((n, s.size), s.dtype) if isinstance(s, np.ndarray)
                         else np.empty(n, np.result_type(s)) for k, s in samples.items()}
-        self.losses = np.empty(n)
+        self.losses = np.empty(total)
 
     def fill(self, columns):
         return all(_fill(self.buffers[k], col) for k, col in columns.items())
@@ -137,42 +138,45 @@ class _Plan:
         loop = staged.loops.get((source, kernels))
         if loop is None:
             loop = staged.loops[source, kernels] = _compile_loop(staged, source, plan)
-        self.call = _Caller(loop, fixed, len(values), lead=("n",))
+        self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
 
     def current(self, state):
         return state is self.state and all(
             leaf.rule is rule and rule.__dict__ == was and leaf.state is st and
             leaf.frozen == frozen for leaf, rule, was, st, frozen in self.marks)
 
-    def stacked(self, columns, n):
-        """The ``_Stack`` holding ``columns`` (``_columns``) of ``n`` items, or ``None``
-        when an item differs from the first."""
-        if self.stack is None or self.stack.n != n:
-            self.stack = _Stack(n, self.samples)
+    def stacked(self, columns, n, total):
+        """The ``_Stack`` holding ``columns`` (``_columns``) of ``n`` items and the losses
+        of ``total`` steps, or ``None`` when an item differs from the first."""
+        if self.stack is None or (self.stack.n, self.stack.total) != (n, total):
+            self.stack = _Stack(n, total, self.samples)
         return self.stack if self.stack.fill(columns) else None
 
 
 def _loop_source(staged, samples, plan, fixed):
-    """Source of ``loop(n, table, *others)`` over the arguments
+    """Source of ``loop(total, n, table, *others)`` over the arguments
     ``(*args, *shadows, *grads, *states, hyper, losses)``: those at the positions of
     ``fixed`` (``{position: sample}``) come as the address ``table`` of an int64 array of
-    their addresses (``program._Caller``), the others in order.  Returns ``(items done, code)``: 0 done, 1 a non-finite loss, ``2 + k``
-    the ``k``-th checked step's value not finite.  The per-item inputs (the positions in
-    ``samples``) and the losses are the ``n`` rows of a ``_Stack``."""
+    their addresses (``program._Caller``), the others in order.  It runs ``total``
+    training steps over the ``n`` items in turn (the per-item inputs, at the positions in
+    ``samples``, are the rows of a ``_Stack``, as are the losses) and returns ``(steps
+    done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the ``k``-th checked step's value
+    not finite."""
     na, nd = len(staged.flat), len(staged.dflat)
     ns = sum(len(st.state) for _, steps in plan for st in steps)
     names = ([f"a{k}" for k in range(na)] + [f"d{k}" for k in range(nd)] +
              [f"g{k}" for k in range(len(plan))] + [f"s{k}" for k in range(ns)] +
              ["hyper", "losses"])
     flat = list(staged.flat) + list(staged.dflat)
-    lines = [f"def loop(n, table"
+    lines = [f"def loop(total, n, table"
              f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):",
              f"    addresses = view(table, ({len(fixed)},), np.int64)"]
     for q, (k, sample) in enumerate(sorted(fixed.items())):
-        if k in samples or k == len(names) - 1:
-            per_item = isinstance(sample, np.ndarray) and k in samples
-            shape = f"(n, {sample.size})" if per_item else "(n,)"
-            dtype = np.result_type(sample) if k in samples else np.dtype(np.float64)
+        if k in samples:
+            shape = f"(n, {sample.size})" if isinstance(sample, np.ndarray) else "(n,)"
+            dtype = np.result_type(sample)
+        elif k == len(names) - 1:     # the losses
+            shape, dtype = "(total,)", np.dtype(np.float64)
         else:
             shape = repr((sample.size,) if k >= len(flat) or flat[k] else sample.shape)
             dtype = sample.dtype
@@ -182,11 +186,11 @@ def _loop_source(staged, samples, plan, fixed):
     call = []
     for k in range(na):
         if k in samples:
-            call.append(f"{a[k]}[it, :]" if isinstance(samples[k], np.ndarray) else f"{a[k]}[it]")
+            call.append(f"{a[k]}[row, :]" if isinstance(samples[k], np.ndarray) else f"{a[k]}[row]")
         else:
             call.append(a[k])
     call += d
-    lines.append("    for it in range(n):")
+    lines += ["    for it in range(total):", "        row = it % n"]
     lines += [f"        _zero({x}.reshape(-1))"
               for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
     lines += [f"        l = stub({', '.join(call)})[0]",
@@ -212,7 +216,7 @@ def _loop_source(staged, samples, plan, fixed):
                 lines.append(f"        {call}")
         lines += [f"        for i in range({g[q]}.size):",
                   f"            {p}[i] -= {g[q]}[i]"]
-    lines.append("    return n, 0")
+    lines.append("    return total, 0")
     return "\n".join(lines) + "\n"
 
 
@@ -226,9 +230,10 @@ def _compile_loop(staged, source, plan):
     return CachedFunction(source, "loop", scope)
 
 
-def compiled_train(loss, dup, data, state, error):
-    """Run ``train`` natively; returns the losses, or ``None`` when it does not apply.
-    ``error(loss, index, item)`` builds the exception for a non-finite loss."""
+def compiled_train(loss, dup, data, state, error, epochs=1):
+    """Run ``train`` natively (``epochs`` passes over ``data``); returns the losses, or
+    ``None`` when it does not apply.  ``error(loss, index, item, epoch)`` builds the
+    exception for a non-finite loss."""
     items = _items(data)
     if not items:
         return []
@@ -244,16 +249,18 @@ def compiled_train(loss, dup, data, state, error):
             plan = staged.plan = _Plan(staged, state, samples, dargs)
         except NotImplementedError:
             return None
+    n = len(items)
     with staged.lock:
-        stack = plan.stacked(columns, len(items))
+        stack = plan.stacked(columns, n, n * epochs)
         if stack is None:
             return None
         values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail,
                   stack.losses)
-        stop, code = plan.call.run(len(items), values)
+        stop, code = plan.call.run(n * epochs, n, values)
         losses = stack.losses.tolist()
     if code == 1:
-        raise error(losses[stop], stop, items[stop])
+        raise error(losses[stop], stop % n, items[stop % n], stop // n)
     if code >= 2:
-        raise FloatingPointError(f"{plan.checks[code - 2]} is not finite (data item {stop})")
+        raise FloatingPointError(f"{plan.checks[code - 2]} is not finite (data item "
+                                 f"{stop % n}{f', epoch {stop // n}' if epochs > 1 else ''})")
     return losses
