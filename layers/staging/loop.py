@@ -25,6 +25,9 @@ from .lower import Kind
 from .program import Zeroing, _Caller, _zero, lookup
 
 
+_MAX_PLANS = 8      # per compiled program: the optimiser states trained with it
+
+
 def _items(data):
     return data if isinstance(data, (list, tuple)) else list(data)
 
@@ -242,13 +245,16 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
     columns = _columns(staged, items, len(first) + 1)
     if columns is None:
         return None
-    plan = staged.plan
+    plan = staged.plans.get(id(state))      # its state keeps the id while the plan lives
     if plan is None or not plan.current(state):
         try:
             samples = {k: col[0] for k, col in columns.items()}
-            plan = staged.plan = _Plan(staged, state, samples, dargs)
+            plan = _Plan(staged, state, samples, dargs)
         except NotImplementedError:
             return None
+        if len(staged.plans) >= _MAX_PLANS:
+            staged.plans.clear()
+        staged.plans[id(state)] = plan
     n = len(items)
     with staged.lock:
         stack = plan.stacked(columns, n, n * epochs)

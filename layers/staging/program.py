@@ -230,7 +230,7 @@ class Staged:
             self.driver = _driver(self.grad.native, flat, dflat, self.zeroing, fixed)
             self.call = _Caller(self.driver, sorted(fixed), len(flat) + len(dflat))
         self.loops = {}     # the compiled train loops (layers.staging.loop)
-        self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
+        self.plans = {}     # what train ran, per optimiser state (layers.staging.loop._Plan)
         self.varying = self._varying()
         items, mirror = ", ".join(gather + shadows), f"({''.join(g + ', ' for g in grads)})"
         self.gather = w.compile(f"({items},), {mirror}")
