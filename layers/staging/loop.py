@@ -193,9 +193,14 @@ def _loop_source(staged, samples, plan, fixed):
         else:
             call.append(a[k])
     call += d
-    lines += ["    for it in range(total):", "        row = it % n"]
+    # With no checked step, the parameters' shadows are zeroed as they are read (but for
+    # the last step's, which the shadow keeps as after a gradient call), else before each step.
+    read = set() if any(st.check for _, steps in plan for st in steps) else \
+        {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
+    lines += [f"    _zero({d[q]})" for q in sorted(read)]
+    lines += ["    for it in range(total):", "        row = it % n", "        last = it + 1 == total"]
     lines += [f"        _zero({x}.reshape(-1))"
-              for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
+              for q, (x, z) in enumerate(zip(d, staged.zeroing)) if z != Zeroing.NEVER and q not in read]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
@@ -206,6 +211,8 @@ def _loop_source(staged, samples, plan, fixed):
         p = a[positions[0]]
         lines += [f"        for i in range({g[q]}.size):",
                   f"            {g[q]}[i] = {' + '.join(x + '[i]' for x in ds)}"]
+        if read:
+            lines += ["            if not last:"] + [f"                {x}[i] = 0" for x in ds]
         for k, st in enumerate(steps):
             args = [s[si + m] for m in range(len(st.state))]
             args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
