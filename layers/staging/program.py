@@ -46,6 +46,14 @@ def loss_part(out):
     return out
 
 
+def _type_checked(value):
+    """Whether ``emit_tree`` checks the exact type of ``value`` (then it cannot be a
+    ``Const`` or ``Duplicated``)."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "fiu"
+    return isinstance(value, (float, np.floating, tuple, list, dict)) or is_node(value)
+
+
 def _tracked_leaves(tree):
     if type(tree) is Tracked:
         return [tree]
@@ -120,7 +128,8 @@ class Staged:
         if isinstance(a, Const):
             w.check(f"type({var}) is Const")
             return w.let(f"{var}.val"), a.val, None, None
-        w.check(f"not isinstance({var}, (Const, Duplicated))")
+        if not _type_checked(a):    # else the guard checks its exact type
+            w.check(f"not isinstance({var}, (Const, Duplicated))")
         return var, a, None, None
 
     def _arg_leaves(self, j, found, tr, leaves, indices, states, exprs):
