@@ -37,11 +37,13 @@ def _columns(staged, items, n_args):
     vary with the item (``staged.varying``); ``None`` when the items differ in structure,
     or an argument that does not vary is not the same object in every item."""
     if type(items[0]) is tuple:
+        if set(map(type, items)) != {tuple}:
+            return None
         try:
             cols = list(zip(*items, strict=True))    # ValueError: tuples of several lengths
-        except (TypeError, ValueError):
+        except ValueError:
             return None
-        if len(cols) != n_args - 1 or set(map(type, items)) != {tuple}:
+        if len(cols) != n_args - 1:
             return None
     elif n_args == 2:
         cols = [items]
