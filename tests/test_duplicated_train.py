@@ -311,3 +311,18 @@ def test_two_optimiser_states_trained_in_turn_keep_their_plans():
         assert plans is None or all(now[k] is v for k, v in plans.items())
         plans = dict(now)
     assert {id(s1), id(s2)} <= set(plans)
+
+
+def test_zero_dimensional_targets_are_stacked():
+    data = [(x, np.array(y)) for x, y in seed_data()[::4]]
+    odd = data[:2] + [(data[2][0], np.array(data[2][1], np.float64))] + data[3:]
+    for items in (data, odd):
+        m_tape, m_dup = seed_model(), seed_model()
+        dup = Duplicated(m_dup)
+        s_tape, s_dup = setup(Descent(0.05), m_tape), setup(Descent(0.05), dup)
+        np.testing.assert_allclose(train(seed_loss, dup, items, s_dup, epochs=2),
+                                   train(seed_loss, m_tape, items, s_tape, epochs=2),
+                                   rtol=1e-5, atol=1e-7)
+        if items is data:                    # stacked for the native loop
+            stack = program.lookup(seed_loss, (dup,) + data[0])[0].plans[id(s_dup)].stack
+            assert [float(y) for _, y in data] in [b.reshape(-1).tolist() for b in stack.buffers.values()]

@@ -84,8 +84,13 @@ def _fill(buf, col):
     if not isinstance(first, np.ndarray):
         buf[:] = col
         return True
-    if first.ndim == 0 or set(map(len, col)) != {len(first)}:   # with the same len and
-        return False                     # concatenate's checks, the shapes are the first's
+    if first.ndim == 0:
+        if {a.dtype for a in col} != {first.dtype} or {a.ndim for a in col} != {0}:
+            return False
+        buf.reshape(-1)[:] = col
+        return True
+    if set(map(len, col)) != {len(first)}:   # with the same len and concatenate's
+        return False                         # checks, the shapes are the first's
     try:
         np.concatenate(col, out=buf.reshape((-1,) + first.shape[1:]), casting="no")
     except (TypeError, ValueError):      # another dtype or shape
