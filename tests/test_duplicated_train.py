@@ -326,3 +326,34 @@ def test_zero_dimensional_targets_are_stacked():
         if items is data:                    # stacked for the native loop
             stack = program.lookup(seed_loss, (dup,) + data[0])[0].plans[id(s_dup)].stack
             assert [float(y) for _, y in data] in [b.reshape(-1).tolist() for b in stack.buffers.values()]
+
+
+@pytest.mark.parametrize("change", ["values", "shape", "dtype", "resize"])
+def test_the_same_items_changed_in_place_are_checked_again(change):
+    """The second call gets the very item objects (only their arrays are copied again):
+    new values are read, and an array whose shape, dtype or size changed in place is
+    refused by the native loop (train steps through the items as the tape engine does)."""
+    data = seed_data()[::5]
+    m_tape, m_dup = seed_model(), seed_model()
+    dup = Duplicated(m_dup)
+    s_tape, s_dup = setup(Descent(0.05), m_tape), setup(Descent(0.05), dup)
+    train(seed_loss, dup, data, s_dup)
+    train(seed_loss, m_tape, data, s_tape)
+    x = data[3][0]
+    if change == "values":
+        x[0] = 0.25
+    elif change == "shape":
+        x.shape = (1, 1)
+    elif change == "dtype":
+        x.dtype = np.int32           # the same bytes read as integers
+    else:                            # the total length unchanged; a 2-input item fails
+        x.resize(2, refcheck=False)
+        data[4][0].resize(0, refcheck=False)
+        for model, state in ((dup, s_dup), (m_tape, s_tape)):
+            with pytest.raises(ValueError, match="matmul"):
+                train(seed_loss, model, data, state)
+    if change != "resize":
+        np.testing.assert_allclose(train(seed_loss, dup, data, s_dup),
+                                   train(seed_loss, m_tape, data, s_tape), rtol=1e-5, atol=1e-7)
+    for a, b in zip(params(m_tape), params(m_dup)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)

@@ -6,13 +6,15 @@ axis and a generated ``@njit`` loop runs, per item: zero the shadows (as
 on a non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public
 API) to each parameter, stopping with a step's ``check`` message when the value it
 checks is not finite.  Python runs once per call, stacking the items into buffers kept
-from call to call; every array reaches the loop as one array of addresses
+from call to call (for the very item objects of the last call, only their arrays are
+copied again); every array reaches the loop as one array of addresses
 (``program._Caller``).
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
 import copy
 import math
+import operator
 
 import numpy as np
 
@@ -58,28 +60,48 @@ def _columns(staged, items, n_args):
     return {k: cols[i] for k, i in varying.items()}
 
 
+_IMMUTABLE = (float, int, np.number, np.bool_)
+
+
 class _Stack:
     """Buffers holding the varying arguments of ``n`` items stacked along a new first
-    axis (``(n, size)`` for arrays, ``(n,)`` for scalars) and the losses of ``total``
-    training steps, kept from call to call so that the loop takes them as addresses.
-    ``fill`` copies the items' current values in (``False`` when one differs in type,
-    shape or dtype from the first)."""
+    axis (``(n, size)`` for arrays, ``(n,)`` for scalars), kept from call to call so that
+    the loop takes them as addresses.  ``fill`` copies the items' values in (``False``
+    when one differs in type, shape or dtype from the first) and keeps the items;
+    ``refresh`` copies again the arrays of those very items (a tuple cannot change, nor
+    can a scalar; an array can, in place, and is checked again)."""
 
-    def __init__(self, n, total, samples):
-        self.n, self.total = n, total
+    def __init__(self, n, samples):
+        self.n, self.items, self.refill = n, None, {}
         self.buffers = {k: np.empty((n, s.size), s.dtype) if isinstance(s, np.ndarray)
                         else np.empty(n, np.result_type(s)) for k, s in samples.items()}
-        self.losses = np.empty(total)
 
-    def fill(self, columns):
-        return all(_fill(self.buffers[k], col) for k, col in columns.items())
+    def holds(self, items):
+        """Whether ``items`` are the very objects of the last ``fill``."""
+        return self.items is not None and len(items) == len(self.items) and \
+            all(map(operator.is_, items, self.items))
+
+    def fill(self, items, columns):
+        self.items = None
+        if not all(_fill(self.buffers[k], col) for k, col in columns.items()):
+            return False
+        self.items = list(items)
+        self.refill = {k: col for k, col in columns.items() if not isinstance(col[0], _IMMUTABLE)}
+        return True
+
+    def refresh(self):
+        if all(_fill(self.buffers[k], col, typed=True) for k, col in self.refill.items()):
+            return True
+        self.items = None
+        return False
 
 
-def _fill(buf, col):
+def _fill(buf, col, typed=False):
     """Copy ``col`` (one argument of every item) into ``buf``; ``False`` when the values
-    differ from the first in type (or are of other shapes or dtypes)."""
+    differ from the first in type (unless ``typed``: known to be of one type), shape or
+    dtype."""
     first = col[0]
-    if set(map(type, col)) != {type(first)}:
+    if not typed and set(map(type, col)) != {type(first)}:
         return False
     if not isinstance(first, np.ndarray):
         buf[:] = col
@@ -139,7 +161,7 @@ class _Plan:
         self.checks = [st.check for _, steps in plan for st in steps if st.check]
         grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
         self.tail = (*grads, *states, np.array(hyper, dtype=np.float64))
-        self.samples, self.stack = samples, None
+        self.samples, self.stack, self.loss_buffer = samples, None, np.empty(0)
         values = [samples.get(k, v) for k, v in enumerate(dargs)] + list(self.tail)
         values.append(np.empty(0))   # the losses
         fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
@@ -155,12 +177,24 @@ class _Plan:
             leaf.rule is rule and rule.__dict__ == was and leaf.state is st and
             leaf.frozen == frozen for leaf, rule, was, st, frozen in self.marks)
 
-    def stacked(self, columns, n, total):
-        """The ``_Stack`` holding ``columns`` (``_columns``) of ``n`` items and the losses
-        of ``total`` steps, or ``None`` when an item differs from the first."""
-        if self.stack is None or (self.stack.n, self.stack.total) != (n, total):
-            self.stack = _Stack(n, total, self.samples)
-        return self.stack if self.stack.fill(columns) else None
+    def stacked(self, staged, items, n_args):
+        """The ``_Stack`` holding the current values of ``items`` (of ``n_args`` arguments
+        with the model), or ``None`` when they cannot be stacked (``_columns``, ``_fill``)."""
+        stack = self.stack
+        if stack is not None and stack.holds(items) and stack.refresh():
+            return stack
+        columns = _columns(staged, items, n_args)
+        if columns is None:
+            return None
+        if stack is None or stack.n != len(items):
+            stack = self.stack = _Stack(len(items), self.samples)
+        return stack if stack.fill(items, columns) else None
+
+    def losses(self, total):
+        """The buffer for the losses of ``total`` steps."""
+        if self.loss_buffer.size != total:
+            self.loss_buffer = np.empty(total)
+        return self.loss_buffer
 
 
 def _loop_source(staged, samples, plan, fixed):
@@ -256,11 +290,11 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         return []
     first = items[0] if type(items[0]) is tuple else (items[0],)
     staged, (dargs, _) = lookup(loss, (dup,) + tuple(first))
-    columns = _columns(staged, items, len(first) + 1)
-    if columns is None:
-        return None
     plan = staged.plans.get(id(state))      # its state keeps the id while the plan lives
     if plan is None or not plan.current(state):
+        columns = _columns(staged, items, len(first) + 1)
+        if columns is None:
+            return None
         try:
             samples = {k: col[0] for k, col in columns.items()}
             plan = _Plan(staged, state, samples, dargs)
@@ -271,13 +305,13 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         staged.plans[id(state)] = plan
     n = len(items)
     with staged.lock:
-        stack = plan.stacked(columns, n, n * epochs)
+        stack = plan.stacked(staged, items, len(first) + 1)
         if stack is None:
             return None
         values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail,
-                  stack.losses)
+                  plan.losses(n * epochs))
         stop, code = plan.call.run(n * epochs, n, values)
-        losses = stack.losses.tolist()
+        losses = values[-1].tolist()
     if code == 1:
         raise error(losses[stop], stop % n, items[stop % n], stop // n)
     if code >= 2:
