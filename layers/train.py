@@ -11,33 +11,47 @@ __all__ = ["train", "NonFiniteLossError"]
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The loss was NaN or infinite on a data item; ``index`` and ``item`` name it."""
+    """The loss was NaN or infinite on a data item; ``index`` and ``item`` name it,
+    ``epoch`` the pass over the data (from 0)."""
 
-    def __init__(self, loss, index, item):
-        self.loss, self.index, self.item = loss, index, item
+    def __init__(self, loss, index, item, epoch=0):
+        self.loss, self.index, self.item, self.epoch = loss, index, item, epoch
         text = repr(item)
         if len(text) > 200:
             text = text[:200] + "..."
-        super().__init__(f"loss is {loss} on data item {index}: {text}; stopping training "
-                         "(the update for this item was not applied)")
+        where = f" in epoch {epoch}" if epoch else ""
+        super().__init__(f"loss is {loss} on data item {index}{where}: {text}; stopping "
+                         "training (the update for this item was not applied)")
 
 
-def train(loss, model, data, state, *, progress=False):
-    """For each item of ``data``: compute ``loss(model, *item)`` (tuples are splatted, any
-    other item is passed whole) and its gradient, then ``optim.update`` the model in place.
+def train(loss, model, data, state, *, epochs=1, progress=False):
+    """For each item of ``data``, ``epochs`` times over: compute ``loss(model, *item)``
+    (tuples are splatted, any other item is passed whole) and its gradient, then
+    ``optim.update`` the model in place.
 
     ``model`` may be a ``Duplicated`` model: then adcore computes the gradients, and when
-    the items all have the same shapes (and ``progress`` is off) the whole pass, gradients
-    and optimiser steps, runs as one native loop.  Returns the list of losses.  A
-    non-finite loss raises ``NonFiniteLossError`` before that item's update.
-    ``progress=True`` shows a tqdm bar with the running loss.
+    the items all have the same shapes (and ``progress`` is off) every epoch, gradients
+    and optimiser steps, runs as one native loop.  Returns the list of losses, one per
+    step (``epochs * len(data)``).  A non-finite loss raises ``NonFiniteLossError``
+    before that item's update.  ``progress=True`` shows a tqdm bar with the running loss.
     """
     optim.state.check_state(state, "train")
-    if isinstance(model, Duplicated) and not progress:
+    if type(epochs) is not int or epochs < 1:
+        raise ValueError(f"train: epochs must be a positive int, got {epochs!r}")
+    if epochs > 1 or (isinstance(model, Duplicated) and not progress):
         data = data if isinstance(data, (list, tuple)) else list(data)
-        losses = compiled_train(loss, model, data, state, NonFiniteLossError)
+    if isinstance(model, Duplicated) and not progress:
+        losses = compiled_train(loss, model, data, state, NonFiniteLossError, epochs)
         if losses is not None:
             return losses
+    losses = []
+    for epoch in range(epochs):
+        losses += _epoch(loss, model, data, state, progress, epoch)
+    return losses
+
+
+def _epoch(loss, model, data, state, progress, epoch):
+    """One pass of ``train`` over ``data`` in Python; returns its losses."""
     items = data
     if progress:
         from tqdm.auto import tqdm
@@ -50,7 +64,7 @@ def train(loss, model, data, state, *, progress=False):
         if not np.isfinite(l):
             if progress:
                 items.close()
-            raise NonFiniteLossError(l, i, item)
+            raise NonFiniteLossError(l, i, item, epoch)
         optim.update(state, model, grad[0])
         losses.append(l)
         if progress:

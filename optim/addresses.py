@@ -25,3 +25,8 @@ def _pointer(typingctx, address):
 def view(address, shape, dtype):
     """The C-contiguous array of ``shape`` and ``dtype`` at ``address`` (njit only)."""
     return numba.carray(_pointer(address), shape, dtype)
+
+
+def address(a):
+    """The data address of array ``a`` (Python)."""
+    return a.__array_interface__["data"][0]

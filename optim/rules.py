@@ -7,7 +7,9 @@ function written in the class (Optimisers.jl keeps ``init`` and ``apply!`` toget
 the signature ``kernel(x, g, *state, *hyper)`` that overwrites ``g`` with the step and
 updates the state arrays in place.  ``rule.steps(state)`` lists the kernel calls, so a
 compiled training loop (``layers`` with ``Duplicated``) calls exactly what ``apply``
-calls.  ``rule.adjust(**kw)`` returns a copy with new hyperparameters.
+calls.  ``rule.adjust(**kw)`` returns a copy with new hyperparameters.  The kernels
+follow numpy's floating-point rules (a division by zero gives inf or nan, as in
+Optimisers.jl), which also lets LLVM vectorise their loops.
 """
 import copy
 import math
@@ -18,7 +20,7 @@ import numpy as np
 
 
 def _njit(f):
-    return numba.njit(cache=False, nogil=True)(f)
+    return numba.njit(cache=False, nogil=True, error_model="numpy")(f)
 
 
 class Step(NamedTuple):

@@ -338,3 +338,20 @@ def test_replaced_model_arrays_are_used_and_must_be_contiguous():
     finally:
         MODEL.weight = old
     check(f)
+
+
+def test_a_plain_argument_then_wrapped_in_const_or_retyped_is_guarded():
+    """The guard checks a plain argument's exact type (the isinstance test for Const and
+    Duplicated is left out when it does): the same values wrapped in Const, or of another
+    type, select another program, and each call agrees with the tape engine."""
+    def loss(m, x, s):
+        return np.sum(m(x) ** 2) * s
+
+    x = RNG.standard_normal(3).astype(np.float32)
+    for args in [(x, np.float32(2.0)), (adcore.Const(x), np.float32(2.0)),
+                 (x, adcore.Const(np.float32(2.0))), (x, 2.0), (x.astype(np.float64), 2.0),
+                 (x, np.float32(2.0))]:
+        g = gradient(loss, DUP, *args)
+        plain = [a.val if isinstance(a, adcore.Const) else a for a in args]
+        assert_same(gradient(loss, MODEL, *plain)[0], g[0])
+        assert all(v is None for v in g[1:])

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from adcore import Const, Duplicated, ReverseWithPrimal, compile_gradient
+from adcore import ActivityError, Const, Duplicated, ReverseWithPrimal, compile_gradient
 from layers import Chain, Dense, gradient, relu, sigmoid, softmax, tanh, withgradient
 from layers.staging import products, program
 
@@ -107,6 +107,29 @@ def test_driver_passes_scratch_shadows_in_shadowed_order():
     w2 = np.zeros(5)                                           # another object: new address
     assert call.run(True, (p, c, w2, dp, dw, dc)) == pytest.approx(np.sum(4 * p * p))
     assert np.array_equal(w2, c * c) and call.objects[1] is w2
+
+
+def test_python_driver_promoted_to_the_njit_driver_takes_the_same_arrays(monkeypatch):
+    """A gradient from the disk cache runs a Python driver first, then (after
+    ``PROMOTE_AFTER`` calls) the njit driver with the fixed arrays as addresses: both give
+    the same results, and an array replaced by another object after the promotion is
+    followed."""
+    monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
+    p, c, w = RNG.standard_normal(5), np.zeros(5), np.zeros(5)
+    grad = compile_gradient(ReverseWithPrimal, _writes_const, Duplicated(p, np.zeros(5)),
+                            Const(c), Duplicated(w, np.zeros(5)))
+    Z = program.Zeroing
+    dp, dw, dc = np.zeros(5), np.zeros(5), np.zeros(5)
+    driver = program._python_driver(grad, [False] * 3, [False] * 3,
+                                    [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS], {1: c, 2: w, 4: dw})
+    for k in range(5):                                          # 3 in Python, then njit
+        if k == 4:
+            w = np.zeros(5)
+        assert driver(True, p, c, w, dp, dw, dc) == pytest.approx(np.sum(4 * p * p))
+        np.testing.assert_allclose(dp, 8 * p)
+        np.testing.assert_allclose(w, c * c)
+    with pytest.raises(ActivityError, match="C-contiguous"):
+        driver(True, p, c, np.zeros(10)[::2], dp, dw, dc)
 
 
 def test_workspace_shadow_stays_zero():

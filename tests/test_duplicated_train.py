@@ -193,3 +193,167 @@ def test_update_with_stored_gradient_equals_explicit_gradient():
     update(s1, dup)
     for a, b in zip(params(m1), params(m2)):
         np.testing.assert_array_equal(a, b)
+
+
+def _odd_items():
+    """Data whose fourth item differs from the others in one way each (the native loop
+    refuses it; train steps through the items in Python)."""
+    base = seed_data()[:6]
+    x, y = base[3]
+    yield "float64 input", base[:3] + [(x.astype(np.float64), y)] + base[4:], None
+    yield "input of shape (1, 1)", base[:3] + [(x.reshape(1, 1), y)] + base[4:], None
+    yield "input that is a list", base[:3] + [([0.1], y)] + base[4:], None
+    yield "python float target", base[:3] + [(x, float(y))] + base[4:], None
+    yield "input of shape (2,)", base[:3] + [(np.ones(2, np.float32), y)] + base[4:], ValueError
+    yield "shorter tuple", base[:3] + [(x,)] + base[4:], TypeError
+
+
+@pytest.mark.parametrize("name, data, error", list(_odd_items()),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_an_item_unlike_the_first_is_trained_as_the_tape_engine_does(name, data, error):
+    m_tape, m_dup = seed_model(), seed_model()
+    dup = Duplicated(m_dup)
+    s_tape, s_dup = setup(Descent(0.05), m_tape), setup(Descent(0.05), dup)
+    if error is not None:
+        with pytest.raises(error):
+            train(seed_loss, m_tape, data, s_tape)
+        with pytest.raises(error):
+            train(seed_loss, dup, data, s_dup)
+        for a, b in zip(params(m_tape), params(m_dup)):    # the items before it applied
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+        return
+    for _ in range(2):
+        np.testing.assert_allclose(train(seed_loss, dup, data, s_dup),
+                                   train(seed_loss, m_tape, data, s_tape), rtol=1e-5, atol=1e-7)
+
+
+def test_items_changed_in_place_between_train_calls_are_read_again():
+    """The stacked items live in buffers kept from call to call: values written into the
+    data's arrays, an item replaced and another number of items all reach the loop."""
+    data = seed_data()[::3]
+    m_tape, m_dup = seed_model(), seed_model()
+    dup = Duplicated(m_dup)
+    s_tape, s_dup = setup(Adam(0.01), m_tape), setup(Adam(0.01), dup)
+
+    def both(items):
+        np.testing.assert_allclose(train(seed_loss, dup, items, s_dup),
+                                   train(seed_loss, m_tape, items, s_tape), rtol=1e-5, atol=1e-7)
+    both(data)
+    data[2][0][0] = 1.75                        # in place
+    data[4] = (np.array([-0.3], np.float32), np.float32(0.5))
+    both(data)
+    both(data[:5])
+    both(data)
+    for a, b in zip(params(m_tape), params(m_dup)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    plan = program.lookup(seed_loss, (dup,) + data[0])[0].plans[id(s_dup)]
+    assert plan.stack.n == len(data)          # the native loop ran
+
+
+@pytest.mark.parametrize("engine", ["tape", "duplicated"])
+def test_epochs_run_as_that_many_train_calls(engine):
+    data = seed_data()[::5]
+    m1, m2 = seed_model(), seed_model()
+    a, b = (m1, m2) if engine == "tape" else (Duplicated(m1), Duplicated(m2))
+    s1, s2 = setup(Adam(0.01), a), setup(Adam(0.01), b)
+    losses = train(seed_loss, a, data, s1, epochs=3)
+    expected = [v for _ in range(3) for v in train(seed_loss, b, data, s2)]
+    assert len(losses) == 3 * len(data)
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    for x, y in zip(params(m1), params(m2)):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+
+
+def test_a_non_finite_loss_names_its_epoch_and_stops_there():
+    """The loss turns NaN in the third epoch (a Descent step too large for the data):
+    the native loop stops on that item, as train one epoch at a time does."""
+    data = [(np.array([v], np.float32), np.float32(v)) for v in (1.0, 30.0)]
+    loss = lambda m, x, y: np.sum((m(x) - y) ** 4)
+    m1, m2 = Dense(1, 1, rng=1), Dense(1, 1, rng=1)
+    d1 = Duplicated(m1)
+    s1, s2 = setup(Descent(0.01), d1), setup(Descent(0.01), m2)
+    with pytest.raises(NonFiniteLossError) as native:
+        train(loss, d1, data, s1, epochs=50)
+    for epoch in range(50):
+        try:
+            train(loss, m2, data, s2)
+        except NonFiniteLossError as e:
+            stepped = e
+            break
+    assert (native.value.index, native.value.epoch) == (stepped.index, epoch)
+    assert native.value.epoch > 0 and f"in epoch {epoch}" in str(native.value)
+    assert any(e.loops for e in program._cache[program.cache_key(loss)])   # the native loop ran
+    np.testing.assert_allclose(m1.weight, m2.weight, rtol=1e-5)
+
+
+@pytest.mark.parametrize("epochs", [0, -1, 2.0, True, None])
+def test_epochs_must_be_a_positive_int(epochs):
+    model = seed_model()
+    with pytest.raises(ValueError, match="epochs must be a positive int"):
+        train(seed_loss, Duplicated(model), seed_data(), setup(Adam(), model), epochs=epochs)
+
+
+def test_two_optimiser_states_trained_in_turn_keep_their_plans():
+    """Each state trained with one compiled program keeps its own plan (buffers, loop
+    arguments) between calls, and each model follows its own state."""
+    data = seed_data()[::6]
+    m1, m2, r1, r2 = seed_model(), seed_model(), seed_model(), seed_model()
+    d1, d2 = Duplicated(m1), Duplicated(m2)
+    s1, s2 = setup(Adam(0.01), d1), setup(Descent(0.05), d2)
+    t1, t2 = setup(Adam(0.01), r1), setup(Descent(0.05), r2)
+    plans = None
+    for _ in range(3):
+        np.testing.assert_allclose(train(seed_loss, d1, data, s1), train(seed_loss, r1, data, t1),
+                                   rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(train(seed_loss, d2, data, s2), train(seed_loss, r2, data, t2),
+                                   rtol=1e-5, atol=1e-7)
+        now = program.lookup(seed_loss, (d1,) + data[0])[0].plans
+        assert plans is None or all(now[k] is v for k, v in plans.items())
+        plans = dict(now)
+    assert {id(s1), id(s2)} <= set(plans)
+
+
+def test_zero_dimensional_targets_are_stacked():
+    data = [(x, np.array(y)) for x, y in seed_data()[::4]]
+    odd = data[:2] + [(data[2][0], np.array(data[2][1], np.float64))] + data[3:]
+    for items in (data, odd):
+        m_tape, m_dup = seed_model(), seed_model()
+        dup = Duplicated(m_dup)
+        s_tape, s_dup = setup(Descent(0.05), m_tape), setup(Descent(0.05), dup)
+        np.testing.assert_allclose(train(seed_loss, dup, items, s_dup, epochs=2),
+                                   train(seed_loss, m_tape, items, s_tape, epochs=2),
+                                   rtol=1e-5, atol=1e-7)
+        if items is data:                    # stacked for the native loop
+            stack = program.lookup(seed_loss, (dup,) + data[0])[0].plans[id(s_dup)].stack
+            assert [float(y) for _, y in data] in [b.reshape(-1).tolist() for b in stack.buffers.values()]
+
+
+@pytest.mark.parametrize("change", ["values", "shape", "dtype", "resize"])
+def test_the_same_items_changed_in_place_are_checked_again(change):
+    """The second call gets the very item objects (only their arrays are copied again):
+    new values are read, and an array whose shape, dtype or size changed in place is
+    refused by the native loop (train steps through the items as the tape engine does)."""
+    data = seed_data()[::5]
+    m_tape, m_dup = seed_model(), seed_model()
+    dup = Duplicated(m_dup)
+    s_tape, s_dup = setup(Descent(0.05), m_tape), setup(Descent(0.05), dup)
+    train(seed_loss, dup, data, s_dup)
+    train(seed_loss, m_tape, data, s_tape)
+    x = data[3][0]
+    if change == "values":
+        x[0] = 0.25
+    elif change == "shape":
+        x.shape = (1, 1)
+    elif change == "dtype":
+        x.dtype = np.int32           # the same bytes read as integers
+    else:                            # the total length unchanged; a 2-input item fails
+        x.resize(2, refcheck=False)
+        data[4][0].resize(0, refcheck=False)
+        for model, state in ((dup, s_dup), (m_tape, s_tape)):
+            with pytest.raises(ValueError, match="matmul"):
+                train(seed_loss, model, data, state)
+    if change != "resize":
+        np.testing.assert_allclose(train(seed_loss, dup, data, s_dup),
+                                   train(seed_loss, m_tape, data, s_tape), rtol=1e-5, atol=1e-7)
+    for a, b in zip(params(m_tape), params(m_dup)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)

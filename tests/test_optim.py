@@ -89,6 +89,16 @@ def test_adagrad():
     np.testing.assert_allclose(step(AdaGrad(), X0, DX, DX2), x1 - eta * DX2 / (np.sqrt(acc2) + eps))
 
 
+def test_a_division_by_zero_in_a_rule_gives_nan_as_in_optimisers_jl():
+    """The kernels follow numpy's floating-point rules: AdaGrad with epsilon 0 and a zero
+    gradient divides 0 by 0, which gives nan rather than raising."""
+    x = np.ones(3)
+    state = optim.setup(AdaGrad(0.1, epsilon=0.0), x)
+    with np.errstate(all="ignore"):
+        optim.update(state, x, np.zeros(3))
+    assert np.isnan(x).all()
+
+
 def test_clipgrad():
     np.testing.assert_allclose(step(ClipGrad(0.5), X0, DX), X0 - np.clip(DX, -0.5, 0.5))
 

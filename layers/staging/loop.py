@@ -5,13 +5,16 @@ axis and a generated ``@njit`` loop runs, per item: zero the shadows (as
 ``program.ZEROING`` says), call adcore's gradient (the compiled program's stub), stop
 on a non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public
 API) to each parameter, stopping with a step's ``check`` message when the value it
-checks is not finite.  Python runs once per call; every array but the stacked inputs
-reaches the loop as one array of addresses (``program._Caller``).
+checks is not finite.  Python runs once per call, stacking the items into buffers kept
+from call to call (for the very item objects of the last call, only their arrays are
+copied again); every array reaches the loop as one array of addresses
+(``program._Caller``).
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
 import copy
 import math
+import operator
 
 import numpy as np
 
@@ -24,34 +27,17 @@ from .lower import Kind
 from .program import Zeroing, _Caller, _zero, lookup
 
 
+_MAX_PLANS = 8      # per compiled program: the optimiser states trained with it
+
+
 def _items(data):
     return data if isinstance(data, (list, tuple)) else list(data)
 
 
-def _column(col, sample):
-    """The values of one item position stacked: ``(n,)`` for scalars, ``(n, size)`` for
-    arrays; ``None`` when they differ in type, shape or dtype."""
-    n = len(col)
-    if isinstance(sample, np.ndarray):
-        if sample.ndim == 1 and set(map(len, col)) == {len(sample)}:
-            arr = np.concatenate(col)
-        else:
-            try:
-                arr = np.array(col)
-            except ValueError:
-                return None
-        if arr.size != n * sample.size or arr.dtype != sample.dtype:
-            return None
-        return arr.reshape(n, -1)
-    if set(map(type, col)) != {type(sample)}:
-        return None
-    return np.array(col, dtype=np.result_type(sample))
-
-
-def _stack(staged, items, n_args):
-    """Per driver argument that varies with the item, the items' values stacked (see
-    ``_column``); ``None`` when the items differ in structure, or in an argument that
-    is not an array or a float."""
+def _columns(staged, items, n_args):
+    """``{driver position: the items' values of that argument}`` for the arguments that
+    vary with the item (``staged.varying``); ``None`` when the items differ in structure,
+    or an argument that does not vary is not the same object in every item."""
     if type(items[0]) is tuple:
         if set(map(type, items)) != {tuple}:
             return None
@@ -69,17 +55,69 @@ def _stack(staged, items, n_args):
     if varying is None:
         return None
     for i, col in enumerate(cols):
-        if i not in varying.values():
-            first = col[0]
-            if not all(v is first for v in col):
-                return None
-    stacked = {}
-    for k, i in varying.items():
-        arr = _column(cols[i], cols[i][0])
-        if arr is None:
+        if i not in varying.values() and len(set(map(id, col))) != 1:
             return None
-        stacked[k] = arr
-    return stacked
+    return {k: cols[i] for k, i in varying.items()}
+
+
+_IMMUTABLE = (float, int, np.number, np.bool_)
+
+
+class _Stack:
+    """Buffers holding the varying arguments of ``n`` items stacked along a new first
+    axis (``(n, size)`` for arrays, ``(n,)`` for scalars), kept from call to call so that
+    the loop takes them as addresses.  ``fill`` copies the items' values in (``False``
+    when one differs in type, shape or dtype from the first) and keeps the items;
+    ``refresh`` copies again the arrays of those very items (a tuple cannot change, nor
+    can a scalar; an array can, in place, and is checked again)."""
+
+    def __init__(self, n, samples):
+        self.n, self.items, self.refill = n, None, {}
+        self.buffers = {k: np.empty((n, s.size), s.dtype) if isinstance(s, np.ndarray)
+                        else np.empty(n, np.result_type(s)) for k, s in samples.items()}
+
+    def holds(self, items):
+        """Whether ``items`` are the very objects of the last ``fill``."""
+        return self.items is not None and len(items) == len(self.items) and \
+            all(map(operator.is_, items, self.items))
+
+    def fill(self, items, columns):
+        self.items = None
+        if not all(_fill(self.buffers[k], col) for k, col in columns.items()):
+            return False
+        self.items = list(items)
+        self.refill = {k: col for k, col in columns.items() if not isinstance(col[0], _IMMUTABLE)}
+        return True
+
+    def refresh(self):
+        if all(_fill(self.buffers[k], col, typed=True) for k, col in self.refill.items()):
+            return True
+        self.items = None
+        return False
+
+
+def _fill(buf, col, typed=False):
+    """Copy ``col`` (one argument of every item) into ``buf``; ``False`` when the values
+    differ from the first in type (unless ``typed``: known to be of one type), shape or
+    dtype."""
+    first = col[0]
+    if not typed and set(map(type, col)) != {type(first)}:
+        return False
+    if not isinstance(first, np.ndarray):
+        buf[:] = col
+        return True
+    if first.ndim == 0:
+        if {a.dtype for a in col} != {first.dtype} or {a.ndim for a in col} != {0}:
+            return False
+        buf.reshape(-1)[:] = col
+        return True
+    if set(map(len, col)) != {len(first)}:   # with the same len and concatenate's
+        return False                         # checks, the shapes are the first's
+    try:
+        np.concatenate(col, out=buf.reshape((-1,) + first.shape[1:]), casting="no")
+    except (TypeError, ValueError):      # another dtype or shape
+        return False
+    return True
 
 
 def _groups(staged, state):
@@ -103,10 +141,10 @@ class _Plan:
     """What ``train`` calls the loop with for one optimiser state, kept between calls while
     the state's leaves keep their rules (and the rules their hyperparameters), state
     arrays and frozen flags: the loop (through a ``program._Caller``), the optimiser's
-    state arrays and hyperparameters, the messages of the steps' checks (``Step.check``)
-    and the gradient workspaces."""
+    state arrays and hyperparameters, the messages of the steps' checks (``Step.check``),
+    the gradient workspaces and the stacked items (a ``_Stack``)."""
 
-    def __init__(self, staged, state, stacked, dargs):
+    def __init__(self, staged, state, samples, dargs):
         self.state = state
         self.groups = _groups(staged, state)
         self.marks = [(leaf, leaf.rule, copy.deepcopy(leaf.rule.__dict__), leaf.state,
@@ -123,51 +161,87 @@ class _Plan:
         self.checks = [st.check for _, steps in plan for st in steps if st.check]
         grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
         self.tail = (*grads, *states, np.array(hyper, dtype=np.float64))
-        values = list(dargs) + list(self.tail)
-        fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) and k not in stacked]
-        source = _loop_source(staged, stacked, plan, {k: values[k] for k in fixed})
+        self.samples, self.stack, self.loss_buffer = samples, None, np.empty(0)
+        values = [samples.get(k, v) for k, v in enumerate(dargs)] + list(self.tail)
+        values.append(np.empty(0))   # the losses
+        fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
+        source = _loop_source(staged, samples, plan, {k: values[k] for k in fixed})
         kernels = tuple(st.kernel for _, steps in plan for st in steps)
         loop = staged.loops.get((source, kernels))
         if loop is None:
             loop = staged.loops[source, kernels] = _compile_loop(staged, source, plan)
-        self.call = _Caller(loop, fixed, len(values), lead=("n", "losses"))
+        self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
 
     def current(self, state):
         return state is self.state and all(
             leaf.rule is rule and rule.__dict__ == was and leaf.state is st and
             leaf.frozen == frozen for leaf, rule, was, st, frozen in self.marks)
 
+    def stacked(self, staged, items, n_args):
+        """The ``_Stack`` holding the current values of ``items`` (of ``n_args`` arguments
+        with the model), or ``None`` when they cannot be stacked (``_columns``, ``_fill``)."""
+        stack = self.stack
+        if stack is not None and stack.holds(items) and stack.refresh():
+            return stack
+        columns = _columns(staged, items, n_args)
+        if columns is None:
+            return None
+        if stack is None or stack.n != len(items):
+            stack = self.stack = _Stack(len(items), self.samples)
+        return stack if stack.fill(items, columns) else None
 
-def _loop_source(staged, stacked, plan, fixed):
-    """Source of ``loop(n, losses, addresses, *others)`` over the arguments
-    ``(*args, *shadows, *grads, *states, hyper)``: those at the positions of ``fixed``
-    (``{position: sample array}``) come as ``addresses`` (``optim.addresses``), the others
-    in order.  Returns ``(items done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the
-    ``k``-th checked step's value not finite.  Per-item inputs (positions in ``stacked``)
-    arrive as ``(n, size)`` or ``(n,)``."""
+    def losses(self, total):
+        """The buffer for the losses of ``total`` steps."""
+        if self.loss_buffer.size != total:
+            self.loss_buffer = np.empty(total)
+        return self.loss_buffer
+
+
+def _loop_source(staged, samples, plan, fixed):
+    """Source of ``loop(total, n, table, *others)`` over the arguments
+    ``(*args, *shadows, *grads, *states, hyper, losses)``: those at the positions of
+    ``fixed`` (``{position: sample}``) come as the address ``table`` of an int64 array of
+    their addresses (``program._Caller``), the others in order.  It runs ``total``
+    training steps over the ``n`` items in turn (the per-item inputs, at the positions in
+    ``samples``, are the rows of a ``_Stack``, as are the losses) and returns ``(steps
+    done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the ``k``-th checked step's value
+    not finite."""
     na, nd = len(staged.flat), len(staged.dflat)
     ns = sum(len(st.state) for _, steps in plan for st in steps)
     names = ([f"a{k}" for k in range(na)] + [f"d{k}" for k in range(nd)] +
-             [f"g{k}" for k in range(len(plan))] + [f"s{k}" for k in range(ns)] + ["hyper"])
+             [f"g{k}" for k in range(len(plan))] + [f"s{k}" for k in range(ns)] +
+             ["hyper", "losses"])
     flat = list(staged.flat) + list(staged.dflat)
-    lines = [f"def loop(n, losses, addresses"
-             f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):"]
+    lines = [f"def loop(total, n, table"
+             f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):",
+             f"    addresses = view(table, ({len(fixed)},), np.int64)"]
     for q, (k, sample) in enumerate(sorted(fixed.items())):
-        shape = (sample.size,) if k >= len(flat) or flat[k] else sample.shape
-        lines.append(f"    {names[k]} = view(addresses[{q}], {shape!r}, np.{sample.dtype.name})")
+        if k in samples:
+            shape = f"(n, {sample.size})" if isinstance(sample, np.ndarray) else "(n,)"
+            dtype = np.result_type(sample)
+        elif k == len(names) - 1:     # the losses
+            shape, dtype = "(total,)", np.dtype(np.float64)
+        else:
+            shape = repr((sample.size,) if k >= len(flat) or flat[k] else sample.shape)
+            dtype = sample.dtype
+        lines.append(f"    {names[k]} = view(addresses[{q}], {shape}, np.{dtype.name})")
     a, d = names[:na], names[na:na + nd]
-    g, s = names[na + nd:na + nd + len(plan)], names[-1 - ns:-1]
+    g, s = names[na + nd:na + nd + len(plan)], names[-2 - ns:-2]
     call = []
     for k in range(na):
-        if k in stacked:
-            scalar = not isinstance(staged.slots[k][3], np.ndarray)
-            call.append(f"{a[k]}[it]" if scalar else f"{a[k]}[it, :]")
+        if k in samples:
+            call.append(f"{a[k]}[row, :]" if isinstance(samples[k], np.ndarray) else f"{a[k]}[row]")
         else:
             call.append(a[k])
     call += d
-    lines.append("    for it in range(n):")
+    # With no checked step, the parameters' shadows are zeroed as they are read (but for
+    # the last step's, which the shadow keeps as after a gradient call), else before each step.
+    read = set() if any(st.check for _, steps in plan for st in steps) else \
+        {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
+    lines += [f"    _zero({d[q]})" for q in sorted(read)]
+    lines += ["    for it in range(total):", "        row = it % n", "        last = it + 1 == total"]
     lines += [f"        _zero({x}.reshape(-1))"
-              for x, z in zip(d, staged.zeroing) if z != Zeroing.NEVER]
+              for q, (x, z) in enumerate(zip(d, staged.zeroing)) if z != Zeroing.NEVER and q not in read]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
               "        if not math.isfinite(l):",
@@ -178,6 +252,8 @@ def _loop_source(staged, stacked, plan, fixed):
         p = a[positions[0]]
         lines += [f"        for i in range({g[q]}.size):",
                   f"            {g[q]}[i] = {' + '.join(x + '[i]' for x in ds)}"]
+        if read:
+            lines += ["            if not last:"] + [f"                {x}[i] = 0" for x in ds]
         for k, st in enumerate(steps):
             args = [s[si + m] for m in range(len(st.state))]
             args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
@@ -191,7 +267,7 @@ def _loop_source(staged, stacked, plan, fixed):
                 lines.append(f"        {call}")
         lines += [f"        for i in range({g[q]}.size):",
                   f"            {p}[i] -= {g[q]}[i]"]
-    lines.append("    return n, 0")
+    lines.append("    return total, 0")
     return "\n".join(lines) + "\n"
 
 
@@ -205,29 +281,40 @@ def _compile_loop(staged, source, plan):
     return CachedFunction(source, "loop", scope)
 
 
-def compiled_train(loss, dup, data, state, error):
-    """Run ``train`` natively; returns the losses, or ``None`` when it does not apply.
-    ``error(loss, index, item)`` builds the exception for a non-finite loss."""
+def compiled_train(loss, dup, data, state, error, epochs=1):
+    """Run ``train`` natively (``epochs`` passes over ``data``); returns the losses, or
+    ``None`` when it does not apply.  ``error(loss, index, item, epoch)`` builds the
+    exception for a non-finite loss."""
     items = _items(data)
     if not items:
         return []
     first = items[0] if type(items[0]) is tuple else (items[0],)
     staged, (dargs, _) = lookup(loss, (dup,) + tuple(first))
-    stacked = _stack(staged, items, len(first) + 1)
-    if stacked is None:
-        return None
-    plan = staged.plan
+    plan = staged.plans.get(id(state))      # its state keeps the id while the plan lives
     if plan is None or not plan.current(state):
+        columns = _columns(staged, items, len(first) + 1)
+        if columns is None:
+            return None
         try:
-            plan = staged.plan = _Plan(staged, state, stacked, dargs)
+            samples = {k: col[0] for k, col in columns.items()}
+            plan = _Plan(staged, state, samples, dargs)
         except NotImplementedError:
             return None
-    values = (*[stacked.get(k, v) for k, v in enumerate(dargs)], *plan.tail)
-    losses = np.empty(len(items))
+        if len(staged.plans) >= _MAX_PLANS:
+            staged.plans.clear()
+        staged.plans[id(state)] = plan
+    n = len(items)
     with staged.lock:
-        stop, code = plan.call.run(len(items), losses, values)
+        stack = plan.stacked(staged, items, len(first) + 1)
+        if stack is None:
+            return None
+        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail,
+                  plan.losses(n * epochs))
+        stop, code = plan.call.run(n * epochs, n, values)
+        losses = values[-1].tolist()
     if code == 1:
-        raise error(float(losses[stop]), stop, items[stop])
+        raise error(losses[stop], stop % n, items[stop % n], stop // n)
     if code >= 2:
-        raise FloatingPointError(f"{plan.checks[code - 2]} is not finite (data item {stop})")
-    return losses.tolist()
+        raise FloatingPointError(f"{plan.checks[code - 2]} is not finite (data item "
+                                 f"{stop % n}{f', epoch {stop // n}' if epochs > 1 else ''})")
+    return losses

@@ -23,7 +23,7 @@ from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
-from optim.addresses import view
+from optim.addresses import address, view
 
 from .guard import GuardWriter, emit_tree
 from .lower import LEAVES, SHADOWED, Kind, Lowering
@@ -44,6 +44,14 @@ def loss_part(out):
     if isinstance(out, dict) and out:
         return next(iter(out.values()))
     return out
+
+
+def _type_checked(value):
+    """Whether ``emit_tree`` checks the exact type of ``value`` (then it cannot be a
+    ``Const`` or ``Duplicated``)."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "fiu"
+    return isinstance(value, (float, np.floating, tuple, list, dict)) or is_node(value)
 
 
 def _tracked_leaves(tree):
@@ -120,7 +128,8 @@ class Staged:
         if isinstance(a, Const):
             w.check(f"type({var}) is Const")
             return w.let(f"{var}.val"), a.val, None, None
-        w.check(f"not isinstance({var}, (Const, Duplicated))")
+        if not _type_checked(a):    # else the guard checks its exact type
+            w.check(f"not isinstance({var}, (Const, Duplicated))")
         return var, a, None, None
 
     def _arg_leaves(self, j, found, tr, leaves, indices, states, exprs):
@@ -224,13 +233,13 @@ class Staged:
         fixed = {k: anns[k].val for k, a in enumerate(low.args) if a.kind not in VARYING}
         fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
         if self.grad.from_disk:
-            self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, sorted(fixed))
+            self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed)
             self.call = _DirectCaller(self.driver)
         else:
             self.driver = _driver(self.grad.native, flat, dflat, self.zeroing, fixed)
             self.call = _Caller(self.driver, sorted(fixed), len(flat) + len(dflat))
         self.loops = {}     # the compiled train loops (layers.staging.loop)
-        self.plan = None    # what the last train call ran (layers.staging.loop._Plan)
+        self.plans = {}     # what train ran, per optimiser state (layers.staging.loop._Plan)
         self.varying = self._varying()
         items, mirror = ", ".join(gather + shadows), f"({''.join(g + ', ' for g in grads)})"
         self.gather = w.compile(f"({items},), {mirror}")
@@ -297,19 +306,19 @@ ZEROING = {Kind.PARAM: Zeroing.ON_REQUEST, Kind.WORK: Zeroing.NEVER}
 
 
 def _driver(stub, flat, dflat, zeroing, fixed):
-    """An njit ``driver(zero, addresses, *others)``: zero the shadows as ``zeroing`` says
+    """An njit ``driver(zero, table, *others)``: zero the shadows as ``zeroing`` says
     (see ``ZEROING``), call the gradient, return the loss.  Its arguments are the stub's
     (``*args, *shadows``, the shadows in the order of the gradient's ``shadowed``: the
     parameters' and buffers', then those adcore gave Const arrays); those at the positions
-    of ``fixed`` (``{position: the stub's sample array}``) come as ``addresses`` (one int64
-    array, see ``optim.addresses``: numba's dispatcher costs per array argument), the
-    others in order as ``others``."""
+    of ``fixed`` (``{position: the stub's sample array}``) come as the address ``table`` of
+    an int64 array of their addresses (``_Caller``), the others in order as ``others``."""
     n, m = len(flat), len(dflat)
     names = [f"a{k}" for k in range(n)] + [f"d{k}" for k in range(m)]
     flags = list(flat) + list(dflat)
     others = "".join(", " + x for k, x in enumerate(names) if k not in fixed)
-    lines = [f"def driver(zero, addresses{others}):"]
-    scope = {"stub": stub, "_zero": _zero, "view": view}
+    lines = [f"def driver(zero, table{others}):",
+             f"    addresses = view(table, ({len(fixed)},), np.int64)"]
+    scope = {"stub": stub, "_zero": _zero, "view": view, "np": np}
     call = []
     for k, x in enumerate(names):
         if k in fixed:
@@ -332,8 +341,8 @@ def _driver(stub, flat, dflat, zeroing, fixed):
 def _python_driver(grad, flat, dflat, zeroing, fixed):
     """``_driver`` in Python over the ctypes call of a gradient loaded from adcore's disk
     cache: no Numba compile before the first call; after ``PROMOTE_AFTER`` calls, the
-    njit driver.  The arrays at ``fixed`` positions must be C-contiguous, as ``_Caller``
-    requires."""
+    njit driver through a ``_Caller``.  The arrays at the positions of ``fixed``
+    (``{position: sample}``) must be C-contiguous, as ``_Caller`` requires."""
     n = len(flat)
     zeroed = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ALWAYS]
     on_request = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ON_REQUEST]
@@ -345,8 +354,8 @@ def _python_driver(grad, flat, dflat, zeroing, fixed):
             return njit[0](zero, *args)
         calls[0] += 1
         if calls[0] >= PROMOTE_AFTER:
-            njit.append(lambda zero, *args, f=_driver(grad.native, flat, dflat, zeroing, {}):
-                        f(zero, _NO_ADDRESSES, *args))
+            njit.append(_Caller(_driver(grad.native, flat, dflat, zeroing, fixed),
+                                sorted(fixed), len(reshaped)).call)
         if not all(args[k].flags.c_contiguous and args[k].flags.writeable for k in fixed):
             raise ActivityError(_NOT_CONTIGUOUS)
         for k in zeroed + (on_request if zero else []):
@@ -355,7 +364,6 @@ def _python_driver(grad, flat, dflat, zeroing, fixed):
     return driver
 
 
-_NO_ADDRESSES = np.zeros(0, np.int64)
 _NOT_CONTIGUOUS = ("a Duplicated model's arrays must be writeable C-contiguous arrays "
                    "(np.ascontiguousarray); one was replaced by another")
 
@@ -369,12 +377,14 @@ class _DirectCaller:
 
 
 class _Caller:
-    """Calls ``fn(*lead, addresses, *others)`` with gathered arguments: the arrays at
-    ``fixed`` positions as addresses, computed again only when one of them is another
-    object than at the last call (an array keeps its data while referenced:
-    ``optim.addresses``), the others in order.  ``call(*lead, *dargs)`` or
-    ``run(*lead, dargs)``; ``lead`` names the leading arguments passed through (the
-    driver's ``zero``)."""
+    """Calls ``fn(*lead, table, *others)`` with gathered arguments: the arrays at ``fixed``
+    positions as one int, the address of an int64 array of their addresses (see
+    ``optim.addresses``; the njit side reads it with ``view(table, (len(fixed),),
+    np.int64)``), computed again only when one of them is another object than at the last
+    call (an array keeps its data while referenced), the others in order.  Numba's
+    dispatcher and a ctypes call cost per array argument, little per int.
+    ``call(*lead, *dargs)`` or ``run(*lead, dargs)``; ``lead`` names the leading arguments
+    passed through (the driver's ``zero``)."""
 
     def __init__(self, fn, fixed, n, lead=("zero",)):
         self.objects, self.addresses = [None] * len(fixed), np.zeros(len(fixed), np.int64)
@@ -382,11 +392,11 @@ class _Caller:
         same = " and ".join(f"a{k} is F[{q}]" for q, k in enumerate(fixed)) or "True"
         others = "".join(f", a{k}" for k in range(n) if k not in fixed)
         head = "".join(x + ", " for x in lead)
-        scope = {"fn": fn, "F": self.objects, "A": self.addresses}
+        scope = {"fn": fn, "F": self.objects, "TABLE": address(self.addresses)}
         exec(f"def call({head}{names}):\n"
              f"    if not ({same}):\n"
              f"        refresh(({names}))\n"
-             f"    return fn({head}A{others})\n"
+             f"    return fn({head}TABLE{others})\n"
              f"def run({head}dargs):\n"
              f"    return call({head}*dargs)\n", scope)
         scope["refresh"] = self._refresh
@@ -397,7 +407,7 @@ class _Caller:
             a = dargs[k]
             if not (a.flags.c_contiguous and a.flags.writeable):
                 raise ActivityError(_NOT_CONTIGUOUS)
-            self.objects[q], self.addresses[q] = a, a.__array_interface__["data"][0]
+            self.objects[q], self.addresses[q] = a, address(a)
 
 
 def cache_key(f):
