@@ -296,19 +296,31 @@ class AdjointGenerator(GeneratorBase):
                         out[phi] = advance
         return out
 
-    def run_back_advances(self, header):
-        """In the reverse tail of ``header`` going back an iteration (its counters run back
-        already): the advanced phis of ``header`` take their previous values."""
+    def previous_advances(self, header):
+        """Before the reverse tail of ``header`` branches: ``[(register, type, value)]``, the
+        value each advanced phi of ``header`` had one iteration earlier, computed with the
+        loop's counters run back for the while.  (Computed before the branch, the back edge
+        keeps only the counters' steps and stores, which LLVM folds into the loop's latch.)"""
         advances = [a for a in self.advanced.values() if a.phi.block is header]
         if not advances:
-            return
-        memo, self.values.memo = self.values.memo, {}      # values of the previous iteration
+            return []
         e = self.e
+        kept = []
+        for phi, inv in self.inverted.items():
+            if phi.block is header:
+                reg = self.values.registers[phi]
+                now = e(f"load {phi.type}, ptr {reg}")
+                kept.append((reg, phi.type, now))
+                e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
+        memo, self.values.memo = self.values.memo, {}      # values of the previous iteration
+        out = []
         for advance in advances:
             reg, t = self.values.registers[advance.phi], advance.phi.type
-            now = e(f"load {t}, ptr {reg}")
-            e.line(f"store {t} {advance.previous(e, self.values.materialise, now)}, ptr {reg}")
+            out.append((reg, t, advance.previous(e, self.values.materialise, e(f"load {t}, ptr {reg}"))))
         self.values.memo = memo
+        for reg, t, now in kept:
+            e.line(f"store {t} {now}, ptr {reg}")
+        return out
 
     # -- emission --------------------------------------------------------------------
     def build(self):
@@ -506,6 +518,7 @@ class AdjointGenerator(GeneratorBase):
             e.line("br label %ad.done")
         elif block in self.cfg.ivs:
             iv = self.cfg.ivs[block]
+            previous = self.previous_advances(block)
             cur = e(f"load {iv.phi.type}, ptr {self.values.registers[iv.phi]}")
             first = e(f"icmp eq {iv.phi.type} {cur}, {tail_value}")
             back = e.fresh("back")
@@ -516,7 +529,8 @@ class AdjointGenerator(GeneratorBase):
                     reg = self.values.registers[phi]
                     now = e(f"load {phi.type}, ptr {reg}")
                     e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
-            self.run_back_advances(block)
+            for reg, t, value in previous:
+                e.line(f"store {t} {value}, ptr {reg}")
             e.line(f"br label {self.edge(block, iv.latch)}")
         elif block in self.cfg.branch_merges:
             _, when_true, when_false = self.cfg.branch_merges[block]
