@@ -21,14 +21,14 @@ from .ir import Arg
 
 
 class Advance:
-    """How ``phi`` (a header phi of ``loop``, entered from ``outside``) runs backwards:
+    """How ``phi`` (a header phi of a loop entered from ``outside``) runs backwards:
     ``runs`` the condition that enters the inner loop (``enters_when`` its value then),
     ``test`` the inner loop's :class:`adcore.exit_values.ExitTest`, ``counter`` its phi
     started at ``phi`` and ``step`` that phi's step instruction, ``plus_step`` whether the
     latch value is the counter after its step."""
 
-    def __init__(self, phi, loop, outside, runs, enters_when, test, counter, step, plus_step):
-        self.phi, self.loop, self.outside = phi, loop, outside
+    def __init__(self, phi, outside, runs, enters_when, test, counter, step, plus_step):
+        self.phi, self.outside = phi, outside
         self.runs, self.enters_when, self.test = runs, enters_when, test
         self.counter, self.step, self.plus_step = counter, step, plus_step
 
@@ -88,7 +88,7 @@ def find_advance(phi, cfg, available):
     needed = [term.operands[0], test.bound, test.counter.operands[test.counter.incoming.index(enter)]]
     if not all(available(op, loop) for op in needed):
         return None
-    return Advance(phi, loop, iv.outside, term.operands[0], enter is true_dest, test, counter, step,
+    return Advance(phi, iv.outside, term.operands[0], enter is true_dest, test, counter, step,
                    y is step)
 
 
