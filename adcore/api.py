@@ -36,6 +36,7 @@ class _Bounded(OrderedDict):
 _cache = _Bounded()          # (dispatcher, types, activities) -> CompiledGradient
 _fast = _Bounded()           # the same, keyed by what a call can tell without Numba
 _dispatchers = _Bounded()    # plain Python function -> its njit dispatcher
+_repeat = _Bounded()         # repeat_calls.call_key -> the caller of repeat calls
 _lock = threading.RLock()
 
 
@@ -129,9 +130,13 @@ def _with_defaults(f, anns):
     return anns + [Const(d) for d in defaults[len(defaults) - missing:]]
 
 
-def _defaults(everything, anns):
-    """The values :func:`_with_defaults` added to ``anns``."""
-    return [a.val for a in everything[len(anns):]]
+def _remember(key, compiled, entry, args, everything, anns):
+    """Keep the caller of repeat calls like this one (:mod:`adcore.repeat_calls`), when
+    ``compiled`` can check them; it is forgotten with the compiled gradients (same limit)."""
+    call = repeat_calls.checked_caller(compiled, entry, args, everything,
+                                       [a.val for a in everything[len(anns):]])
+    if call is not None:
+        _repeat[key] = call
 
 
 # -- public API --------------------------------------------------------------------------
@@ -153,7 +158,7 @@ def autodiff(mode, f, *args, dret=None):
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         return forward_api.autodiff_forward(mode, f, *args)
     key = repeat_calls.call_key("autodiff", f, args) if dret is None else None
-    call = repeat_calls.lookup(key)
+    call = _repeat.get(key) if key is not None else None
     got = call(args) if call is not None else None
     if got is not None:
         return got if mode.with_primal else got[0]
@@ -168,7 +173,7 @@ def autodiff(mode, f, *args, dret=None):
     derivs, value = compiled(everything, dret)
     derivs = derivs[:len(anns)]
     if key is not None:
-        repeat_calls.remember(key, compiled, "autodiff", given, everything, _defaults(everything, anns))
+        _remember(key, compiled, "autodiff", given, everything, anns)
     return (derivs, value) if mode.with_primal else derivs
 
 
@@ -178,7 +183,7 @@ def gradient(mode, f, *args):
     argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
     _check_mode(mode)
     key = repeat_calls.call_key("gradient", f, args)
-    call = repeat_calls.lookup(key)
+    call = _repeat.get(key)
     got = call(args) if call is not None else None
     if got is not None:
         return got if mode.with_primal else got[0]
@@ -197,7 +202,7 @@ def gradient(mode, f, *args):
     compiled = _compiled(f, everything, Active)
     derivs, value = compiled(everything)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
-    repeat_calls.remember(key, compiled, "gradient", args, everything, _defaults(everything, anns))
+    _remember(key, compiled, "gradient", args, everything, anns)
     return (grads, value) if mode.with_primal else grads
 
 

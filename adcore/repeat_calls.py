@@ -20,8 +20,6 @@ from .arguments import _overlaps_itself, is_float_scalar
 from .compiled import _last, _like_strides
 from .errors import ActivityError
 
-_callers = {}             # call_key(...) -> its generated caller
-LIMIT = 256               # kinds of call kept (the oldest goes first)
 _DISPATCH = "No matching definition for argument type(s)"      # Numba's dispatch refusal
 _LAYOUT = "must have the shape and strides of its array"         # the stub's layout check
 
@@ -33,24 +31,20 @@ def call_key(entry, f, args):
     return (entry, f, args[0] if args and type(args[0]) is type else None, *map(type, args))
 
 
-def lookup(key):
-    return _callers.get(key)
-
-
-def remember(key, compiled, entry, args, everything, defaults):
-    """Keep a caller for calls of ``key`` when ``compiled`` can check them natively: a
-    gradient compiled for arrays that share no memory, with its njit stub built, seeded by
-    no returned array, and each given shadow laid out as its array (no copies)."""
+def checked_caller(compiled, entry, args, everything, defaults):
+    """The caller of calls like ``entry(mode, f, *args)`` (annotated ``everything``, the
+    kernel's ``defaults`` last) when ``compiled`` can check them natively: a gradient
+    compiled for arrays that share no memory, with its njit stub built, and each given
+    shadow laid out as its array (no copies); else None.  (Calls seeded by a returned
+    array do not come here.)"""
     anns = everything[:len(everything) - len(defaults)]
     if not compiled.distinct or compiled.from_disk or any(
             isinstance(a, Duplicated) and a.dval.strides != a.val.strides for a in anns):
-        return
+        return None
     if entry == "gradient" and any(_fresh(a) and not (a.flags.c_contiguous or a.flags.f_contiguous)
                                    for a in args):
-        return                      # a fresh shadow laid out unlike its array: the full way copies
-    if len(_callers) >= LIMIT:
-        _callers.pop(next(iter(_callers)), None)
-    _callers[key] = caller(compiled, entry, args[len(args) - len(anns):], len(args) - len(anns), defaults)
+        return None                 # a fresh shadow laid out unlike its array: the full way copies
+    return caller(compiled, entry, args[len(args) - len(anns):], len(args) - len(anns), defaults)
 
 
 def _fresh(a):
