@@ -7,7 +7,8 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
    the reverse pass needs into registers (stack slots).  A register of a block inside a
    loop is saved on the value stack before it is overwritten; loop counters with a
    constant step are not saved but run backwards (from end values computed by
-   :mod:`adcore.exit_values` where the exit test tells them); scratch arrays a loop
+   :mod:`adcore.exit_values` where the exit test tells them), and so are header phis that
+   advance by a nested loop's trip count (:mod:`adcore.advances`); scratch arrays a loop
    overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`).
    Blocks with several predecessors push which one they were entered from, unless a
    loop counter tells.
@@ -27,6 +28,7 @@ that pops them.  A block's pushes made after a call (on top of the callee's tape
 popped just before the callee's reverse.
 """
 from . import numba_abi as abi, runtime
+from .advances import availability, find_advance
 from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
 from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
@@ -98,6 +100,7 @@ class AdjointGenerator(GeneratorBase):
         self.stack_types = set()     # types pushed on the value stack
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
+        self.advanced = {}           # phi -> advances.Advance, set with ``inverted``
         self.exit_tests = {}         # header -> ExitTest of the loops whose counters' ends are computed
         self.loop_exits = {}         # the only block a counted loop exits to -> [its header]
         for header, iv in self.cfg.ivs.items():
@@ -225,10 +228,14 @@ class AdjointGenerator(GeneratorBase):
         segment = 0
         for instr in self.defs(block):
             segment += self.is_callee(instr)
-            if instr in self.values.registers and cyclic and instr not in self.inverted:
+            if instr in self.values.registers and cyclic and instr not in self.inverted \
+                    and instr not in self.advanced:
                 events.append(("reg", instr, segment))
         for phi, iv in self.inverted.items():
             if iv.outside is block and cyclic and phi.block not in self.exit_tests:
+                events.append(("iv", phi, segment))
+        for phi, advance in self.advanced.items():
+            if advance.outside is block and cyclic:
                 events.append(("iv", phi, segment))
         return events
 
@@ -276,6 +283,45 @@ class AdjointGenerator(GeneratorBase):
         return {phi: InductionVariable(phi, None, iv.outside, iv.latch, step)
                 for header, iv in self.cfg.ivs.items() for phi, step in self._counters(header, iv).items()}
 
+    def _advanced_phis(self):
+        """The kept header phis that advance by a nested loop's trips (:mod:`adcore.advances`):
+        the reverse pass runs them backwards instead of saving them per iteration."""
+        available = availability(self.values, self.inverted)
+        out = {}
+        for header in self.cfg.ivs:
+            for phi in header.phis:
+                if phi in self.values.registers and phi not in self.inverted:
+                    advance = find_advance(phi, self.cfg, available)
+                    if advance is not None:
+                        out[phi] = advance
+        return out
+
+    def previous_advances(self, header):
+        """Before the reverse tail of ``header`` branches: ``[(register, type, value)]``, the
+        value each advanced phi of ``header`` had one iteration earlier, computed with the
+        loop's counters run back for the while.  (Computed before the branch, the back edge
+        keeps only the counters' steps and stores, which LLVM folds into the loop's latch.)"""
+        advances = [a for a in self.advanced.values() if a.phi.block is header]
+        if not advances:
+            return []
+        e = self.e
+        kept = []
+        for phi, inv in self.inverted.items():
+            if phi.block is header:
+                reg = self.values.registers[phi]
+                now = e(f"load {phi.type}, ptr {reg}")
+                kept.append((reg, phi.type, now))
+                e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
+        memo, self.values.memo = self.values.memo, {}      # values of the previous iteration
+        out = []
+        for advance in advances:
+            reg, t = self.values.registers[advance.phi], advance.phi.type
+            out.append((reg, t, advance.previous(e, self.values.materialise, e(f"load {t}, ptr {reg}"))))
+        self.values.memo = memo
+        for reg, t, now in kept:
+            e.line(f"store {t} {now}, ptr {reg}")
+        return out
+
     # -- emission --------------------------------------------------------------------
     def build(self):
         """The gradient function and its helpers, as IR text."""
@@ -294,6 +340,7 @@ class AdjointGenerator(GeneratorBase):
                 tail_values[block] = self.values.materialise(self.cfg.branch_merges[block][0])
             reverse_bodies[block] = (self.e.lines, self.values.memo)
         self.inverted = self._inverted_phis()
+        self.advanced = self._advanced_phis()
         plans = self.plans = {b: self.saves(b) for b in blocks}
         forward = []
         for block in blocks:
@@ -471,6 +518,7 @@ class AdjointGenerator(GeneratorBase):
             e.line("br label %ad.done")
         elif block in self.cfg.ivs:
             iv = self.cfg.ivs[block]
+            previous = self.previous_advances(block)
             cur = e(f"load {iv.phi.type}, ptr {self.values.registers[iv.phi]}")
             first = e(f"icmp eq {iv.phi.type} {cur}, {tail_value}")
             back = e.fresh("back")
@@ -481,6 +529,8 @@ class AdjointGenerator(GeneratorBase):
                     reg = self.values.registers[phi]
                     now = e(f"load {phi.type}, ptr {reg}")
                     e.line(f"store {phi.type} {e(step_of(inv.step_instr, phi).format(x=now))}, ptr {reg}")
+            for reg, t, value in previous:
+                e.line(f"store {t} {value}, ptr {reg}")
             e.line(f"br label {self.edge(block, iv.latch)}")
         elif block in self.cfg.branch_merges:
             _, when_true, when_false = self.cfg.branch_merges[block]

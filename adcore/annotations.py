@@ -51,7 +51,7 @@ class Duplicated(Annotation):
     __slots__ = ("dval",)
 
     def __init__(self, val, dval=None):
-        super().__init__(val)
+        self.val = val                  # (not through Annotation.__init__: a repeat call's cost)
         self.dval = make_zero(val) if dval is None else dval
 
     def __repr__(self):

@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
-from . import disk_cache, numba_abi, pipeline
+from . import disk_cache, numba_abi, pipeline, repeat_calls
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .arguments import annotate, distinct as _distinct, is_float_scalar, type_key
 from .capture import argument_types, as_dispatcher
@@ -36,6 +36,7 @@ class _Bounded(OrderedDict):
 _cache = _Bounded()          # (dispatcher, types, activities) -> CompiledGradient
 _fast = _Bounded()           # the same, keyed by what a call can tell without Numba
 _dispatchers = _Bounded()    # plain Python function -> its njit dispatcher
+_repeat = _Bounded()         # repeat_calls.call_key -> the caller of repeat calls
 _lock = threading.RLock()
 
 
@@ -129,6 +130,15 @@ def _with_defaults(f, anns):
     return anns + [Const(d) for d in defaults[len(defaults) - missing:]]
 
 
+def _remember(key, compiled, entry, args, everything, anns):
+    """Keep the caller of repeat calls like this one (:mod:`adcore.repeat_calls`), when
+    ``compiled`` can check them; it is forgotten with the compiled gradients (same limit)."""
+    call = repeat_calls.checked_caller(compiled, entry, args, everything,
+                                       [a.val for a in everything[len(anns):]])
+    if call is not None:
+        _repeat[key] = call
+
+
 # -- public API --------------------------------------------------------------------------
 def autodiff(mode, f, *args, dret=None):
     """Reverse-mode derivative of ``f`` with Enzyme.jl's semantics.
@@ -147,6 +157,12 @@ def autodiff(mode, f, *args, dret=None):
         if dret is not None:
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         return forward_api.autodiff_forward(mode, f, *args)
+    key = repeat_calls.call_key("autodiff", f, args) if dret is None else None
+    call = _repeat.get(key) if key is not None else None
+    got = call(args) if call is not None else None
+    if got is not None:
+        return got if mode.with_primal else got[0]
+    given = args
     ret_activity, args = _split_return_activity(args)
     anns = annotate(args)
     if dret is not None and not (isinstance(dret, np.ndarray) and dret.dtype.kind == "f"):
@@ -156,6 +172,8 @@ def autodiff(mode, f, *args, dret=None):
     compiled = _compiled(f, everything, ret_activity, dret)
     derivs, value = compiled(everything, dret)
     derivs = derivs[:len(anns)]
+    if key is not None:
+        _remember(key, compiled, "autodiff", given, everything, anns)
     return (derivs, value) if mode.with_primal else derivs
 
 
@@ -164,6 +182,11 @@ def gradient(mode, f, *args):
     Duplicated with fresh zero shadows, ``Const`` stays constant.  Returns one entry per
     argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
     _check_mode(mode)
+    key = repeat_calls.call_key("gradient", f, args)
+    call = _repeat.get(key)
+    got = call(args) if call is not None else None
+    if got is not None:
+        return got if mode.with_primal else got[0]
     anns = []
     for a in args:
         if isinstance(a, Annotation):
@@ -176,8 +199,10 @@ def gradient(mode, f, *args):
             anns.append(Const(a))
     anns = annotate(anns)
     everything = _with_defaults(f, anns)
-    derivs, value = _compiled(f, everything, Active)(everything)
+    compiled = _compiled(f, everything, Active)
+    derivs, value = compiled(everything)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
+    _remember(key, compiled, "gradient", args, everything, anns)
     return (grads, value) if mode.with_primal else grads
 
 

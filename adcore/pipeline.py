@@ -11,6 +11,7 @@
     generate  adjoint.py     the gradient function's IR (values.py: what the reverse pass
                              recomputes or keeps; snapshots.py: scratch arrays restored per
                              iteration; exit_values.py: loop counters' end values;
+                             advances.py: header phis run back by a nested loop's trips;
                              reverse.py, rule_calls.py, shadows.py);
                              forward mode: forward.py (forward_pipeline.py drives it)
     compile   native.py      O3 with vectorisation, MCJIT, external symbols checked
