@@ -271,32 +271,38 @@ def _unit(x, i):
 
 
 # -- second derivatives: forward over reverse --------------------------------------------
-_gradients = api._Bounded()
+_kernels = api._Bounded()       # (f, argument types, distinct) -> (GradientKernel, f's default values)
 
 
 def _gradient_kernel(f, x, const_args):
-    anns = api._with_defaults(f, annotate([Duplicated(x, np.zeros_like(x))] + [Const(c) for c in const_args]))
-    compiled = api._compiled(f, anns, Active)
-    if compiled.native_parts is None and "@adcore_rule_" in compiled.adjoint_ir:
-        # from the disk cache: its IR names the rules' reverses as the writing process did
+    """``(the gradient of f read back as a kernel, the Const values with f's defaults)``
+    for ``hvp`` at ``x``; a call like the last (same types, same verdict on shared memory)
+    takes the kernel it found."""
+    fast = (f, type_key(x), tuple(type_key(c) for c in const_args),
+            _distinct([x] + [c for c in const_args if isinstance(c, np.ndarray)]))
+    hit = _kernels.get(fast)
+    if hit is None:
+        anns = api._with_defaults(f, annotate([Duplicated(x, np.zeros_like(x))] + [Const(c) for c in const_args]))
+        compiled = api._compiled(f, anns, Active)
         dispatcher = api._dispatcher(f)
-        compiled = pipeline.differentiate(dispatcher, anns, argument_types(dispatcher, [a.val for a in anns]),
-                                          Active, compiled.distinct)
-    key = (compiled, len(anns))
-    if key not in _gradients:
-        argtypes = argument_types(api._dispatcher(f), [a.val for a in anns])
+        argtypes = argument_types(dispatcher, [a.val for a in anns])
+        if compiled.native_parts is None and "@adcore_rule_" in compiled.adjoint_ir:
+            # from the disk cache: its IR names the rules' reverses as the writing process did
+            compiled = pipeline.differentiate(dispatcher, anns, argtypes, Active, compiled.distinct)
         shadows = tuple(argtypes[k] for k in compiled.shadowed)
         name = getattr(getattr(f, "py_func", f), "__qualname__", str(f))
-        _gradients[key] = (GradientKernel(compiled, argtypes + shadows, name), anns)
-    return _gradients[key]
+        hit = _kernels[fast] = (GradientKernel(compiled, argtypes + shadows, name),
+                                [a.val for a in anns[1 + len(const_args):]])
+    gk, defaults = hit
+    return gk, list(const_args) + defaults
 
 
 def _hvps(f, x, directions, const_args):
     """``[H(x) v for v in directions]`` in one forward pass over the gradient of ``f``."""
-    gk, anns = _gradient_kernel(f, x, const_args)
+    gk, consts = _gradient_kernel(f, x, const_args)
     compiled = gk.compiled
     written = 0 in compiled.written                    # f overwrites x: work on copies
-    values = [x.copy() if written else x] + [a.val for a in anns[1:]]
+    values = [x.copy() if written else x] + consts
     shadows = [np.zeros_like(values[k]) for k in compiled.shadowed]
     dx_position = len(values) + compiled.shadowed.index(0)
     tangents = [None] * (len(values) + len(shadows))
