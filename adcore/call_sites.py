@@ -23,10 +23,7 @@ class CallSite:
     def __init__(self, gen, instr):
         self.instr = instr
         ops = instr.operands
-        for o in ops:
-            if o.type.startswith("<") or o.type.startswith("{") or o.type.startswith("["):
-                raise gen.unsupported(instr, f"an argument of type {o.type} to a function "
-                                             f"differentiated as a call")
+        check_arguments(gen, instr)
         self.active = tuple(k for k, o in enumerate(ops)
                             if o.type in FLOAT_TYPES and o.defn in gen.act.varied)
         self.shadowed = tuple(k for k, o in enumerate(ops) if o.type == "ptr" and gen.memory.is_shadowed(o))
@@ -63,3 +60,12 @@ class CallSite:
             o = instr.operands[k]
             if o.defn in gen.act.active:
                 gen.accumulate(o.defn, e(f"extractvalue {self.pair.adjoint_type} {result}, {j}"))
+
+
+def check_arguments(gen, instr):
+    """Refuse a call differentiated as a call (in reverse or forward mode) that passes a
+    vector, struct or array value."""
+    for o in instr.operands:
+        if o.type.startswith("<") or o.type.startswith("{") or o.type.startswith("["):
+            raise gen.unsupported(instr, f"an argument of type {o.type} to a function "
+                                         f"differentiated as a call")

@@ -13,11 +13,11 @@ import re
 import threading
 import types
 
-import llvmlite.binding as llvm
 import numba
 from numba.core.errors import NumbaError
 
 from . import numba_abi
+from .cleanup import references_made_constants
 from .errors import ActivityError, CompileError
 
 _lock = threading.Lock()
@@ -143,16 +143,6 @@ def _references_to_kernel(module, symbol):
             if t not in defined and numba_abi.without_tags(t) == numba_abi.without_tags(symbol)]
 
 
-def _resolved(module, targets, symbol):
-    """``module`` with the unresolved references ``targets`` made constants holding ``symbol``."""
-    text = str(module)
-    for target in targets:
-        ref = re.escape(f'@"{numba_abi.UNRESOLVED_PREFIX}{target}"')
-        text = re.sub(ref + r" = external [^\n]*global ptr[^\n]*",
-                      lambda m: f'@"{numba_abi.UNRESOLVED_PREFIX}{target}" = internal constant ptr @{symbol}', text)
-    return llvm.parse_assembly(text)
-
-
 def capture(f, argtypes):
     """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module."""
     dispatcher = as_dispatcher(f)
@@ -164,7 +154,7 @@ def capture(f, argtypes):
         to_kernel = _references_to_kernel(module, cres.fndesc.mangled_name)
         if to_kernel:
             numba_abi.point_references_at_compiled(dispatcher, argtypes, to_kernel)
-            module = _resolved(module, to_kernel, cres.fndesc.mangled_name)
+            module = references_made_constants(module, dict.fromkeys(to_kernel, cres.fndesc.mangled_name))
     for fn in module.functions:
         if not fn.is_declaration and numba_abi.only_raises(fn.name):
             for attribute in ("noinline", "optnone"):     # stays a call, compiled as it is

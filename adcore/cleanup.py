@@ -6,10 +6,12 @@ simplification run with no vectorisation and no unrolling, and loops are put in
 loop-simplify and LCSSA form (the differentiator relies on both).  Unnamed values
 are given names so that the IR text can be copied and rewritten.
 """
+import re
+
 import llvmlite.binding as llvm
 
 from . import callgraph
-from .numba_abi import UNRESOLVED_PREFIX, target_machine
+from .numba_abi import UNRESOLVED_PREFIX, target_machine, unresolved_targets
 
 
 def _pass_manager(*passes):
@@ -32,18 +34,23 @@ def resolve_recursive_references(module):
     holding that function, so that the calls through it become direct calls (a new module
     when there are any)."""
     defined = {fn.name for fn in module.functions if not fn.is_declaration}
-    targets = [gv.name for gv in module.global_variables if gv.is_declaration
-               and gv.name.startswith(UNRESOLVED_PREFIX) and gv.name[len(UNRESOLVED_PREFIX):] in defined]
+    targets = {t: t for t in unresolved_targets(module) if t in defined}
     if not targets:
         return module
-    text = str(module)
-    for name in targets:
-        ref = '@"' + name + '"'
-        text = text.replace(f"{ref} = external global ptr",
-                            f"{ref} = internal constant ptr @{name[len(UNRESOLVED_PREFIX):]}")
-    resolved = llvm.parse_assembly(text)
+    resolved = references_made_constants(module, targets)
     _run(resolved, "instruction_combine")     # loads of the constants: direct calls
     return resolved
+
+
+def references_made_constants(module, targets):
+    """A new module: ``module`` with Numba's unresolved reference to each function of
+    ``targets`` (``{target: function}``) made a constant holding ``function``."""
+    text = str(module)
+    for target, function in targets.items():
+        ref = re.escape(f'@"{UNRESOLVED_PREFIX}{target}"')
+        text = re.sub(ref + r" = external [^\n]*global ptr[^\n]*",
+                      lambda _: f'@"{UNRESOLVED_PREFIX}{target}" = internal constant ptr @{function}', text)
+    return llvm.parse_assembly(text)
 
 
 def clean(module, symbol, keep=()):

@@ -22,6 +22,7 @@ differentiated as the ``vÂ·p`` they stand for: at ``v = 0`` its tangent is ``dvÂ
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
 from . import numba_abi, runtime
+from .call_sites import check_arguments
 from .emit import Emitter, GeneratorBase, Expr, float_const
 from .errors import UnsupportedError
 from .forward_calls import forward_rule_call
@@ -298,6 +299,7 @@ class TangentGenerator(GeneratorBase):
         site's activity pattern (the varied float arguments' tangents and the shadowed
         pointers' shadows, lane by lane), or the call itself when nothing varies."""
         ops, e, k = instr.operands, self.e, self.spec.lanes
+        check_arguments(self, instr)
         ret_active = instr in self.act.active
         active = tuple(i for i, o in enumerate(ops) if is_float_type(o.type) and self.has_tangent(o))
         shadowed = tuple(i for i, o in enumerate(ops) if o.type == "ptr" and self.memory.is_shadowed(o))
