@@ -6,6 +6,8 @@ When differentiation fails in a kernel that uses one of them, the error names th
 construct (and its source line, when debug info tells) instead of the LLVM value where
 the analysis gave up.
 """
+import re
+
 from numba.core import types as nbtypes
 
 from .errors import UnsupportedError
@@ -27,6 +29,22 @@ RUNTIME_CALLS = (
     ("numba_dict_", DICT),
     ("NRT_adapt_ndarray_to_python", PRINT_OBJECT),
 )
+LINALG = ("linear algebra other than products, norms and dot products has no derivative rule; "
+          "differentiate a function that calls it through adcore.register_rule, or write it as loops")
+NO_RULE = "it has no derivative rule; give the function that calls it one with adcore.register_rule"
+# external callee without a rule -> (the numpy or math function compiled to it, what to do)
+CALLEES = {
+    "numba_xgesv": ("np.linalg.solve", LINALG),
+    "numba_xxgetrf": ("np.linalg.inv, det, slogdet or solve", LINALG),
+    "numba_ez_xxgetri": ("np.linalg.inv", LINALG), "numba_xxpotrf": ("np.linalg.cholesky", LINALG),
+    "numba_ez_gesdd": ("np.linalg.svd (or pinv, cond, matrix_rank, a 2-norm)", LINALG),
+    "numba_ez_rgeev": ("np.linalg.eig", LINALG), "numba_ez_cgeev": ("np.linalg.eig", LINALG),
+    "numba_ez_xxxevd": ("np.linalg.eigh", LINALG), "numba_ez_geqrf": ("np.linalg.qr", LINALG),
+    "numba_ez_xxgqr": ("np.linalg.qr", LINALG), "numba_ez_gelsd": ("np.linalg.lstsq", LINALG),
+    "lgamma": ("math.lgamma", NO_RULE), "lgammaf": ("math.lgamma", NO_RULE),
+    "numba_gamma": ("math.gamma", NO_RULE), "numba_gammaf": ("math.gamma", NO_RULE),
+}
+_CALLED = re.compile(r"call [^@]*@([\w.$]+)\(")
 # Numba types of the user's variables and arguments -> (construct, what to do instead)
 VARIABLE_TYPES = (
     (nbtypes.List, LIST), (nbtypes.ListType, ("a typed list (numba.typed.List)", LIST[1])),
@@ -40,8 +58,9 @@ def _of(table, key, match):
 
 def in_user_words(err, func, kernel):
     """``err`` restated as the construct that caused it, when ``kernel`` (its cleaned
-    function ``func``) has an argument or variable of a container type, or calls a
-    runtime function of such a construct; otherwise ``err`` itself."""
+    function ``func``) has an argument or variable of a container type, calls a runtime
+    function of such a construct, or ``err`` is a call of a numpy or math function without
+    a rule; otherwise ``err`` itself."""
     for k, t in enumerate(kernel.argtypes):
         found = _of(VARIABLE_TYPES, t, isinstance)
         if found is not None:
@@ -55,4 +74,9 @@ def in_user_words(err, func, kernel):
             found = _of(RUNTIME_CALLS, instr.callee or "", str.startswith)
             if found is not None:
                 return UnsupportedError(found[0], err.function, found[1], instr.location)
+    called = _CALLED.search(err.what)
+    if called is not None and called.group(1) in CALLEES:
+        construct, advice = CALLEES[called.group(1)]
+        return UnsupportedError(f"{construct} (compiled to a call of {called.group(1)})",
+                                err.function, advice, err.location)
     return err

@@ -245,6 +245,53 @@ def test_refusals_name_the_construct_and_line(kernel, words, line):
     assert "%" not in str(info.value)            # no LLVM value names
 
 
+@numba.njit
+def diagonal(x):
+    A = np.zeros((x.size, x.size))
+    for i in range(x.size):
+        A[i, i] = x[i] + 2.0
+    return A
+
+
+@numba.njit
+def solve_sum(x):
+    return np.linalg.solve(diagonal(x), x).sum()
+
+
+@numba.njit
+def det_of_diagonal(x):
+    return np.linalg.det(diagonal(x))
+
+
+@numba.njit
+def log_gamma_sum(x):
+    s = 0.0
+    for i in range(x.size):
+        s += math.lgamma(x[i] + 1.0)
+    return s
+
+
+@numba.njit
+def gamma_sum(x):
+    s = 0.0
+    for i in range(x.size):
+        s += math.gamma(x[i] + 1.0)
+    return s
+
+
+@pytest.mark.parametrize("kernel, words, line", [
+    (solve_sum, r"np.linalg.solve \(compiled to a call of numba_xgesv\).*register_rule", "np.linalg.solve"),
+    (det_of_diagonal, r"np.linalg.inv, det.*numba_xxgetrf.*register_rule", "np.linalg.det"),
+    (log_gamma_sum, r"math.lgamma \(compiled to a call of lgamma\).*register_rule", "math.lgamma"),
+    (gamma_sum, r"math.gamma \(compiled to a call of numba_gamma\)", "math.gamma"),
+])
+def test_calls_without_a_rule_are_named_as_numpy_and_math_functions(kernel, words, line):
+    with pytest.raises(UnsupportedError, match=words) as info:
+        adcore.gradient(Reverse, kernel, np.arange(1.0, 4.0))
+    assert info.value.location == ("test_core_reach.py", line_of(kernel, line))
+    assert "%" not in str(info.value)            # no LLVM value names
+
+
 def test_list_argument_is_named():
     with pytest.raises(UnsupportedError, match=r"a list .*\(argument 1\)"):
         adcore.gradient(Reverse, numba.njit(lambda x, l: x.sum() + l[0]), np.ones(2), Const([1.0]))
