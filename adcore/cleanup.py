@@ -42,6 +42,38 @@ def resolve_recursive_references(module):
     return resolved
 
 
+def _attributes(fn):
+    return {a for group in fn.attributes for a in group.split()}
+
+
+def debug_calls_made_inlinable(module, kept):
+    """``module``, or a new one in which Numba's functions compiled with ``debug=True``
+    (marked ``noinline`` only to help a debugger) lose ``noinline``, so that they inline like
+    any other; ``kept`` (functions that stay calls) and those marked ``optnone`` keep it."""
+    debug = {fn.name for fn in module.functions
+             if not fn.is_declaration and fn.name.startswith("_ZN") and fn.name not in kept
+             and b"noinline" in _attributes(fn) and b"optnone" not in _attributes(fn)}
+    if not debug:
+        return module
+    text = str(module)
+    groups = dict(re.findall(r"^attributes #([0-9]+) = \{ ([^}]*) \}$", text, re.M))
+    renumbered, extra = {}, []
+
+    def inlinable(m):
+        group = m.group(4)
+        if m.group(2).strip('"') not in debug or group not in groups:
+            return m.group(0)
+        if group not in renumbered:
+            words = [w for w in groups[group].split() if w != "noinline"]
+            renumbered[group] = f"#{max(map(int, groups)) + 1 + len(extra)}" if words else ""
+            if words:
+                extra.append(f"attributes {renumbered[group]} = {{ {' '.join(words)} }}")
+        return f"{m.group(1)}{m.group(3)}{renumbered[group]}{m.group(5)}"
+    text = re.sub(r"^(define [^@]*@(\S+?)\(.*\))( .*?)#([0-9]+)((?: [^#]*)?\{)$", inlinable, text,
+                  flags=re.M)
+    return llvm.parse_assembly(text + "\n" + "\n".join(extra) + "\n")
+
+
 def references_made_constants(module, targets):
     """A new module: ``module`` with Numba's unresolved reference to each function of
     ``targets`` (``{target: function}``) made a constant holding ``function``."""
@@ -60,6 +92,7 @@ def clean(module, symbol, keep=()):
     tm = target_machine()
     module = resolve_recursive_references(module)
     recursive = callgraph.kept_as_calls(module)
+    module = debug_calls_made_inlinable(module, set(keep) | recursive | {symbol})
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     for fn in module.functions:

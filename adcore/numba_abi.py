@@ -205,6 +205,7 @@ def lowered(dispatcher, argtypes):
         flags = compiler.Flags()
         function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
         flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
+        flags.dbg_directives_only = flags.debuginfo    # line info without debug's noinline
         with global_compiler_lock, dispatcher._compiling_counter:   # recursive calls type as in a compile
             done[argtypes] = compiler.compile_extra(
                 dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func, args=argtypes,

@@ -292,6 +292,29 @@ def test_calls_without_a_rule_are_named_as_numpy_and_math_functions(kernel, word
     assert "%" not in str(info.value)            # no LLVM value names
 
 
+@numba.njit(debug=True)
+def square_debug(v):
+    return v * v
+
+
+@numba.njit(debug=True)
+def debug_kernel(x):
+    s = 0.0
+    for i in range(x.size):
+        s += square_debug(x[i])
+    return s + np.sum(np.sin(x * x + 1.0))      # an array expression: a function of its own
+
+
+def test_kernels_compiled_with_debug_info_differentiate():
+    """debug=True marks every Numba function noinline; adcore inlines them all the same."""
+    x = np.linspace(0.2, 1.4, 5)
+    closed_form = 2 * x + 2 * x * np.cos(x * x + 1.0)
+    np.testing.assert_allclose(adcore.gradient(Reverse, debug_kernel, x)[0], closed_form, rtol=1e-12)
+    v = np.cos(np.arange(5.0))
+    tangent = adcore.autodiff(adcore.Forward, debug_kernel, Duplicated(x, v))
+    assert tangent == pytest.approx(closed_form @ v, rel=1e-12)
+
+
 def test_list_argument_is_named():
     with pytest.raises(UnsupportedError, match=r"a list .*\(argument 1\)"):
         adcore.gradient(Reverse, numba.njit(lambda x, l: x.sum() + l[0]), np.ones(2), Const([1.0]))
