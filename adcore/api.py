@@ -10,7 +10,7 @@ import numpy as np
 
 from . import disk_cache, numba_abi, pipeline, repeat_calls
 from .annotations import Active, Annotation, Const, Duplicated, Mode
-from .arguments import annotate, distinct as _distinct, is_float_scalar, type_key
+from .arguments import annotate, check_plain_argument, distinct as _distinct, is_float_scalar, type_key
 from .capture import argument_types, as_dispatcher
 from .compiled import last_cached_bytes  # noqa: F401  (public)
 from .errors import ActivityError, UnsupportedError
@@ -188,7 +188,7 @@ def gradient(mode, f, *args):
     if got is not None:
         return got if mode.with_primal else got[0]
     anns = []
-    for a in args:
+    for k, a in enumerate(args):
         if isinstance(a, Annotation):
             anns.append(a)
         elif is_float_scalar(a):
@@ -196,6 +196,7 @@ def gradient(mode, f, *args):
         elif isinstance(a, np.ndarray) and a.dtype.kind == "f":
             anns.append(Duplicated(a, np.zeros_like(a)))
         else:
+            check_plain_argument(k, a)
             anns.append(Const(a))
     anns = annotate(anns)
     everything = _with_defaults(f, anns)

@@ -12,6 +12,23 @@ def is_float_scalar(v):
     return isinstance(v, (float, np.floating)) and not isinstance(v, bool)
 
 
+def _holds_floats(v):
+    if isinstance(v, dict):
+        v = tuple(v.values())
+    return isinstance(v, (tuple, list)) and any(
+        is_float_scalar(x) or (isinstance(x, np.ndarray) and x.dtype.kind == "f") or _holds_floats(x)
+        for x in v)
+
+
+def check_plain_argument(k, v):
+    """Refuse a container of floats or float arrays passed to ``gradient`` unannotated:
+    it would silently get no gradient."""
+    if _holds_floats(v):
+        raise ActivityError(f"argument {k}: gradient differentiates floats and float arrays, not "
+                            f"a {type(v).__name__} holding them; pass its arrays as separate "
+                            f"arguments, or wrap it in Const(...) to hold it constant")
+
+
 def annotate(args):
     """The annotations of ``args`` (plain values become ``Const``), checked."""
     out = []

@@ -404,6 +404,27 @@ def test_shadow_with_other_strides_than_its_primal():
     np.testing.assert_array_equal(dA, 0)        # every element overwritten: adjoint of old values
 
 
+@numba.njit
+def pair_product(pair, x):
+    a, b = pair
+    return (a * x).sum() + (b * x * x).sum()
+
+
+@pytest.mark.parametrize("container", [lambda a, b: (a, b), lambda a, b: [a, b], lambda a, b: (1, (a, 2.0))])
+def test_gradient_refuses_containers_of_floats_rather_than_give_them_none(container):
+    x = np.linspace(0.5, 1.0, 4)
+    with pytest.raises(ActivityError, match="argument 0: gradient differentiates floats and float arrays, "
+                                            "not a (tuple|list) holding them.*Const"):
+        adcore.gradient(Reverse, pair_product, container(x, 2 * x), x)
+
+
+def test_gradient_takes_a_container_held_constant():
+    x = np.linspace(0.5, 1.0, 4)
+    g = adcore.gradient(Reverse, pair_product, Const((x, 2 * x)), x)
+    assert g[0] is None
+    np.testing.assert_allclose(g[1], x + 4 * x * x)              # closed form
+
+
 def test_parallel_loop_is_refused_not_silently_wrong():
     @numba.njit(parallel=True)
     def parallel_sum(x):
