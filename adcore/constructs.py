@@ -49,6 +49,9 @@ _CALLED = re.compile(r"call [^@]*@([\w.$]+)\(")
 VARIABLE_TYPES = (
     (nbtypes.List, LIST), (nbtypes.ListType, ("a typed list (numba.typed.List)", LIST[1])),
     (nbtypes.DictType, DICT), (nbtypes.Set, ("a set", "use an array")),
+    (nbtypes.ClassInstanceType, ("a jitclass instance",
+                                 "jitclass fields are not differentiated; pass its arrays and "
+                                 "floats to the kernel as arguments")),
 )
 
 

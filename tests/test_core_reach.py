@@ -9,6 +9,7 @@ import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from numba.experimental import jitclass
 from numba.typed import List
 
 import adcore
@@ -318,6 +319,18 @@ def test_kernels_compiled_with_debug_info_differentiate():
 def test_list_argument_is_named():
     with pytest.raises(UnsupportedError, match=r"a list .*\(argument 1\)"):
         adcore.gradient(Reverse, numba.njit(lambda x, l: x.sum() + l[0]), np.ones(2), Const([1.0]))
+
+
+@jitclass([("w", numba.float64[:])])
+class Weights:
+    def __init__(self, w):
+        self.w = w
+
+
+def test_jitclass_argument_is_named():
+    with pytest.raises(UnsupportedError, match=r"a jitclass instance \(argument 0\).*as arguments") as info:
+        adcore.gradient(Reverse, numba.njit(lambda m, x: (m.w * x).sum()), Const(Weights(np.ones(2))), np.ones(2))
+    assert "%" not in str(info.value)
 
 
 # -- slice stores: arrays of 1-4 dimensions, any steps and fixed indices ---------------------
