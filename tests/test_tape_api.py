@@ -199,8 +199,8 @@ def test_implicit_float_conversions_refuse(convert):
 
 def test_unsupported_numpy_functions_raise_naming_them():
     x = rng.standard_normal(4)
-    with pytest.raises(UnsupportedError, match="numpy.median"):
-        tape.gradient(lambda x: np.median(x), x)
+    with pytest.raises(UnsupportedError, match="numpy.nanmedian"):
+        tape.gradient(lambda x: np.nanmedian(x), x)
     with pytest.raises(UnsupportedError, match="numpy.maximum.accumulate"):
         tape.gradient(lambda x: np.sum(np.maximum.accumulate(x)), x)
     with pytest.raises(UnsupportedError, match="numpy.sum with dtype"):
