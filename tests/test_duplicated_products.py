@@ -169,7 +169,7 @@ def test_elementwise_chains_are_fused_and_aux_values_kept():
     (val, aux), g = program.stage(loss, (dup, x, y), True)
     source = staged(loss, dup, x, y).source
     assert "= math.tanh(W_float32[" in source                # not fused with the bias add
-    assert "= (np.float32(S.sigmoid(W_float32[" in source    # sigmoid(.) - y: one loop
+    assert "= (np.float32(K.sigmoid_float32(W_float32[" in source   # sigmoid(.) - y: one loop
     assert "((0.5 * W_float64[" in source                     # 0.5 * r inline in (.) * r
     assert "math.exp" in source.split("+= ")[1]               # sum(exp(.)): one loop
     assert source.count("for ") == 4 + 4 + 2 + 2
