@@ -9,16 +9,7 @@ treated as constants.  Each reverse receives the C arguments (pointers as int64
 addresses) followed by the shadow address of each pointer argument (0 when none).
 The reverses and extents are compiled once per argument types and kept in Numba's own
 cache (``cache=True``): a new process loads them instead of compiling them.
-
-The reverse products go to numpy's own OpenBLAS when its wheel bundles one (the ILP64
-``cblas_?gemm`` of ``numpy.libs``), else through Numba's helper (SciPy's OpenBLAS): on this
-machine numpy's runs the docs MLP's ``dW1 += dH^T X`` (784x32x128, float32) 17% faster.
 """
-import ctypes
-import glob
-import os
-
-import llvmlite.binding as llvm
 import numba
 import numpy as np
 from numba.core import types
@@ -59,56 +50,9 @@ def _scalar(kind, address):
     return np.float64(carray(address, 1, np.float32)[0])
 
 
-def _numpy_gemms():
-    """The addresses of ``cblas_sgemm`` and ``cblas_dgemm`` (ILP64) of the OpenBLAS bundled
-    with numpy's wheel, or None."""
-    where = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in glob.glob(os.path.join(where, "libscipy_openblas64_*.so*")):
-        try:
-            lib = ctypes.CDLL(path)
-            return [ctypes.cast(getattr(lib, f"scipy_cblas_{k}gemm64_"), ctypes.c_void_p).value
-                    for k in "sd"]
-        except (OSError, AttributeError):
-            continue
-    return None
-
-
-def _cblas_gemm(name, real):
-    """``name(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)``,
-    called by its symbol (registered when numpy's OpenBLAS is found; not named
-    ``adcore_...``, which the disk cache takes for symbols of one process)."""
-    i64 = types.int64
-    return types.ExternalFunction(name, types.void(types.int32, types.int32, types.int32, i64,
-                                                   i64, i64, real, i64, i64, i64, i64, real,
-                                                   i64, i64))
-
-
-_sgemm = _cblas_gemm("numpy_openblas_sgemm", types.float32)
-_dgemm = _cblas_gemm("numpy_openblas_dgemm", types.float64)
-COL_MAJOR, NO_TRANS, TRANS = 102, 111, 112       # cblas's enums
-
-
 @numba.njit
-def _cblas_trans(t):
-    return NO_TRANS if t == N else TRANS
-
-
-@numba.njit
-def _gemm_update_numpy(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
-    """C += alpha op(A) op(B) (column-major) through numpy's OpenBLAS."""
-    if m == 0 or n == 0 or k == 0:
-        return
-    if kind == DOUBLE:
-        _dgemm(COL_MAJOR, _cblas_trans(ta), _cblas_trans(tb), m, n, k, alpha, a, lda, b, ldb,
-               1.0, c, ldc)
-    else:
-        _sgemm(COL_MAJOR, _cblas_trans(ta), _cblas_trans(tb), m, n, k, np.float32(alpha), a,
-               lda, b, ldb, np.float32(1.0), c, ldc)
-
-
-@numba.njit
-def _gemm_update_numba(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
-    """C += alpha op(A) op(B) (column-major) through Numba's BLAS helper."""
+def _gemm_update(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
+    """C += alpha op(A) op(B) (column-major) through BLAS."""
     if m == 0 or n == 0 or k == 0:
         return
     one = np.ones(1, np.float64)
@@ -119,13 +63,6 @@ def _gemm_update_numba(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc):
         _gemm(kind, ta, tb, m, n, k, al64.ctypes.data, a, lda, b, ldb, one.ctypes.data, c, ldc)
     else:
         _gemm(kind, ta, tb, m, n, k, al32.ctypes.data, a, lda, b, ldb, one32.ctypes.data, c, ldc)
-
-
-_NUMPY_GEMMS = _numpy_gemms()
-if _NUMPY_GEMMS is not None:
-    llvm.add_symbol("numpy_openblas_sgemm", _NUMPY_GEMMS[0])
-    llvm.add_symbol("numpy_openblas_dgemm", _NUMPY_GEMMS[1])
-_gemm_update = _gemm_update_numba if _NUMPY_GEMMS is None else _gemm_update_numpy
 
 
 @numba.njit

@@ -6,10 +6,8 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 
 import adcore
-from adcore import blas_rules
 from adcore import ADError, Duplicated, Reverse, UnsupportedError
 from fdcheck import check
 
@@ -59,29 +57,6 @@ def chained(W1, W2, x):
 ])
 def test_blas_products_against_finite_differences(kernel, make):
     check(kernel, *make(np.random.default_rng(0)))
-
-
-@settings(max_examples=30, deadline=None)
-@given(m=st.integers(1, 5), n=st.integers(1, 5), k=st.integers(0, 5), ta=st.booleans(),
-       tb=st.booleans(), single=st.booleans(), alpha=st.floats(-2, 2), seed=st.integers(0, 99))
-def test_reverse_products_of_both_blas_libraries(m, n, k, ta, tb, single, alpha, seed):
-    """The reverses' ``C += alpha op(A) op(B)`` agrees with numpy through numpy's own
-    OpenBLAS (used when its wheel bundles one) and through Numba's helper (the fallback)."""
-    r, dtype = np.random.default_rng(seed), np.float32 if single else np.float64
-    # a column-major matrix is the transpose of a C-order array: op(A) = a when ta, else a.T
-    a = r.standard_normal((m, k) if ta else (k, m)).astype(dtype)
-    b = r.standard_normal((k, n) if tb else (n, k)).astype(dtype)
-    c = r.standard_normal((n, m)).astype(dtype)
-    want = c.T + alpha * ((a if ta else a.T) @ (b if tb else b.T))
-    flags = [blas_rules.T if t else blas_rules.N for t in (ta, tb)]
-    updates = [blas_rules._gemm_update_numba]
-    if blas_rules._NUMPY_GEMMS is not None:
-        updates.append(blas_rules._gemm_update_numpy)
-    for update in updates:
-        out = c.copy()
-        update(blas_rules.DOUBLE if not single else 115, *flags, m, n, k, alpha,
-               a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], out.ctypes.data, m)
-        np.testing.assert_allclose(out.T, want, rtol=1e-4 if single else 1e-12, atol=1e-5)
 
 
 # -- BLAS results read only by other BLAS calls (the temporary carries the derivative) ----
