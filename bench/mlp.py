@@ -2,7 +2,7 @@
 ``sum((m(x) - y)^2)``, one gradient on a batch of float32 inputs.
 
 Implementations: a hand-written numpy+BLAS forward/backward (the reference: the fastest way
-to write it by hand), ``layers.gradient`` with the tape engine and with ``Duplicated(model)``
+to write it by hand), ``layers.withgradient`` with the tape engine and with ``Duplicated(model)``
 (the LLVM engine), adcore's reverse mode of an allocation-free Numba forward kernel, a
 hand-written Numba loop forward/backward and the peers. All start from the same layers model's
 weights and data; each gradient's error against the reference is checked.
@@ -14,7 +14,7 @@ import numpy as np
 
 import adcore
 from adcore import Const, Duplicated
-from layers import Chain, Dense, gradient, sigmoid, softmax
+from layers import Chain, Dense, sigmoid, softmax, withgradient
 
 from . import peers
 from .measure import rel_err, traced_bytes
@@ -160,12 +160,14 @@ def implementations(model, params, x, y):
         return val, grads
 
     def tape():
-        return float(loss(model, x, y)), _flat(gradient(loss, model, Const(x), Const(y))[0])
+        val, g = withgradient(loss, model, Const(x), Const(y))
+        return float(val), _flat(g[0])
 
     dup = Duplicated(model)
 
     def llvm():
-        return float(loss(model, x, y)), _flat(gradient(loss, dup, Const(x), Const(y))[0])
+        val, g = withgradient(loss, dup, Const(x), Const(y))
+        return float(val), _flat(g[0])
 
     out = {"hand-written numpy+BLAS": hand_numpy, "hand-written Numba loops": hand,
            "adcore (Numba kernel)": kernel,

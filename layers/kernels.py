@@ -10,6 +10,7 @@ import math
 import types
 
 import numba
+import numpy as np
 
 from adcore.tape import scalars
 
@@ -28,6 +29,21 @@ def _compiled(module):
 
 
 S = _compiled(scalars)
+
+
+def _sigmoid_in(dtype):
+    one = dtype(1.0)
+
+    def sigmoid(x):
+        """``1 / (1 + exp(-x))`` in ``x``'s precision, without overflow and without a
+        branch (the sign picks the numerator by a select): its reverse is one pass with
+        no control flow, cheaper than ``S.sigmoid``'s two branches computed in float64."""
+        e = math.exp(-abs(x))
+        return (one if x >= 0 else e) / (one + e)
+    return _njit(sigmoid)
+
+
+sigmoid_float32, sigmoid_float64 = _sigmoid_in(np.float32), _sigmoid_in(np.float64)
 
 
 # -- matrix product --------------------------------------------------------------------

@@ -169,7 +169,7 @@ def test_elementwise_chains_are_fused_and_aux_values_kept():
     (val, aux), g = program.stage(loss, (dup, x, y), True)
     source = staged(loss, dup, x, y).source
     assert "= math.tanh(W_float32[" in source                # not fused with the bias add
-    assert "= (np.float32(S.sigmoid(W_float32[" in source    # sigmoid(.) - y: one loop
+    assert "= (np.float32(K.sigmoid_float32(W_float32[" in source   # sigmoid(.) - y: one loop
     assert "((0.5 * W_float64[" in source                     # 0.5 * r inline in (.) * r
     assert "math.exp" in source.split("+= ")[1]               # sum(exp(.)): one loop
     assert source.count("for ") == 4 + 4 + 2 + 2
@@ -177,3 +177,28 @@ def test_elementwise_chains_are_fused_and_aux_values_kept():
     np.testing.assert_allclose(aux["r"], ref_aux["r"], rtol=1e-5)
     assert float(val) == pytest.approx(float(ref_val), rel=1e-5)
     close(g[0], ref_g[0], rtol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_is_exact_and_finite_far_out(dtype):
+    """The staged sigmoid (branch-free, in the value's precision) gives the closed form
+    s (1 - s) and the value at pre-activations from -200 to 200, where exp(-x) overflows
+    for either sign: no NaN, no flush of e**-100 to zero in float64."""
+    model = Dense(1, 9, sigmoid, dtype=dtype, rng=4)
+    model.weight[:] = 1
+    model.bias[:] = 0
+    x = np.array([[-200.0], [-100.0], [-30.0], [-1.0], [0.0], [0.5], [30.0], [100.0], [200.0]],
+                 dtype)[:, 0]
+    w = RNG.standard_normal(9).astype(dtype)
+
+    def loss(m, x):
+        return np.sum(m(x[:, None]) * w)
+    val, g = withgradient(loss, Duplicated(model), x)
+    z = x[:, None].astype(np.float64)                   # pre-activations: rows x, same
+    s = np.where(z >= 0, 1, np.exp(z)) / (1 + np.exp(-np.abs(z)))    # in every column
+    ds = (w * s * (1 - s)).astype(np.float64)
+    assert np.all(np.isfinite(g[0]["weight"])) and np.all(np.isfinite(g[0]["bias"]))
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(g[0]["bias"], ds.sum(axis=0), rtol=rtol, atol=1e-30)
+    np.testing.assert_allclose(g[0]["weight"][:, 0], (ds * z).sum(axis=0), rtol=rtol, atol=1e-30)
+    assert float(val) == pytest.approx(float(np.sum(s * w)), rel=rtol)

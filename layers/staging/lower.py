@@ -214,7 +214,7 @@ class Lowering:
     # -- records -------------------------------------------------------------------------
     def _lower(self, rec):
         value = np.asarray(rec.value)
-        scalar = RULES[rec.op].scalar
+        scalar = scalar_template(rec.op)
         if scalar is not None:
             template = scalar(rec) if callable(scalar) else scalar
             operands = [self.operand(rec, k) for k in range(len(rec.args))
@@ -506,15 +506,27 @@ class Lowering:
     }
 
 
+# Ops whose staged scalar replaces the tape rule's: in the value's precision and
+# branch-free, so the reverse pass has no control flow per element (the docs MLP's
+# sigmoid: gradient 0.79 -> 0.77 ms).
+STAGED_SCALARS = {"sigmoid": lambda rec: f"K.sigmoid_{np.asarray(rec.value).dtype.name}({{0}})"}
+
+
+def scalar_template(op):
+    """The scalar template of an elementwise op (a string, or a function of the record),
+    ``None`` for other ops."""
+    return STAGED_SCALARS.get(op, RULES[op].scalar)
+
+
 def _template(rec):
-    scalar = RULES[rec.op].scalar
+    scalar = scalar_template(rec.op)
     return scalar(rec) if callable(scalar) else scalar
 
 
 # A function call in a scalar template (``math.tanh(...)``, ``S.sigmoid(...)``): LLVM keeps
 # such loops scalar, so arithmetic moved into one would lose its SIMD loop (measured: the
 # seed model's bias add fused into its tanh loop made training 15% slower).
-_CALL = re.compile(r"[A-Za-z_]\(")
+_CALL = re.compile(r"\w\(")
 
 
 def inlined(records, outputs):
@@ -537,7 +549,7 @@ def inlined(records, outputs):
     out = set()
     for i, n in uses.items():
         rec = records[i]
-        if n != 1 or i in outputs or rec.op not in RULES or RULES[rec.op].scalar is None or \
+        if n != 1 or i in outputs or rec.op not in RULES or scalar_template(rec.op) is None or \
                 not isinstance(_template(rec), str):
             continue
         user, k = consumer[i]
@@ -545,7 +557,7 @@ def inlined(records, outputs):
             continue
         if user.op in ("sum", "mean"):
             out.add(i)
-        elif RULES[user.op].scalar is not None and np.shape(user.value) == np.shape(rec.value):
+        elif scalar_template(user.op) is not None and np.shape(user.value) == np.shape(rec.value):
             position = sum(1 for a in user.args[:k] if a is not None)
             t = _template(user)
             text = "".join(t) if isinstance(t, tuple) else t

@@ -450,8 +450,14 @@ def _new(f, args):
 
 
 def stage(f, args, zero):
-    """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args``."""
+    """``(val, grads)`` of ``f(*args)`` by the compiled program matching ``args`` (a
+    repeat call of a scalar loss runs one generated function, as ``gradients`` does)."""
     for e in _cache.get(getattr(f, "__code__", f), ()):   # the repeat call: lookup's first loop
+        if e.scalar is not None:
+            got = e.call_gradient(zero, f, *args)
+            if got is not None:
+                return e.scalar(got[0]), got[1]
+            continue
         got = e.gather(f, *args)
         if got is not None:
             return e.run(got[0], got[1], zero)

@@ -64,7 +64,9 @@ def _equal(x, ref):
 
 
 def _contiguous(x):
-    return x if x.flags.c_contiguous and x.flags.writeable else np.array(x, order="C")
+    """``x``, or a C-contiguous copy unless it is C-contiguous, aligned and writeable
+    (``flags.carray``: one flags object instead of two)."""
+    return x if x.flags.carray else np.array(x, order="C")
 
 
 class Reads:
