@@ -3,6 +3,7 @@ import itertools
 
 import numpy as np
 
+from . import native as native_code
 from .annotations import Active, Duplicated
 from .arguments import mirrored, share_memory
 from .errors import ActivityError, UnsupportedError
@@ -35,27 +36,36 @@ class CompiledGradient:
     it was compiled for arrays that share no memory; ``symbol`` names its native code.  ``primal_ir``, ``adjoint_ir`` and
     ``optimised_ir`` are the IR of the pipeline's stages (``irs()`` returns the three).
     ``call`` runs the gradient on the arguments as ``native`` does (``native`` itself, or
-    the ctypes entry, replaced by ``native`` after ``PROMOTE_AFTER`` calls);
-    ``make_native()`` builds the njit function (its time is a compile report of its own,
-    ``adcore.timings.compile_reports()``)."""
+    the ctypes entry, replaced by ``native`` after ``PROMOTE_AFTER`` calls); ``stub_spec``
+    is ``(argument types, result type, same_layout)`` of :func:`adcore.native.make_stub`,
+    which builds ``native`` (its time is a compile report of its own,
+    ``adcore.timings.compile_reports()``); ``njit_call`` is the intrinsic that njit code
+    generated to call the gradient may call instead, with no compile of its own."""
 
     native_parts = None      # what the disk cache stores (pipeline.NativeParts), when fresh
 
     def __init__(self, pyname, symbol, has_primal, shadowed, written, distinct, irs, call,
-                 make_native, native=None):
+                 stub_spec, native=None):
         self.pyname, self.symbol, self.has_primal = pyname, symbol, has_primal
         self.shadowed, self.written, self.distinct = shadowed, written, distinct
         self.irs, self.call = irs, call
-        self._make_native = make_native
+        self.stub_spec = stub_spec
         self._native = native
+        self._njit_call = None
         self._ctypes_calls = 0
 
     @property
     def native(self):
         if self._native is None:
             with compiling(f"the njit stub of {self.pyname}"), stage("stub"):
-                self._native = self._make_native()
+                self._native = native_code.make_stub(self.symbol, *self.stub_spec)
         return self._native
+
+    @property
+    def njit_call(self):
+        if self._njit_call is None:
+            self._njit_call = native_code.stub_call(self.symbol, *self.stub_spec)
+        return self._njit_call
 
     @property
     def from_disk(self):

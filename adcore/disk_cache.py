@@ -299,7 +299,7 @@ def load(digest, argtypes, seed_type):
 
     return CompiledGradient(
         meta["pyname"], meta["symbol"], meta["has_primal"], shadowed, meta["written"], meta["distinct"], irs, call,
-        lambda: native.make_stub(meta["symbol"], stub_types, result, same_layout))
+        (stub_types, result, same_layout))
 
 
 def _portable(parts):
@@ -370,7 +370,7 @@ def _write(path, data):
 # -- generated njit functions that call gradients (``train``'s loop) --------------------------
 class CachedFunction:
     """The njit function ``name`` of generated ``source`` with globals ``scope`` (where a
-    :class:`CompiledGradient` stands for its ``native`` stub), compiled per argument types
+    :class:`CompiledGradient` stands for its ``njit_call``), compiled per argument types
     and kept in the disk cache like gradients: another process calls its object code
     through ctypes, with no Numba compile.  Cached when it takes arrays and scalars,
     returns a tuple of scalars and reads what can be keyed."""
@@ -414,7 +414,7 @@ class CachedFunction:
             with stage("Numba compile"):
                 if self.dispatcher is None:
                     self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
-                        {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+                        {k: v.njit_call if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
                 self.dispatcher.compile(argtypes)
             if digest is not None:
                 with stage("object code for the disk cache"):

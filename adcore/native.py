@@ -217,14 +217,13 @@ def load_object(data, symbol, externals):
         return _defined[symbol]
 
 
-def make_stub(symbol, argtypes, restype, same_layout=()):
-    """An njit function ``stub(*args)`` calling the native ``symbol`` with Numba's
-    calling convention and returning ``restype``.  It is compiled for exactly
-    ``argtypes`` (other types are a ``TypeError``), and for each ``(i, j, what)`` in
-    ``same_layout`` raises :class:`ActivityError` unless arrays ``i`` and ``j`` have
-    the same shape and strides: wrong arguments never reach the native code.  The checks
-    and the call are one intrinsic (little for Numba to type and lower), and the stub
-    has no C wrapper."""
+def stub_call(symbol, argtypes, restype, same_layout=()):
+    """An intrinsic ``call(*args)`` for njit code: it calls the native ``symbol`` with
+    Numba's calling convention for arguments of ``argtypes`` (those given are converted
+    to them; arguments that cannot be are a typing error) and returns ``restype``,
+    re-raising the kernel's exception; for each ``(i, j, what)`` in ``same_layout`` it
+    raises :class:`ActivityError` unless arrays ``i`` and ``j`` have the same shape and
+    strides: wrong arguments never reach the native code."""
     sig = restype(*argtypes)
 
     def codegen(context, builder, signature, args):
@@ -239,12 +238,25 @@ def make_stub(symbol, argtypes, restype, same_layout=()):
             context.call_conv.return_status_propagate(builder, status)
         return out
 
+    def typer(typingctx, *given):
+        if len(given) == len(argtypes) and all(
+                typingctx.can_convert(g, t) is not None for g, t in zip(given, argtypes)):
+            return sig, codegen
+        return None
+
     names = ", ".join(f"a{i}" for i in range(len(argtypes)))
-    scope = {"sig": sig, "codegen": codegen}
-    exec(f"def typer(typingctx, {names}):\n    return sig, codegen\n", scope)
-    scope = {"call": intrinsic(scope["typer"])}
+    scope = {"typer": typer}
+    exec(f"def call_typer(typingctx, {names}):\n    return typer(typingctx, {names})\n", scope)
+    return intrinsic(scope["call_typer"])
+
+
+def make_stub(symbol, argtypes, restype, same_layout=()):
+    """An njit function ``stub(*args)`` doing what :func:`stub_call` does, compiled for
+    exactly ``argtypes`` (other types are a ``TypeError``) and without a C wrapper."""
+    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    scope = {"call": stub_call(symbol, argtypes, restype, same_layout)}
     exec(f"def stub({names}):\n    return call({names})\n", scope)
-    return numba.njit(sig, no_cfunc_wrapper=True)(scope["stub"])
+    return numba.njit(restype(*argtypes), no_cfunc_wrapper=True)(scope["stub"])
 
 
 def _check_same_layout(context, builder, first, second, message):

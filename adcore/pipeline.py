@@ -239,18 +239,16 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
                                          python_entry=(flat, kinds) if kinds else None)
             compiled.holds_process_addresses = bound_ir != adjoint_ir
         irs = (primal_.ir, adjoint_ir, compiled.ir)
-
-        def make_native():
-            return native.make_stub(symbol, stub_types, layout.result, same_layout)
+        stub_spec = (stub_types, layout.result, same_layout)
         if kinds:            # Python calls the entry; the stub is made when njit code needs it
             call = python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds, same_layout)
             stub = None
         else:
             with stage("stub"):
-                stub = call = make_native()
+                stub = call = native.make_stub(symbol, *stub_spec)
         grad = CompiledGradient(layout.pyname, symbol, layout.has_primal, shadowed,
                                 written_arguments(layout, analyses.clobbers), distinct,
-                                lambda: irs, call, make_native, native=stub)
+                                lambda: irs, call, stub_spec, native=stub)
         grad.native_parts = NativeParts(symbol, compiled, stub_types, flat, fields, layout.result,
                                         same_layout, kinds)
         return grad
