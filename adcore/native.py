@@ -140,7 +140,7 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False,
 
     ``link(name)`` may give the module defining a function ``text`` declares, to be
     compiled in (so that the object code is whole); ``entry`` names the function of
-    ``text`` to rename ``symbol``; ``python_entry``, ``(flat, kinds)`` of
+    ``text`` to rename ``symbol``; ``python_entry``, ``(flat, kinds, same_layout)`` of
     :func:`adcore.python_entry.entry_ir`, adds the entry through which Python calls
     ``symbol`` (its address: :func:`entry_address`).  Only these stay visible.  Every
     external function the module calls must exist in the process (else :class:`LinkError`

@@ -236,7 +236,7 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         with stage("compile"):
             bound_ir = numba_abi.bind_environments(adjoint_ir)
             compiled = native.compile_ir(bound_ir, symbol, layout.pyname, custom_rules.linkable,
-                                         python_entry=(flat, kinds) if kinds else None)
+                                         python_entry=(flat, kinds, same_layout) if kinds else None)
             compiled.holds_process_addresses = bound_ir != adjoint_ir
         irs = (primal_.ir, adjoint_ir, compiled.ir)
         stub_spec = (stub_types, layout.result, same_layout)

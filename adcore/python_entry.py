@@ -22,6 +22,7 @@ _DATA, _NDIM, _DIMS, _STRIDES, _DESCR, _FLAGS = 16, 24, 32, 40, 56, 64
 _BYTEORDER, _TYPE_NUM = 26, 28
 _CONTIGUOUS = {"C": 1, "F": 2, "A": 0}        # NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_F_CONTIGUOUS
 _WRONG_ARRAY = -1000                           # status: -1000 - k, argument k is not its type
+_WRONG_LAYOUT = -2000                          # status: -2000 - q, pair q of same_layout differs
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
@@ -57,12 +58,13 @@ def callable_from_python(flat, fields):
     return all(t in _CTYPES for group in flat for t in group) and all(t in _CTYPES for t in fields)
 
 
-def entry_ir(symbol, flat, kinds):
+def entry_ir(symbol, flat, kinds, same_layout=()):
     """LLVM IR of the entry of ``symbol`` (which it declares): ``i32 (ptr retptr, ptr
     excinfo, ...)`` taking a ``PyObject *`` for each array argument (``kinds[k]`` not
     None) and each scalar as ``flat[k]``; returns ``symbol``'s status, or
     ``_WRONG_ARRAY - k`` when array ``k`` has not the dimensions, dtype, byte order or
-    contiguity of ``kinds[k]``."""
+    contiguity of ``kinds[k]``, or ``_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
+    of ``same_layout[q] = (i, j, what)`` differ in shape or strides."""
     params, flattened, body = [], [], []
     for k, (group, kind) in enumerate(zip(flat, kinds)):
         if kind is None:
@@ -116,6 +118,15 @@ def entry_ir(symbol, flat, kinds):
             count = f"{a}.n{i}"
         flattened += ["ptr null", "ptr null", f"i64 {count}", f"i64 {itemsize}", f"ptr {a}.data"]
         flattened += [f"i64 {a}.sh{i}" for i in range(ndim)] + [f"i64 {a}.st{i}" for i in range(ndim)]
+    for q, (i, j, _) in enumerate(same_layout):
+        fields = [f"sh{d}" for d in range(kinds[i][0])] + [f"st{d}" for d in range(kinds[i][0])]
+        differ = "false"
+        for f in fields:
+            body += [f"  %l{q}.{f} = icmp ne i64 %a{i}.{f}, %a{j}.{f}",
+                     f"  %l{q}.{f}.any = or i1 {differ}, %l{q}.{f}"]
+            differ = f"%l{q}.{f}.any"
+        body += [f"  br i1 {differ}, label %layout{q}, label %same{q}",
+                 f"layout{q}:", f"  ret i32 {_WRONG_LAYOUT - q}", f"same{q}:"]
     types = ", ".join(["ptr", "ptr"] + [t for group in flat for t in group])
     return "\n".join(
         [f'declare i32 @"{symbol}"({types})',
@@ -129,7 +140,8 @@ class EntryCall:
     """``call(*arguments)`` of a native function through its entry at ``address`` (see
     :func:`entry_ir`): arrays as objects, scalars as ``flat`` says.  ``fields`` are the
     LLVM types of the result struct; for each ``(i, j, what)`` in ``same_layout``, arrays
-    ``i`` and ``j`` must have the same shape and strides (else :class:`ActivityError`).
+    ``i`` and ``j`` must have the same shape and strides (else :class:`ActivityError`; the
+    entry checks it, made with the same ``same_layout``).
     Returns the result tuple; re-raises an exception the function raised; a TypeError for
     an argument of another type than the function was compiled for.  The call is one
     generated Python function (no loops over the arguments) and a ctypes call that keeps
@@ -141,22 +153,19 @@ class EntryCall:
         function = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, *params)(address)
         result = type("Result", (ctypes.Structure,),
                       {"_fields_": [(f"f{k}", _CTYPES[t]) for k, t in enumerate(fields)]})
-        self.kinds = kinds
+        self.kinds, self.same_layout = kinds, same_layout
         names = [f"a{k}" for k in range(len(flat))]
         arrays = [names[k] for k, kind in enumerate(kinds) if kind is not None]
         lines = [f"def call({', '.join(names)}):"]
         if arrays:
             lines += [f"    if not ({' and '.join(f'isinstance({a}, ndarray)' for a in arrays)}):",
                       f"        raise not_arrays(({', '.join(names)},))"]
-        for i, j, what in same_layout:
-            lines += [f"    if a{i}.shape != a{j}.shape or a{i}.strides != a{j}.strides:",
-                      f"        raise ActivityError({what + ' must have the shape and strides of its array'!r})"]
         lines += ["    out, exc = Result(), c_void_p()",
                   f"    status = function(byref(out), byref(exc){''.join(', ' + x for x in names)})",
                   "    if status:",
                   f"        raise error(status, exc.value, ({', '.join(names)},))",
                   f"    return ({''.join(f'out.f{k}, ' for k in range(len(fields)))})"]
-        scope = dict(ndarray=np.ndarray, ActivityError=ActivityError, Result=result,
+        scope = dict(ndarray=np.ndarray, Result=result,
                      c_void_p=ctypes.c_void_p, byref=ctypes.byref, function=function,
                      error=self._error, not_arrays=self._not_arrays)
         exec("\n".join(lines) + "\n", scope)
@@ -170,6 +179,9 @@ class EntryCall:
         return TypeError(f"argument {k} must be a numpy array, got {type(args[k]).__name__}")
 
     def _error(self, status, excinfo, args):
+        if 0 <= _WRONG_LAYOUT - status < len(self.same_layout):
+            return ActivityError(f"{self.same_layout[_WRONG_LAYOUT - status][2]} must have the shape "
+                                 f"and strides of its array")
         k = _WRONG_ARRAY - status
         if 0 <= k < len(self.kinds) and self.kinds[k] is not None:
             ndim, _, contiguity, _, dtype = self.kinds[k]
