@@ -92,3 +92,22 @@ def test_an_exception_the_kernel_raises_comes_through_the_entry():
     with pytest.raises(ValueError, match="negative start"):
         adcore.gradient(Reverse, checked, np.array([-1.0]))
     assert adcore.gradient(Reverse, checked, np.array([3.0]))[0][0] == 6.0
+
+
+def test_njit_code_calls_the_gradient_through_its_intrinsic_without_a_stub():
+    @numba.njit
+    def square_sum(x):
+        return np.sum(x * x)
+    x = np.arange(1.0, 4.0)
+    g = adcore.compile_gradient(Reverse, square_sum, Duplicated(x, np.zeros(3)))
+    call = g.njit_call
+
+    @numba.njit
+    def twice(x, dx):
+        return call(x, dx)[0] + call(x, dx)[0]
+    dx = np.zeros(3)
+    assert twice(x, dx) == 2 * np.sum(x * x)
+    np.testing.assert_allclose(dx, 2 * 2 * x)              # accumulated by both calls
+    assert g.from_disk                                    # no stub was compiled
+    with pytest.raises(numba.core.errors.TypingError):
+        twice(x.astype(np.float32), np.zeros(3, np.float32))
