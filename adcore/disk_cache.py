@@ -20,6 +20,7 @@ import builtins
 import gzip
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -415,11 +416,48 @@ class CachedFunction:
                 if self.dispatcher is None:
                     self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
                         {k: v.njit_call if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+                cres = numba_abi.lowered(self.dispatcher, argtypes)
+            call = _compiled_function(digest, cres, argtypes)
+            if call is not None:
+                return call
+            with stage("Numba compile"):
                 self.dispatcher.compile(argtypes)
-            if digest is not None:
-                with stage("object code for the disk cache"):
-                    _store_function(digest, self.dispatcher, argtypes)
         return self.dispatcher
+
+
+_functions = itertools.count()
+
+
+def _compiled_function(digest, cres, argtypes):
+    """The ctypes call of the function lowered as ``cres`` (without machine code), compiled
+    once with its entry from Python (:mod:`adcore.python_entry`) and stored under key
+    ``digest`` (None: not cached) when portable; None when it takes or returns what the
+    entry cannot pass, or calls what this process alone has."""
+    restype, ctx = cres.signature.return_type, cres.target_context
+    flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
+    kinds = python_entry.array_kinds(argtypes)
+    if kinds is None or not isinstance(restype, nbtypes.BaseTuple) or \
+            not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
+        return None
+    fields = [str(ctx.get_value_type(t)) for t in restype.types]
+    if not python_entry.callable_from_python(flat, fields):
+        return None
+    symbol = f"adcore_fn_{digest[:24]}" if digest is not None else f"adcore_fn_local_{next(_functions)}"
+    if not native.is_defined(symbol):       # else compiled here before (its entry went since)
+        with stage("compile"):
+            text = str(numba_abi.linkable_module(cres.library))
+            bound = numba_abi.bind_environments(text)
+            try:
+                compiled = native.compile_ir(bound, symbol, entry=cres.fndesc.mangled_name,
+                                             python_entry=(flat, kinds, ()))
+            except LinkError:
+                return None
+            compiled.holds_process_addresses = bound != text
+        if digest is not None and not _state["unwritable"] and compiled.object is not None and \
+                _links_portably(compiled):
+            _write_entry(digest, compiled, symbol, flat, fields, kinds, dict(kind="function"),
+                         (None, None, compiled.ir))
+    return python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds)
 
 
 def _load_function(digest, nargs):
@@ -436,26 +474,3 @@ def _load_function(digest, nargs):
         return None
     return python_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
                                   meta["kinds"])
-
-
-def _store_function(digest, dispatcher, argtypes):
-    cres = dispatcher.overloads[argtypes]
-    restype, ctx = cres.signature.return_type, cres.target_context
-    if _state["unwritable"] or not isinstance(restype, nbtypes.BaseTuple) or \
-            not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
-        return
-    symbol = f"adcore_fn_{digest[:24]}"
-    flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
-    fields = [str(ctx.get_value_type(t)) for t in restype.types]
-    kinds = python_entry.array_kinds(argtypes)
-    if native.is_defined(symbol) or kinds is None or \
-            not python_entry.callable_from_python(flat, fields):   # compiled here before: its entry went since
-        return
-    try:
-        compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name,
-                                     optimised=True, python_entry=(flat, kinds))      # Numba optimised it
-    except LinkError:        # it calls what this process alone has: the njit function serves
-        return
-    if compiled.object is not None and _links_portably(compiled):
-        _write_entry(digest, compiled, symbol, flat, fields, kinds, dict(kind="function"),
-                     (None, None, compiled.ir))
