@@ -3,15 +3,17 @@ import itertools
 
 import numpy as np
 
+from . import native as native_code
 from .annotations import Active, Duplicated
 from .arguments import mirrored, share_memory
 from .errors import ActivityError, UnsupportedError
+from .timings import compiling, stage
 
 _last = {"cached_bytes": 0}
 
-# Calls of a gradient loaded from the disk cache made through ctypes before its njit stub is
-# built: by then the slower calls have cost about what the stub's Numba compile costs
-# (ski rental: never more than twice the better choice in hindsight).
+# Calls of a gradient made through its ctypes entry before its njit stub is built: by then
+# the slower calls have cost about what the stub's Numba compile costs (ski rental: never
+# more than twice the better choice in hindsight).
 PROMOTE_AFTER = 5000
 
 
@@ -23,8 +25,9 @@ def last_cached_bytes():
 class CompiledGradient:
     """One native gradient of a kernel for fixed argument types and activities.
 
-    ``native`` is an njit function that other Numba code may call (made on first use
-    when the gradient came from the disk cache, whose calls go through ctypes):
+    ``native`` is an njit function that other Numba code may call (made on first use:
+    until then Python calls go through the ctypes entry compiled with the gradient,
+    :mod:`adcore.python_entry`):
     ``native(*arguments, *shadows[, dret])`` with the primal arguments in order, then the
     shadow array of each position in ``shadowed`` (Duplicated arguments, then Const arrays
     that need an internal zeroed shadow), then the seed of a returned array; it returns a
@@ -32,30 +35,43 @@ class CompiledGradient:
     ``written`` are the array arguments the kernel may write; ``distinct`` tells whether
     it was compiled for arrays that share no memory; ``symbol`` names its native code.  ``primal_ir``, ``adjoint_ir`` and
     ``optimised_ir`` are the IR of the pipeline's stages (``irs()`` returns the three).
-    ``call`` runs the gradient on the flattened arguments as ``native`` does (``native``
-    itself, or a ctypes call, replaced by ``native`` after ``PROMOTE_AFTER`` calls);
-    ``make_native()`` builds the njit function."""
+    ``call`` runs the gradient on the arguments as ``native`` does (``native`` itself, or
+    the ctypes entry, replaced by ``native`` after ``PROMOTE_AFTER`` calls); ``stub_spec``
+    is ``(argument types, result type, same_layout)`` of :func:`adcore.native.make_stub`,
+    which builds ``native`` (its time is a compile report of its own,
+    ``adcore.timings.compile_reports()``); ``njit_call`` is the intrinsic that njit code
+    generated to call the gradient may call instead, with no compile of its own."""
 
     native_parts = None      # what the disk cache stores (pipeline.NativeParts), when fresh
 
     def __init__(self, pyname, symbol, has_primal, shadowed, written, distinct, irs, call,
-                 make_native, native=None):
+                 stub_spec, native=None):
         self.pyname, self.symbol, self.has_primal = pyname, symbol, has_primal
         self.shadowed, self.written, self.distinct = shadowed, written, distinct
         self.irs, self.call = irs, call
-        self._make_native = make_native
+        self.stub_spec = stub_spec
         self._native = native
+        self._njit_call = None
         self._ctypes_calls = 0
 
     @property
     def native(self):
         if self._native is None:
-            self._native = self._make_native()
+            with compiling(f"the njit stub of {self.pyname}"), stage("stub"):
+                self._native = native_code.make_stub(self.symbol, *self.stub_spec)
         return self._native
 
     @property
+    def njit_call(self):
+        if self._njit_call is None:
+            self._njit_call = native_code.stub_call(self.symbol, *self.stub_spec)
+        return self._njit_call
+
+    @property
     def from_disk(self):
-        """Whether this gradient was loaded from the disk cache (and has no njit stub yet)."""
+        """Whether this gradient has no njit stub yet: Python calls it through its ctypes
+        entry (fresh from the pipeline or loaded from the disk cache), and njit code
+        that calls it (``native``) compiles the stub first."""
         return self._native is None
 
     primal_ir = property(lambda self: self.irs()[0])

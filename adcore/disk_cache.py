@@ -20,6 +20,7 @@ import builtins
 import gzip
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -35,14 +36,14 @@ import numba
 import numpy as np
 from numba.core import types as nbtypes
 
-from . import custom_rules, native, numba_abi
+from . import custom_rules, native, numba_abi, python_entry
 from .arguments import type_key
 from .code_reads import global_reads, library
 from .compiled import CompiledGradient
 from .errors import LinkError
 from .timings import compiling, stage
 
-FORMAT = 1
+FORMAT = 2
 _PROJECT = ("adcore", "layers", "optim")       # packages whose source is part of every key
 _CACHED_SYMBOL = re.compile(r"adcore_(grad_\d+|fn)_[0-9a-f]{24}")   # pipeline.differentiate's
 _state = {"environment": None, "rules": (-1, None), "unwritable": False}
@@ -253,7 +254,8 @@ def _read(digest, check):
         if meta["format"] != FORMAT or meta["key"] != digest or len(obj) != meta["bytes"] or \
                 hashlib.sha256(obj).hexdigest() != meta["sha256"]:
             raise ValueError("it does not check")
-        if not native.ctypes_types_known(meta["flat"], meta["fields"]):
+        if not python_entry.callable_from_python(meta["flat"], meta["fields"]) or \
+                len(meta["kinds"]) != len(meta["flat"]):
             raise ValueError("its arguments do not match")
         check(meta)
     except (ValueError, KeyError, TypeError, IndexError) as err:
@@ -283,10 +285,11 @@ def load(digest, argtypes, seed_type):
         return None
     meta, obj = entry
     shadowed = meta["shadowed"]
-    address = native.load_object(obj, meta["symbol"], meta["externals"])
-    if address is None:
+    if native.load_object(obj, meta["symbol"], meta["externals"]) is None or \
+            native.entry_address(meta["symbol"]) is None:
         return None
-    call = native.CtypesCall(address, meta["flat"], meta["fields"], same_layout)
+    call = python_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
+                                  meta["kinds"], same_layout)
 
     def irs():
         try:
@@ -297,16 +300,15 @@ def load(digest, argtypes, seed_type):
 
     return CompiledGradient(
         meta["pyname"], meta["symbol"], meta["has_primal"], shadowed, meta["written"], meta["distinct"], irs, call,
-        lambda: native.make_stub(meta["symbol"], stub_types, result, same_layout))
+        (stub_types, result, same_layout))
 
 
 def _portable(parts):
     """Whether the object code can run in another process (it links only against
     symbols every process has, and holds no address of this one) and be called through
     ctypes (its arguments are arrays and scalars)."""
-    return parts.compiled.object is not None and \
-        all(isinstance(t, (nbtypes.Array, nbtypes.Number, nbtypes.Boolean)) for t in parts.types) and \
-        _links_portably(parts.compiled) and native.ctypes_types_known(parts.flat, parts.fields)
+    return parts.compiled.object is not None and parts.kinds is not None and \
+        _links_portably(parts.compiled)
 
 
 def _links_portably(compiled):
@@ -330,19 +332,20 @@ def store(digest, grad):
                 return
     except ValueError:
         return
-    _write_entry(digest, parts.compiled, parts.symbol, parts.flat, parts.fields,
+    _write_entry(digest, parts.compiled, parts.symbol, parts.flat, parts.fields, parts.kinds,
                  dict(kind="gradient", result=result, same_layout=parts.same_layout, pyname=grad.pyname,
                       has_primal=grad.has_primal, shadowed=grad.shadowed, written=grad.written,
                       distinct=grad.distinct), grad.irs())
 
 
-def _write_entry(digest, compiled, symbol, flat, fields, meta, irs):
+def _write_entry(digest, compiled, symbol, flat, fields, kinds, meta, irs):
     """Write entry ``digest``: ``compiled``'s object code and externals, the symbol, the
-    LLVM types of the parameters and result, ``meta``, and the IR texts ``irs``."""
+    LLVM types of the parameters and result, the arrays the entry from Python takes
+    (``kinds``), ``meta``, and the IR texts ``irs``."""
     obj = compiled.object
     meta = dict(meta, format=FORMAT, key=digest, bytes=len(obj),
                 sha256=hashlib.sha256(obj).hexdigest(), symbol=symbol,
-                externals=compiled.externals, flat=flat, fields=fields)
+                externals=compiled.externals, flat=flat, fields=fields, kinds=kinds)
     try:
         _write(_path(digest, ".ir.gz"), gzip.compress(json.dumps(irs).encode(), 1))
         _write(_path(digest, ".adcore"), json.dumps(meta).encode() + b"\n" + obj)
@@ -368,7 +371,7 @@ def _write(path, data):
 # -- generated njit functions that call gradients (``train``'s loop) --------------------------
 class CachedFunction:
     """The njit function ``name`` of generated ``source`` with globals ``scope`` (where a
-    :class:`CompiledGradient` stands for its ``native`` stub), compiled per argument types
+    :class:`CompiledGradient` stands for its ``njit_call``), compiled per argument types
     and kept in the disk cache like gradients: another process calls its object code
     through ctypes, with no Numba compile.  Cached when it takes arrays and scalars,
     returns a tuple of scalars and reads what can be keyed."""
@@ -412,12 +415,49 @@ class CachedFunction:
             with stage("Numba compile"):
                 if self.dispatcher is None:
                     self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
-                        {k: v.native if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+                        {k: v.njit_call if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
+                cres = numba_abi.lowered(self.dispatcher, argtypes)
+            call = _compiled_function(digest, cres, argtypes)
+            if call is not None:
+                return call
+            with stage("Numba compile"):
                 self.dispatcher.compile(argtypes)
-            if digest is not None:
-                with stage("object code for the disk cache"):
-                    _store_function(digest, self.dispatcher, argtypes)
         return self.dispatcher
+
+
+_functions = itertools.count()
+
+
+def _compiled_function(digest, cres, argtypes):
+    """The ctypes call of the function lowered as ``cres`` (without machine code), compiled
+    once with its entry from Python (:mod:`adcore.python_entry`) and stored under key
+    ``digest`` (None: not cached) when portable; None when it takes or returns what the
+    entry cannot pass, or calls what this process alone has."""
+    restype, ctx = cres.signature.return_type, cres.target_context
+    flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
+    kinds = python_entry.array_kinds(argtypes)
+    if kinds is None or not isinstance(restype, nbtypes.BaseTuple) or \
+            not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
+        return None
+    fields = [str(ctx.get_value_type(t)) for t in restype.types]
+    if not python_entry.callable_from_python(flat, fields):
+        return None
+    symbol = f"adcore_fn_{digest[:24]}" if digest is not None else f"adcore_fn_local_{next(_functions)}"
+    if not native.is_defined(symbol):       # else compiled here before (its entry went since)
+        with stage("compile"):
+            text = str(numba_abi.linkable_module(cres.library))
+            bound = numba_abi.bind_environments(text)
+            try:
+                compiled = native.compile_ir(bound, symbol, entry=cres.fndesc.mangled_name,
+                                             python_entry=(flat, kinds, ()))
+            except LinkError:
+                return None
+            compiled.holds_process_addresses = bound != text
+        if digest is not None and not _state["unwritable"] and compiled.object is not None and \
+                _links_portably(compiled):
+            _write_entry(digest, compiled, symbol, flat, fields, kinds, dict(kind="function"),
+                         (None, None, compiled.ir))
+    return python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds)
 
 
 def _load_function(digest, nargs):
@@ -429,27 +469,8 @@ def _load_function(digest, nargs):
     if entry is None:
         return None
     meta, obj = entry
-    address = native.load_object(obj, meta["symbol"], meta["externals"])
-    return None if address is None else native.CtypesCall(address, meta["flat"], meta["fields"])
-
-
-def _store_function(digest, dispatcher, argtypes):
-    cres = dispatcher.overloads[argtypes]
-    restype, ctx = cres.signature.return_type, cres.target_context
-    if _state["unwritable"] or not isinstance(restype, nbtypes.BaseTuple) or \
-            not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
-        return
-    symbol = f"adcore_fn_{digest[:24]}"
-    if native.is_defined(symbol):       # compiled here before: its entry went since
-        return
-    try:
-        compiled = native.compile_ir(cres.library.get_llvm_str(), symbol, entry=cres.fndesc.mangled_name,
-                                     optimised=True)      # Numba optimised it
-    except LinkError:        # it calls what this process alone has: the njit function serves
-        return
-    flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
-    fields = [str(ctx.get_value_type(t)) for t in restype.types]
-    if compiled.object is not None and _links_portably(compiled) and \
-            native.ctypes_types_known(flat, fields):
-        _write_entry(digest, compiled, symbol, flat, fields, dict(kind="function"),
-                     (None, None, compiled.ir))
+    if native.load_object(obj, meta["symbol"], meta["externals"]) is None or \
+            native.entry_address(meta["symbol"]) is None:
+        return None
+    return python_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
+                                  meta["kinds"])

@@ -4,11 +4,10 @@ and a Numba stub.
 The gradient function follows Numba's calling convention, so a Numba ``@intrinsic``
 can call it like any compiled function: the stub's own exception handling re-raises a
 kernel's Python exception, and the call costs a native call plus argument unboxing.
-MCJIT hands over the object code it emits (kept for the on-disk cache), and object code
-loaded from there is called through ctypes (:class:`CtypesCall`), no Numba compile needed.
+MCJIT hands over the object code it emits (kept for the on-disk cache).  Python calls a
+gradient through ctypes and an entry compiled with it (:mod:`adcore.python_entry`), no
+Numba compile needed; the stub is made when njit code needs it.
 """
-import ctypes
-import pickle
 import re
 import threading
 
@@ -19,6 +18,7 @@ from numba.extending import intrinsic
 
 from . import numba_abi
 from .loop_hints import without_vectorising_large_loops
+from .python_entry import entry_ir, entry_name
 from .numba_abi import target_machine
 from .errors import ActivityError, LinkError
 
@@ -112,11 +112,11 @@ def unresolved_symbols(module, text):
 
 
 def keep_only(module, symbol):
-    """Make every definition but ``symbol`` internal and drop what it does not use (the
-    primal kernel the gradient module carries along, the Python wrappers of linked rule
-    reverses, say), before optimising."""
+    """Make every definition but ``symbol`` (and its entry from Python) internal and drop
+    what it does not use (the primal kernel the gradient module carries along, the Python
+    wrappers of linked rule reverses, say), before optimising."""
     for value in [*module.functions, *module.global_variables]:
-        if not value.is_declaration and value.name != symbol:
+        if not value.is_declaration and value.name not in (symbol, entry_name(symbol)):
             value.linkage = "internal"
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
@@ -134,13 +134,15 @@ class Compiled:
         self.ir, self.object, self.externals = ir, obj, externals
 
 
-def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False):
+def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False, python_entry=None):
     """Parse, optimise (unless ``text`` is ``optimised`` already) and JIT-compile ``text``;
     register ``symbol`` for Numba to link against.
 
     ``link(name)`` may give the module defining a function ``text`` declares, to be
     compiled in (so that the object code is whole); ``entry`` names the function of
-    ``text`` to rename ``symbol``.  Only ``symbol`` stays visible.  Every
+    ``text`` to rename ``symbol``; ``python_entry``, ``(flat, kinds, same_layout)`` of
+    :func:`adcore.python_entry.entry_ir`, adds the entry through which Python calls
+    ``symbol`` (its address: :func:`entry_address`).  Only these stay visible.  Every
     external function the module calls must exist in the process (else :class:`LinkError`
     naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
     resolve it to address 0.  Returns a :class:`Compiled`."""
@@ -159,6 +161,8 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False)
     keep_only(module, symbol)
     if not optimised:
         optimise(module)
+    if python_entry is not None:          # after O3: the function is not inlined into it
+        module.link_in(llvm.parse_assembly(entry_ir(symbol, *python_entry)))
     with _lock:
         engine = _start_engine()
         externals = sorted(f.name for f in module.functions
@@ -172,14 +176,27 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False)
             raise LinkError(missing, owner)
         engine.add_module(module)
         engine.finalize_object()
-        _defined[symbol] = engine.get_function_address(symbol)
-        llvm.add_symbol(symbol, _defined[symbol])
+        _define(engine, symbol)
     return Compiled(ir, _objects.pop(symbol, None), externals)
+
+
+def _define(engine, symbol):
+    """Register ``symbol`` (and its entry from Python, when the engine has one)."""
+    _defined[symbol] = engine.get_function_address(symbol)
+    llvm.add_symbol(symbol, _defined[symbol])
+    address = engine.get_function_address(entry_name(symbol))
+    if address:
+        _defined[entry_name(symbol)] = address
 
 
 def is_defined(symbol):
     """Whether the engine has code for ``symbol`` (compiled or loaded in this process)."""
     return symbol in _defined
+
+
+def entry_address(symbol):
+    """The address of the entry through which Python calls ``symbol``, or None."""
+    return _defined.get(entry_name(symbol))
 
 
 def load_object(data, symbol, externals):
@@ -194,22 +211,19 @@ def load_object(data, symbol, externals):
         if not all(llvm.address_of_symbol(name) for name in externals):
             return None
         engine.add_object_file(llvm.ObjectFileRef.from_data(data))
-        address = engine.get_function_address(symbol)
-        if not address:
+        if not engine.get_function_address(symbol):
             return None
-        _defined[symbol] = address
-        llvm.add_symbol(symbol, address)
-        return address
+        _define(engine, symbol)
+        return _defined[symbol]
 
 
-def make_stub(symbol, argtypes, restype, same_layout=()):
-    """An njit function ``stub(*args)`` calling the native ``symbol`` with Numba's
-    calling convention and returning ``restype``.  It is compiled for exactly
-    ``argtypes`` (other types are a ``TypeError``), and for each ``(i, j, what)`` in
-    ``same_layout`` raises :class:`ActivityError` unless arrays ``i`` and ``j`` have
-    the same shape and strides: wrong arguments never reach the native code.  The checks
-    and the call are one intrinsic (little for Numba to type and lower), and the stub
-    has no C wrapper."""
+def stub_call(symbol, argtypes, restype, same_layout=()):
+    """An intrinsic ``call(*args)`` for njit code: it calls the native ``symbol`` with
+    Numba's calling convention for arguments of ``argtypes`` (those given are converted
+    to them; arguments that cannot be are a typing error) and returns ``restype``,
+    re-raising the kernel's exception; for each ``(i, j, what)`` in ``same_layout`` it
+    raises :class:`ActivityError` unless arrays ``i`` and ``j`` have the same shape and
+    strides: wrong arguments never reach the native code."""
     sig = restype(*argtypes)
 
     def codegen(context, builder, signature, args):
@@ -224,12 +238,25 @@ def make_stub(symbol, argtypes, restype, same_layout=()):
             context.call_conv.return_status_propagate(builder, status)
         return out
 
+    def typer(typingctx, *given):
+        if len(given) == len(argtypes) and all(
+                typingctx.can_convert(g, t) is not None for g, t in zip(given, argtypes)):
+            return sig, codegen
+        return None
+
     names = ", ".join(f"a{i}" for i in range(len(argtypes)))
-    scope = {"sig": sig, "codegen": codegen}
-    exec(f"def typer(typingctx, {names}):\n    return sig, codegen\n", scope)
-    scope = {"call": intrinsic(scope["typer"])}
+    scope = {"typer": typer}
+    exec(f"def call_typer(typingctx, {names}):\n    return typer(typingctx, {names})\n", scope)
+    return intrinsic(scope["call_typer"])
+
+
+def make_stub(symbol, argtypes, restype, same_layout=()):
+    """An njit function ``stub(*args)`` doing what :func:`stub_call` does, compiled for
+    exactly ``argtypes`` (other types are a ``TypeError``) and without a C wrapper."""
+    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    scope = {"call": stub_call(symbol, argtypes, restype, same_layout)}
     exec(f"def stub({names}):\n    return call({names})\n", scope)
-    return numba.njit(sig, no_cfunc_wrapper=True)(scope["stub"])
+    return numba.njit(restype(*argtypes), no_cfunc_wrapper=True)(scope["stub"])
 
 
 def _check_same_layout(context, builder, first, second, message):
@@ -244,64 +271,3 @@ def _check_same_layout(context, builder, first, second, message):
         differ = builder.or_(differ, builder.icmp_signed("!=", x, y))
     with builder.if_then(differ, likely=False):
         context.call_conv.return_user_exc(builder, ActivityError, (message,))
-
-
-# -- calling a gradient through ctypes -------------------------------------------------------
-_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
-           "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
-           "double": ctypes.c_double, "float": ctypes.c_float}
-
-
-def ctypes_types_known(flat, fields):
-    """Whether :class:`CtypesCall` can pass parameters of LLVM types ``flat`` (per
-    argument) and read a result struct of LLVM ``fields``."""
-    return all(t in _CTYPES for group in flat for t in group) and all(t in _CTYPES for t in fields)
-
-
-class CtypesCall:
-    """``call(*arguments)`` of a native gradient at ``address`` (Numba's calling
-    convention) from Python, without a Numba stub: each array is flattened to Numba's
-    array fields (no meminfo: the caller owns the memory), each scalar passed as is.
-    ``flat`` are the LLVM parameter types of each argument, ``fields`` those of the
-    result struct (the stub's ``restype``); ``same_layout`` as for :func:`make_stub`.
-    Returns the result tuple; re-raises an exception the kernel raised."""
-
-    def __init__(self, address, flat, fields, same_layout=()):
-        params = [_CTYPES[t] for group in flat for t in group]
-        self.function = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                                         *params)(address)
-        self.names = [f"f{k}" for k in range(len(fields))]
-        self.result = type("Result", (ctypes.Structure,),
-                           {"_fields_": [(n, _CTYPES[t]) for n, t in zip(self.names, fields)]})
-        self.arrays = [len(group) > 1 for group in flat]
-        self.same_layout = same_layout
-
-    def __call__(self, *args):
-        for i, j, what in self.same_layout:
-            if args[i].shape != args[j].shape or args[i].strides != args[j].strides:
-                raise ActivityError(f"{what} must have the shape and strides of its array")
-        flat = []
-        for a, is_array in zip(args, self.arrays):
-            if is_array:
-                flat += [None, None, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides]
-            else:
-                flat.append(a)
-        out, exc = self.result(), ctypes.c_void_p()
-        status = self.function(ctypes.byref(out), ctypes.byref(exc), *flat)
-        if status != 0:
-            raise _kernel_exception(exc.value)
-        return tuple(getattr(out, name) for name in self.names)
-
-
-def _kernel_exception(excinfo):
-    """The Python exception a kernel raised: Numba's ``excinfo`` points at the pickled
-    ``(class, arguments, location...)`` of a static exception and its length."""
-    if excinfo:
-        pointer, size = ctypes.cast(excinfo, ctypes.POINTER(ctypes.c_void_p))[0], \
-            ctypes.cast(excinfo + 8, ctypes.POINTER(ctypes.c_int32))[0]
-        try:
-            info = pickle.loads(ctypes.string_at(pointer, size))
-            return info[0](*info[1])
-        except Exception:        # noqa: BLE001  (a dynamic exception: its class is all we know)
-            pass
-    return RuntimeError("the kernel raised an exception inside its gradient")

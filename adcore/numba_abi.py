@@ -349,6 +349,16 @@ def unoptimised_module(library):
     return own.clone() if own is not None else library._get_module_for_linking().clone()
 
 
+def linkable_module(library):
+    """A module of the code library of a function lowered without machine code
+    (:func:`lowered`): its own module and the optimised modules of the libraries it
+    links (the njit functions it calls), as Numba's finalisation links them."""
+    module = library._final_module.clone()
+    for linked in dict.fromkeys(library._linking_libraries):
+        module.link_in(linked._get_module_for_linking(), preserve=True)
+    return module
+
+
 def linked_libraries(library):
     if not library._finalized:
         return list(library._linking_libraries)

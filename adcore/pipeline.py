@@ -14,8 +14,10 @@
                              advances.py: header phis run back by a nested loop's trips;
                              reverse.py, rule_calls.py, shadows.py);
                              forward mode: forward.py (forward_pipeline.py drives it)
-    compile   native.py      O3 with vectorisation, MCJIT, external symbols checked
+    compile   native.py      O3 with vectorisation, MCJIT, external symbols checked; the
+                             entry Python calls through ctypes (python_entry.py)
     stub      native.py      an njit function calling it with Numba's calling convention
+                             (when njit code first needs it, unless Python cannot use the entry)
 
 :func:`differentiate` runs them all; :func:`primal` stops after ``read`` (what
 ``adcore.primal_ir`` shows).  Const arrays that receive derivatives get scratch shadows:
@@ -25,7 +27,7 @@ import itertools
 
 from numba.core import types as nbtypes
 
-from . import custom_rules, native, numba_abi
+from . import custom_rules, native, numba_abi, python_entry
 from .activity import Activity
 from .adjoint import AdjointGenerator, Analyses, Spec, gradient_module
 from .annotations import Active, Const, Duplicated
@@ -182,11 +184,13 @@ class NativeParts:
     """What the disk cache stores of a fresh gradient besides its :class:`CompiledGradient`:
     the symbol and :class:`native.Compiled`, the stub's argument types (``types``) and
     their LLVM parameter types (``flat``, per argument), those of its result struct
-    (``fields``), the result's Numba type, and the shadow layout checks."""
+    (``fields``), the result's Numba type, the shadow layout checks, and the arrays its
+    entry from Python takes (``kinds``: :func:`adcore.python_entry.array_kinds`; None
+    without an entry)."""
 
-    def __init__(self, symbol, compiled, types, flat, fields, result, same_layout):
+    def __init__(self, symbol, compiled, types, flat, fields, result, same_layout, kinds):
         self.symbol, self.compiled, self.types, self.flat = symbol, compiled, types, flat
-        self.fields, self.result, self.same_layout = fields, result, same_layout
+        self.fields, self.result, self.same_layout, self.kinds = fields, result, same_layout, kinds
 
 
 def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
@@ -218,23 +222,33 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
             dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name)
         symbol = generator.spec.symbol
         analyses = generator.analyses
-        with stage("compile"):
-            bound_ir = numba_abi.bind_environments(adjoint_ir)
-            compiled = native.compile_ir(bound_ir, symbol, layout.pyname, custom_rules.linkable)
-            compiled.holds_process_addresses = bound_ir != adjoint_ir
+        ctx = primal_.kernel.context
         shadowed = layout.duplicated + sorted(scratch)
         seed = [seed_type] if layout.returns_array else []
         n = len(argtypes)
         stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + seed
         same_layout = [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)]
-        with stage("stub"):
-            stub = native.make_stub(symbol, stub_types, layout.result, same_layout)
+        flat = [numba_abi.flat_types(ctx, t) for t in stub_types]
+        fields = [str(ctx.get_value_type(t)) for t in layout.result.types]
+        kinds = python_entry.array_kinds(stub_types)
+        if kinds is None or not python_entry.callable_from_python(flat, fields):
+            kinds = None
+        with stage("compile"):
+            bound_ir = numba_abi.bind_environments(adjoint_ir)
+            compiled = native.compile_ir(bound_ir, symbol, layout.pyname, custom_rules.linkable,
+                                         python_entry=(flat, kinds, same_layout) if kinds else None)
+            compiled.holds_process_addresses = bound_ir != adjoint_ir
         irs = (primal_.ir, adjoint_ir, compiled.ir)
+        stub_spec = (stub_types, layout.result, same_layout)
+        if kinds:            # Python calls the entry; the stub is made when njit code needs it
+            call = python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds, same_layout)
+            stub = None
+        else:
+            with stage("stub"):
+                stub = call = native.make_stub(symbol, *stub_spec)
         grad = CompiledGradient(layout.pyname, symbol, layout.has_primal, shadowed,
                                 written_arguments(layout, analyses.clobbers), distinct,
-                                lambda: irs, stub, None, native=stub)
-        ctx = primal_.kernel.context
-        grad.native_parts = NativeParts(
-            symbol, compiled, stub_types, [numba_abi.flat_types(ctx, t) for t in stub_types],
-            [str(ctx.get_value_type(t)) for t in layout.result.types], layout.result, same_layout)
+                                lambda: irs, call, stub_spec, native=stub)
+        grad.native_parts = NativeParts(symbol, compiled, stub_types, flat, fields, layout.result,
+                                        same_layout, kinds)
         return grad

@@ -7,7 +7,7 @@ adcore's pipeline and the Numba compiles of the rules it needs, as a user's scri
 them.  It runs twice on one new, empty ``ADCORE_CACHE_DIR``: cold, then in another new
 process from the disk cache.  Each row names where adcore's CPU time went (every stage of the compile
 reports the call made, ``adcore.timings.compile_reports()``, and the time outside them:
-the Numba compile of a ``Duplicated`` program's driver) and divides by references, each also the first call
+staging a ``Duplicated`` program, the run itself) and divides by references, each also the first call
 in a fresh process: Numba's compile of the primal, JAX's ``jit`` of its gradient (when
 installed), the tape engine's first gradient (``x ref`` is the first reference).  Numba's
 own cache of adcore's BLAS rules (``cache=True``) is warm after the first run ever.
@@ -97,7 +97,7 @@ tape = lambda: layers.train(loss, model, data, optim.setup(optim.Adam(), model))
 """, {"tape": "the tape engine's first epoch"}),
 }
 
-# the part of a first gradient's time no compile report covers (a Duplicated program's njit driver)
+# the part of a first gradient's time no compile report covers (staging, the run itself)
 OUTSIDE = "outside adcore's reports"
 HARNESS = """
 import json, sys, time

@@ -6,8 +6,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import adcore
-from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal, api, repeat_calls
+from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal, api, python_entry, repeat_calls
 from adcore.compiled import last_cached_bytes
+
+
+@pytest.fixture(autouse=True)
+def eager_stubs(monkeypatch):
+    """Repeat callers call a gradient's njit stub, and a fresh gradient has none until njit
+    code asks (Python calls its ctypes entry, as fast here as a caller): gradients compiled
+    here get their stub at once, as those whose arguments the entry cannot take do."""
+    monkeypatch.setattr(python_entry, "array_kinds", lambda numba_types: None)
 
 
 @numba.njit
