@@ -111,10 +111,10 @@ def test_driver_passes_scratch_shadows_in_shadowed_order():
 
 def test_python_driver_promoted_to_the_njit_driver_takes_the_same_arrays(monkeypatch):
     """A gradient from the disk cache runs a Python driver first, then (after
-    ``PROMOTE_AFTER`` calls) the njit driver with the fixed arrays as addresses: both give
+    ``DRIVER_AFTER`` calls) the njit driver with the fixed arrays as addresses: both give
     the same results, and an array replaced by another object after the promotion is
     followed."""
-    monkeypatch.setattr(program, "PROMOTE_AFTER", 3)
+    monkeypatch.setattr(program, "DRIVER_AFTER", 3)
     p, c, w = RNG.standard_normal(5), np.zeros(5), np.zeros(5)
     grad = compile_gradient(ReverseWithPrimal, _writes_const, Duplicated(p, np.zeros(5)),
                             Const(c), Duplicated(w, np.zeros(5)))

@@ -18,7 +18,6 @@ import numpy as np
 from adcore import tape
 from adcore.annotations import Const, Duplicated
 from adcore import ReverseWithPrimal, compile_gradient
-from adcore.compiled import PROMOTE_AFTER
 from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
@@ -338,9 +337,15 @@ def _driver(stub, flat, dflat, zeroing, fixed):
     return numba.njit(cache=False)(scope["driver"])
 
 
+# Calls of a program through the Python driver before its njit driver is compiled (about
+# 1.3 s of Numba): a first gradient (a test, an edit-run loop) skips that compile, and a
+# training loop has paid for it, at full speed, by its 20th step.
+DRIVER_AFTER = 20
+
+
 def _python_driver(grad, flat, dflat, zeroing, fixed):
-    """``_driver`` in Python over the ctypes call of a gradient loaded from adcore's disk
-    cache: no Numba compile before the first call; after ``PROMOTE_AFTER`` calls, the
+    """``_driver`` in Python over the ctypes call of a fresh gradient or one loaded from
+    adcore's disk cache: no Numba compile before the first call; after ``DRIVER_AFTER`` calls, the
     njit driver through a ``_Caller``.  The arrays at the positions of ``fixed``
     (``{position: sample}``) must be C-contiguous, as ``_Caller`` requires."""
     n = len(flat)
@@ -353,7 +358,7 @@ def _python_driver(grad, flat, dflat, zeroing, fixed):
         if njit:
             return njit[0](zero, *args)
         calls[0] += 1
-        if calls[0] >= PROMOTE_AFTER:
+        if calls[0] >= DRIVER_AFTER:
             njit.append(_Caller(_driver(grad.native, flat, dflat, zeroing, fixed),
                                 sorted(fixed), len(reshaped)).call)
         if not all(args[k].flags.c_contiguous and args[k].flags.writeable for k in fixed):
