@@ -35,6 +35,7 @@ from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, strip_metadata
+from .replays import find_replays
 from .reverse import reverse_instruction
 from .shadows import arena_alloca, shadow_pointers
 from .snapshots import Snapshots
@@ -114,6 +115,7 @@ class AdjointGenerator(GeneratorBase):
         self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
                                    extents, spec.distinct_arrays)
         self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
+        self.replays = self._replays()
         self.shadow_def = shadow_pointers(self)
 
     def before_call(self, call, lines, copies):
@@ -192,12 +194,27 @@ class AdjointGenerator(GeneratorBase):
         self.e.line(f"store {t} {adjoint_zero(t)}, ptr {s}")
         return dy
 
-    def copy_array(self, helper, stack, array):
+    def copy_array(self, helper, stack, array, refilled=None):
         """Copy array ``(data, nitems, itemsize)`` onto ``stack`` (``helper`` "snapshot") or
-        back from it ("restore")."""
+        back from it ("restore"); nothing when ``refilled`` (an ``i1``) is true."""
         data, nitems, itemsize = array
         size = self.e(f"mul i64 {nitems.ref}, {itemsize.ref}")
+        if refilled is not None:
+            size = self.e(f"select i1 {refilled}, i64 0, i64 {size}")
         self.e.line(f"call void @ad.{helper}(ptr {stack}, ptr {data.ref}, i64 {size})")
+
+    def _replays(self):
+        """``{latch: adcore.replays.Replay}``: the loops whose scratch arrays the reverse
+        pass refills instead of restoring their snapshots."""
+        return find_replays(self.cfg, self.analyses.pointers, self.clobbers, self.snapshots)
+
+    def replay_prelude(self, block):
+        """At the start of the reverse of latch ``block``: whether the replay runs this
+        iteration (an ``i1``), and the replay's inputs ``{value: name}``."""
+        replay, materialise = self.replays[block], self.values.materialise
+        refilled = replay.condition(self.e, materialise)
+        inputs = {v: materialise(Operand(v.ref, v.type, v)) for v in replay.inputs}
+        return refilled, inputs
 
     def push(self, type_, ref, stack="%ad.stack"):
         self.stack_types.add(type_)
@@ -242,11 +259,13 @@ class AdjointGenerator(GeneratorBase):
     def cache_plan(self):
         """What the forward pass pushes per iteration of a loop (after ``build``):
         ``(block, kind, value)`` with kind "reg" (a kept value), "pred" (which
-        predecessor entered ``block``), "iv" (a loop counter's start) or "snapshot" (``value``
-        the array ``(data, nitems, itemsize)`` copied at the end of the iteration)."""
+        predecessor entered ``block``), "iv" (a loop counter's start), "snapshot" (``value``
+        the array ``(data, nitems, itemsize)`` copied at the end of the iteration) or "refill"
+        (such an array the reverse pass refills instead, :mod:`adcore.replays`)."""
         out = [(b, kind, v) for b, plan in self.plans.items() for kind, v, _ in plan]
-        out += [(latch, "snapshot", array) for latch, arrays in self.snapshots.at.items()
-                for array in arrays]
+        for latch, arrays in self.snapshots.at.items():
+            refilled = self.replays[latch].arrays if latch in self.replays else ()
+            out += [(latch, "refill" if array in refilled else "snapshot", array) for array in arrays]
         return out
 
     def enter_loops(self, block):
@@ -329,8 +348,16 @@ class AdjointGenerator(GeneratorBase):
         for iv in self.cfg.ivs.values():
             self.values.register(iv.phi)
         reverse_bodies, tail_values = {}, {}
+        replays = {}
         for block in blocks:
             self.e.lines, self.values.memo = [], {}
+            if block in self.replays:
+                flag, inputs = self.replay_prelude(block)
+                prelude, self.e.lines = self.e.lines, []
+                after = self.e.fresh("rpdone")
+                entry = self.replays[block].clone(self.e, inputs, after)
+                replays[block] = (prelude, flag, entry, self.e.lines, after)
+                self.e.lines = []
             for instr in reversed(block.instrs):
                 reverse_instruction(self, instr)
             self.enter_loops(block)
@@ -351,8 +378,15 @@ class AdjointGenerator(GeneratorBase):
         for block in blocks:
             body, self.values.memo = reverse_bodies[block]
             self.e.lines = []
+            prelude, flag, entry, clone, after = replays.get(block, ([], None, None, None, None))
+            self.e.lines += prelude
+            refilled = {a: flag for a in self.replays[block].arrays} if flag else {}
             for array in reversed(self.snapshots.at.get(block, ())):
-                self.copy_array("restore", "%ad.stack", array)
+                self.copy_array("restore", "%ad.stack", array, refilled.get(array))
+            if flag:
+                self.e.line(f"br i1 {flag}, label {entry}, label {after}")
+                self.e.lines += clone
+                self.e.label(after)
             for line in body:
                 if line.startswith(POPS):
                     self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
@@ -451,8 +485,9 @@ class AdjointGenerator(GeneratorBase):
                 for kind, phi, _ in plan:
                     if kind == "iv":
                         self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
+                refilled = self.refilled_now(block, lambda op: op.ref)
                 for array in self.snapshots.at.get(block, ()):
-                    self.copy_array("snapshot", "%ad.stack", array)
+                    self.copy_array("snapshot", "%ad.stack", array, refilled.get(array))
                 if instr.opcode == "ret":
                     self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")
@@ -483,6 +518,15 @@ class AdjointGenerator(GeneratorBase):
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
         return self.copy_text(instr)
+
+    def refilled_now(self, latch, value_of):
+        """``{array: i1}``: for the arrays the replay of ``latch``'s loop refills, whether it
+        does this iteration (then nothing is copied)."""
+        if latch not in self.replays:
+            return {}
+        replay = self.replays[latch]
+        flag = replay.condition(self.e, value_of)
+        return {array: flag for array in replay.arrays}
 
     def copy_text(self, instr):
         """``instr``'s text for the forward pass.  llvmlite numbers an instruction's metadata
