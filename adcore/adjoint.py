@@ -34,7 +34,7 @@ from .cfg import InductionVariable, step_of
 from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
-from .ir import Operand, Synthetic, label, local, strip_metadata
+from .ir import Operand, Synthetic, label, local, rename, strip_metadata
 from .replays import find_replays
 from .reverse import reverse_instruction
 from .shadows import arena_alloca, shadow_pointers
@@ -194,13 +194,11 @@ class AdjointGenerator(GeneratorBase):
         self.e.line(f"store {t} {adjoint_zero(t)}, ptr {s}")
         return dy
 
-    def copy_array(self, helper, stack, array, refilled=None):
+    def copy_array(self, helper, stack, array):
         """Copy array ``(data, nitems, itemsize)`` onto ``stack`` (``helper`` "snapshot") or
-        back from it ("restore"); nothing when ``refilled`` (an ``i1``) is true."""
+        back from it ("restore")."""
         data, nitems, itemsize = array
         size = self.e(f"mul i64 {nitems.ref}, {itemsize.ref}")
-        if refilled is not None:
-            size = self.e(f"select i1 {refilled}, i64 0, i64 {size}")
         self.e.line(f"call void @ad.{helper}(ptr {stack}, ptr {data.ref}, i64 {size})")
 
     def _replays(self):
@@ -369,6 +367,7 @@ class AdjointGenerator(GeneratorBase):
         self.inverted = self._inverted_phis()
         self.advanced = self._advanced_phis()
         plans = self.plans = {b: self.saves(b) for b in blocks}
+        self.forward_labels = {latch.ref: self.e.fresh("latch") for latch in self.replays}
         forward = []
         for block in blocks:
             self.e.lines = []
@@ -378,15 +377,7 @@ class AdjointGenerator(GeneratorBase):
         for block in blocks:
             body, self.values.memo = reverse_bodies[block]
             self.e.lines = []
-            prelude, flag, entry, clone, after = replays.get(block, ([], None, None, None, None))
-            self.e.lines += prelude
-            refilled = {a: flag for a in self.replays[block].arrays} if flag else {}
-            for array in reversed(self.snapshots.at.get(block, ())):
-                self.copy_array("restore", "%ad.stack", array, refilled.get(array))
-            if flag:
-                self.e.line(f"br i1 {flag}, label {entry}, label {after}")
-                self.e.lines += clone
-                self.e.label(after)
+            self.restore_snapshots(block, replays.get(block))
             for line in body:
                 if line.startswith(POPS):
                     self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
@@ -469,11 +460,11 @@ class AdjointGenerator(GeneratorBase):
         defs = self.defs(block)
         nphis = sum(1 for d in defs if d.opcode == "phi")
         for phi in defs[:nphis]:
-            e.line(self.copy_text(phi))
+            e.line(rename(self.copy_text(phi), self.forward_labels))
         if any(k == "pred" for k, _, _ in plan):
             entries = []
             for k, p in enumerate(block.preds):
-                entries += [f"[ {k}, {p.ref} ]"] * p.term.succ.count(block)
+                entries += [f"[ {k}, {self.forward_labels.get(p.ref, p.ref)} ]"] * p.term.succ.count(block)
             t = pred_type(block)
             pid = e(f"phi {t} {', '.join(entries)}", "pid")
             self.push(t, pid)
@@ -485,9 +476,7 @@ class AdjointGenerator(GeneratorBase):
                 for kind, phi, _ in plan:
                     if kind == "iv":
                         self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
-                refilled = self.refilled_now(block, lambda op: op.ref)
-                for array in self.snapshots.at.get(block, ()):
-                    self.copy_array("snapshot", "%ad.stack", array, refilled.get(array))
+                self.take_snapshots(block)
                 if instr.opcode == "ret":
                     self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")
@@ -519,14 +508,45 @@ class AdjointGenerator(GeneratorBase):
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
         return self.copy_text(instr)
 
-    def refilled_now(self, latch, value_of):
-        """``{array: i1}``: for the arrays the replay of ``latch``'s loop refills, whether it
-        does this iteration (then nothing is copied)."""
-        if latch not in self.replays:
-            return {}
-        replay = self.replays[latch]
-        flag = replay.condition(self.e, value_of)
-        return {array: flag for array in replay.arrays}
+    def take_snapshots(self, block):
+        """At the end of ``block``'s forward pass, copy the arrays snapshotted there; those
+        a replay refills only in an iteration where the replay cannot be taken (in a block
+        of their own: ``block``'s terminator then ends block ``forward_labels[block]``)."""
+        replay = self.replays.get(block)
+        refilled = replay.arrays if replay else ()
+        for array in self.snapshots.at.get(block, ()):
+            if array not in refilled:
+                self.copy_array("snapshot", "%ad.stack", array)
+        if replay:
+            e, tail = self.e, self.forward_labels[block.ref]
+            copy = e.fresh("snap")
+            e.line(f"br i1 {replay.condition(e, lambda op: op.ref)}, label {tail}, label {copy}")
+            e.label(copy)
+            for array in refilled:
+                self.copy_array("snapshot", "%ad.stack", array)
+            e.line(f"br label {tail}")
+            e.label(tail)
+
+    def restore_snapshots(self, block, replay_code):
+        """At the start of the reverse of ``block``: the arrays snapshotted there back, or
+        the replay refilling them (``replay_code``, from ``build``)."""
+        e = self.e
+        replay = self.replays.get(block)
+        if replay:
+            prelude, flag, entry, clone, after = replay_code
+            e.lines += prelude
+            copy = e.fresh("restore")
+            e.line(f"br i1 {flag}, label {entry}, label {copy}")
+            e.label(copy)
+            for array in reversed(replay.arrays):
+                self.copy_array("restore", "%ad.stack", array)
+            e.line(f"br label {after}")
+            e.lines += clone
+            e.label(after)
+        refilled = replay.arrays if replay else ()
+        for array in reversed(self.snapshots.at.get(block, ())):
+            if array not in refilled:
+                self.copy_array("restore", "%ad.stack", array)
 
     def copy_text(self, instr):
         """``instr``'s text for the forward pass.  llvmlite numbers an instruction's metadata
