@@ -9,7 +9,8 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
    constant step are not saved but run backwards (from end values computed by
    :mod:`adcore.exit_values` where the exit test tells them), and so are header phis that
    advance by a nested loop's trip count (:mod:`adcore.advances`); scratch arrays a loop
-   overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`).
+   overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`), unless the
+   reverse of the iteration can refill them by running their fill again (:mod:`adcore.replays`).
    Blocks with several predecessors push which one they were entered from, unless a
    loop counter tells.
 2. a check of the primal's status: an exception returns it at once, shadows untouched.
