@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import adcore
 from adcore import Const, Duplicated, Reverse
 from fdcheck import check
+from test_core_snapshots import scratch_programs
 
 
 @numba.njit
@@ -217,3 +218,29 @@ def test_hvp_through_a_replay():
     fd = (grad(a + eps * v) - grad(a - eps * v)) / (2 * eps)
     np.testing.assert_allclose(adcore.hvp(two_scratch, a, v, w, np.zeros(3), np.zeros(3)), fd,
                                rtol=1e-6, atol=1e-8)
+
+
+_READ_ONLY = ["x[i, j] * w[j]", "math.sin(x[i, j]) - w[j]", "math.exp(w[j]) * x[i, j]"]
+
+
+@st.composite
+def refilling_programs(draw):
+    """tests/test_core_snapshots.py's random scratch programs, each row starting with a fill
+    of both arrays from read-only values (so that a replay is possible; the statements after
+    it update, partly overwrite and read the arrays)."""
+    src = draw(scratch_programs())
+    head, body = src.split("    for i in range(n):\n")
+    fill = "        for j in range(m):\n" + "".join(
+        f"            {b}[j] = {draw(st.sampled_from(_READ_ONLY))}\n" for b in ("b1", "b2"))
+    return head + "    for i in range(n):\n" + fill + body
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(refilling_programs(), st.integers(1, 3), st.integers(1, 3), st.integers(0, 1), st.integers(0, 2**16))
+def test_random_refilling_kernels_match_finite_differences(src, n, m, extra, seed):
+    scope = {"math": math}
+    exec(src, scope)
+    kernel = numba.njit(scope["kernel"])
+    rng = np.random.default_rng(seed)
+    check(kernel, rng.standard_normal((n, m)), rng.standard_normal(m), rng.standard_normal(m + extra),
+          rng.standard_normal(m), rtol=1e-4, atol=1e-5)
