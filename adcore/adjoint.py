@@ -9,7 +9,8 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
    constant step are not saved but run backwards (from end values computed by
    :mod:`adcore.exit_values` where the exit test tells them), and so are header phis that
    advance by a nested loop's trip count (:mod:`adcore.advances`); scratch arrays a loop
-   overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`).
+   overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`), unless the
+   reverse of the iteration can refill them by running their fill again (:mod:`adcore.replays`).
    Blocks with several predecessors push which one they were entered from, unless a
    loop counter tells.
 2. a check of the primal's status: an exception returns it at once, shadows untouched.
@@ -34,7 +35,8 @@ from .cfg import InductionVariable, step_of
 from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
-from .ir import Operand, Synthetic, label, local, strip_metadata
+from .ir import Operand, Synthetic, label, local, rename, strip_metadata
+from .replays import find_replays
 from .reverse import reverse_instruction
 from .shadows import arena_alloca, shadow_pointers
 from .snapshots import Snapshots
@@ -114,6 +116,7 @@ class AdjointGenerator(GeneratorBase):
         self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
                                    extents, spec.distinct_arrays)
         self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
+        self.replays = self._replays()
         self.shadow_def = shadow_pointers(self)
 
     def before_call(self, call, lines, copies):
@@ -199,6 +202,19 @@ class AdjointGenerator(GeneratorBase):
         size = self.e(f"mul i64 {nitems.ref}, {itemsize.ref}")
         self.e.line(f"call void @ad.{helper}(ptr {stack}, ptr {data.ref}, i64 {size})")
 
+    def _replays(self):
+        """``{latch: adcore.replays.Replay}``: the loops whose scratch arrays the reverse
+        pass refills instead of restoring their snapshots."""
+        return find_replays(self.cfg, self.analyses.pointers, self.clobbers, self.snapshots)
+
+    def replay_prelude(self, block):
+        """At the start of the reverse of latch ``block``: whether the replay runs this
+        iteration (an ``i1``), and the replay's inputs ``{value: name}``."""
+        replay, materialise = self.replays[block], self.values.materialise
+        refilled = replay.condition(self.e, materialise)
+        inputs = {v: materialise(Operand(v.ref, v.type, v)) for v in replay.inputs}
+        return refilled, inputs
+
     def push(self, type_, ref, stack="%ad.stack"):
         self.stack_types.add(type_)
         self.e.line(f"call void @ad.push.{runtime.type_tag(type_)}(ptr {stack}, {type_} {ref})")
@@ -242,11 +258,13 @@ class AdjointGenerator(GeneratorBase):
     def cache_plan(self):
         """What the forward pass pushes per iteration of a loop (after ``build``):
         ``(block, kind, value)`` with kind "reg" (a kept value), "pred" (which
-        predecessor entered ``block``), "iv" (a loop counter's start) or "snapshot" (``value``
-        the array ``(data, nitems, itemsize)`` copied at the end of the iteration)."""
+        predecessor entered ``block``), "iv" (a loop counter's start), "snapshot" (``value``
+        the array ``(data, nitems, itemsize)`` copied at the end of the iteration) or "refill"
+        (such an array the reverse pass refills instead, :mod:`adcore.replays`)."""
         out = [(b, kind, v) for b, plan in self.plans.items() for kind, v, _ in plan]
-        out += [(latch, "snapshot", array) for latch, arrays in self.snapshots.at.items()
-                for array in arrays]
+        for latch, arrays in self.snapshots.at.items():
+            refilled = self.replays[latch].arrays if latch in self.replays else ()
+            out += [(latch, "refill" if array in refilled else "snapshot", array) for array in arrays]
         return out
 
     def enter_loops(self, block):
@@ -329,8 +347,16 @@ class AdjointGenerator(GeneratorBase):
         for iv in self.cfg.ivs.values():
             self.values.register(iv.phi)
         reverse_bodies, tail_values = {}, {}
+        replays = {}
         for block in blocks:
             self.e.lines, self.values.memo = [], {}
+            if block in self.replays:
+                flag, inputs = self.replay_prelude(block)
+                prelude, self.e.lines = self.e.lines, []
+                after = self.e.fresh("rpdone")
+                entry = self.replays[block].clone(self.e, inputs, after)
+                replays[block] = (prelude, flag, entry, self.e.lines, after)
+                self.e.lines = []
             for instr in reversed(block.instrs):
                 reverse_instruction(self, instr)
             self.enter_loops(block)
@@ -342,6 +368,7 @@ class AdjointGenerator(GeneratorBase):
         self.inverted = self._inverted_phis()
         self.advanced = self._advanced_phis()
         plans = self.plans = {b: self.saves(b) for b in blocks}
+        self.forward_labels = {latch.ref: self.e.fresh("latch") for latch in self.replays}
         forward = []
         for block in blocks:
             self.e.lines = []
@@ -351,8 +378,7 @@ class AdjointGenerator(GeneratorBase):
         for block in blocks:
             body, self.values.memo = reverse_bodies[block]
             self.e.lines = []
-            for array in reversed(self.snapshots.at.get(block, ())):
-                self.copy_array("restore", "%ad.stack", array)
+            self.restore_snapshots(block, replays.get(block))
             for line in body:
                 if line.startswith(POPS):
                     self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
@@ -435,11 +461,11 @@ class AdjointGenerator(GeneratorBase):
         defs = self.defs(block)
         nphis = sum(1 for d in defs if d.opcode == "phi")
         for phi in defs[:nphis]:
-            e.line(self.copy_text(phi))
+            e.line(rename(self.copy_text(phi), self.forward_labels))
         if any(k == "pred" for k, _, _ in plan):
             entries = []
             for k, p in enumerate(block.preds):
-                entries += [f"[ {k}, {p.ref} ]"] * p.term.succ.count(block)
+                entries += [f"[ {k}, {self.forward_labels.get(p.ref, p.ref)} ]"] * p.term.succ.count(block)
             t = pred_type(block)
             pid = e(f"phi {t} {', '.join(entries)}", "pid")
             self.push(t, pid)
@@ -451,8 +477,7 @@ class AdjointGenerator(GeneratorBase):
                 for kind, phi, _ in plan:
                     if kind == "iv":
                         self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
-                for array in self.snapshots.at.get(block, ()):
-                    self.copy_array("snapshot", "%ad.stack", array)
+                self.take_snapshots(block)
                 if instr.opcode == "ret":
                     self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")
@@ -483,6 +508,46 @@ class AdjointGenerator(GeneratorBase):
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
         return self.copy_text(instr)
+
+    def take_snapshots(self, block):
+        """At the end of ``block``'s forward pass, copy the arrays snapshotted there; those
+        a replay refills only in an iteration where the replay cannot be taken (in a block
+        of their own: ``block``'s terminator then ends block ``forward_labels[block]``)."""
+        replay = self.replays.get(block)
+        refilled = replay.arrays if replay else ()
+        for array in self.snapshots.at.get(block, ()):
+            if array not in refilled:
+                self.copy_array("snapshot", "%ad.stack", array)
+        if replay:
+            e, tail = self.e, self.forward_labels[block.ref]
+            copy = e.fresh("snap")
+            e.line(f"br i1 {replay.condition(e, lambda op: op.ref)}, label {tail}, label {copy}")
+            e.label(copy)
+            for array in refilled:
+                self.copy_array("snapshot", "%ad.stack", array)
+            e.line(f"br label {tail}")
+            e.label(tail)
+
+    def restore_snapshots(self, block, replay_code):
+        """At the start of the reverse of ``block``: the arrays snapshotted there back, or
+        the replay refilling them (``replay_code``, from ``build``)."""
+        e = self.e
+        replay = self.replays.get(block)
+        if replay:
+            prelude, flag, entry, clone, after = replay_code
+            e.lines += prelude
+            copy = e.fresh("restore")
+            e.line(f"br i1 {flag}, label {entry}, label {copy}")
+            e.label(copy)
+            for array in reversed(replay.arrays):
+                self.copy_array("restore", "%ad.stack", array)
+            e.line(f"br label {after}")
+            e.lines += clone
+            e.label(after)
+        refilled = replay.arrays if replay else ()
+        for array in reversed(self.snapshots.at.get(block, ())):
+            if array not in refilled:
+                self.copy_array("restore", "%ad.stack", array)
 
     def copy_text(self, instr):
         """``instr``'s text for the forward pass.  llvmlite numbers an instruction's metadata

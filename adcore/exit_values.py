@@ -20,7 +20,7 @@ import re
 
 from .cfg import step_of
 
-_ICMP = re.compile(r"=\s*icmp\s+(?:samesign\s+)?(\w+)\s")
+ICMP_PREDICATE = re.compile(r"=\s*icmp\s+(?:samesign\s+)?(\w+)\s")
 _SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge": "sle",
          "ult": "ugt", "ugt": "ult", "ule": "uge", "uge": "ule"}
 _NOT = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sle": "sgt", "sgt": "sle",
@@ -111,7 +111,7 @@ def exit_test(loop, outside):
     if term.opcode != "br" or len(term.succ) != 2 or loop.header not in term.succ:
         return None
     cond = term.operands[0].defn
-    m = _ICMP.search(cond.text) if getattr(cond, "opcode", None) == "icmp" else None
+    m = ICMP_PREDICATE.search(cond.text) if getattr(cond, "opcode", None) == "icmp" else None
     if m is None:
         return None
     pred = m.group(1)

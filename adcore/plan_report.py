@@ -34,6 +34,11 @@ class LoopCache:
     def snapshots(self):
         return [i for i in self.items if i.type == "array"]
 
+    @property
+    def refills(self):
+        """The arrays refilled in the reverse pass instead of snapshotted."""
+        return [i for i in self.items if i.type == "refill"]
+
 
 class CacheReport:
     """Per loop, what the reverse pass of ``function`` caches each iteration; ``str()`` is
@@ -76,6 +81,11 @@ def _item(kind, value, block):
         data = value[0]
         return CachedItem(f"snapshot of array {_variable(data.name) or data.name} (restored in "
                           f"the reverse pass instead of caching its loads)", "array", "n·size",
+                          _line(block))
+    if kind == "refill":
+        data = value[0]
+        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass "
+                          f"(snapshot only in an iteration whose fill does not cover it)", "refill", 0,
                           _line(block))
     if kind == "pred":
         return CachedItem("which predecessor entered a block", "i8", 1, _line(block))

@@ -18,7 +18,9 @@ that writes a large array and reads a few of its elements) a snapshot costs byte
 proportion to the writes the primal makes anyway, as a tape would.  Only contiguous array
 arguments of a kernel whose arrays are distinct are snapshotted (their size is known at
 every point: ``nitems · itemsize``).  After the reverse pass each snapshotted array gets its
-final forward contents back, so the caller sees the primal's memory.
+final forward contents back, so the caller sees the primal's memory.  Where the iteration
+refills the array from values the reverse pass still has, :mod:`adcore.replays` runs the
+fill again in the reverse pass instead of copying the array.
 """
 from .pointers import UNKNOWN
 

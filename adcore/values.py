@@ -18,6 +18,12 @@ PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", 
             "getelementptr", "extractvalue", "insertvalue", "zext", "sext", "trunc", "fpext",
             "fptrunc", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "ptrtoint", "inttoptr",
             "addrspacecast", "freeze"}
+INTEGER_INTRINSICS = ("llvm.smax.", "llvm.smin.", "llvm.umax.", "llvm.umin.", "llvm.abs.")
+
+
+def is_pure_call(instr):
+    """True for a call of a math function or of an integer min, max or abs intrinsic."""
+    return math_name(instr.callee) is not None or (instr.callee or "").startswith(INTEGER_INTRINSICS)
 
 
 class Lazy:
@@ -57,7 +63,7 @@ class Values:
         if instr.opcode in PURE_OPS:
             return True
         if instr.opcode == "call":
-            return math_name(instr.callee) is not None
+            return is_pure_call(instr)
         if instr.opcode == "load":
             return " atomic " not in instr.text and " volatile " not in instr.text \
                 and (instr in self.restored or self.clobbers.can_reload(instr))

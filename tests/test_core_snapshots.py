@@ -93,16 +93,18 @@ def test_cached_bytes_grow_with_the_scratch_not_with_its_reads():
 
 
 def test_cache_report_names_the_snapshot_and_the_loop():
+    """``carried`` reads the previous row's buf: snapshotted (``quadratic_form``'s buf is
+    refilled instead, tests/test_core_replays.py)."""
     rng = np.random.default_rng(3)
     a, w, buf = _data(rng, 3, 3)
-    report = adcore.cache_report(quadratic_form, Duplicated(a, np.zeros_like(a)),
+    report = adcore.cache_report(carried, Duplicated(a, np.zeros_like(a)),
                                  Duplicated(w, np.zeros_like(w)), Duplicated(buf, np.zeros(3)),
                                  lines=True)
     text = str(report)
     assert "snapshot of array buf" in text, text
     snap_loops = [lp for lp in report.loops if lp.snapshots]
     assert len(snap_loops) == 1 and snap_loops[0].depth == 1, text
-    first = quadratic_form.py_func.__code__.co_firstlineno
+    first = carried.py_func.__code__.co_firstlineno
     assert snap_loops[0].line is not None and first < snap_loops[0].line <= first + 10, text
 
 
@@ -112,20 +114,20 @@ def test_hvp_restores_the_tangents_of_snapshotted_scratch():
     differences of the gradient and, lane by lane, against the Hessian's columns."""
     rng = np.random.default_rng(4)
     a, w = rng.standard_normal((3, 2)), rng.standard_normal(2)
-    const = (w, np.zeros(2), np.zeros(2), 3)
-    report = adcore.cache_report(mixed, Duplicated(a, np.zeros_like(a)), *map(Const, const))
+    const = (w, rng.standard_normal(2))
+    report = adcore.cache_report(carried, Duplicated(a, np.zeros_like(a)), *map(Const, const))
     assert any(lp.snapshots for lp in report.loops), str(report)
 
     def grad(x):
         dx = np.zeros_like(x)
-        adcore.autodiff(Reverse, mixed, Duplicated(x.copy(), dx), *map(Const, const))
+        adcore.autodiff(Reverse, carried, Duplicated(x.copy(), dx), *(Const(c.copy()) for c in const))
         return dx
 
     v, eps = rng.standard_normal(a.shape), 1e-5
     fd = (grad(a + eps * v) - grad(a - eps * v)) / (2 * eps)
-    Hv = adcore.hvp(mixed, a, v, *const)
+    Hv = adcore.hvp(carried, a, v, *(c.copy() for c in const))
     np.testing.assert_allclose(Hv, fd, rtol=1e-6, atol=1e-8)
-    H = adcore.hessian(mixed, a, *const).reshape(a.size, a.size)
+    H = adcore.hessian(carried, a, *(c.copy() for c in const)).reshape(a.size, a.size)
     np.testing.assert_allclose(H @ v.ravel(), Hv.ravel(), rtol=1e-10, atol=1e-12)
 
 
