@@ -60,7 +60,7 @@ class Spec:
 
     def __init__(self, symbol, pyname, active, shadows, ret_active, result_type,
                  active_fields, bytes_field, data_args=(), distinct_arrays=True, seed=None, split=None,
-                 extents=None):
+                 extents=None, keep_primal=True):
         self.symbol, self.pyname = symbol, pyname
         self.active = active                  # [arg index] of Active float arguments
         self.shadows = shadows                # [(data arg index, [flattened types], data position)]
@@ -73,6 +73,7 @@ class Spec:
         self.seed = seed                      # returned float array: (flattened types, float type)
         self.split = split                    # a callee's augmented forward and reverse (calls.Split)
         self.extents = extents or {}          # contiguous array: data arg index -> (nitems, itemsize) indices
+        self.keep_primal = keep_primal        # False: the float return is not asked for (NaN in its field)
 
 
 class AdjointGenerator(GeneratorBase):
@@ -491,7 +492,7 @@ class AdjointGenerator(GeneratorBase):
     def forward_text(self, instr):
         """The forward pass's copy of ``instr``: frees, meminfo destructors, lifetime
         ends and stack restores (of C's variable-length arrays) are deferred to the end of the reverse pass (which may still read the
-        memory)."""
+        memory); a float return that is not asked for is not stored (:meth:`returns_primal`)."""
         if instr.opcode == "call" and (instr.callee or "").startswith(("llvm.lifetime.end",
                                                                        "llvm.stackrestore")):
             return f"; {instr.callee} dropped: the reverse pass may read this memory"
@@ -507,7 +508,16 @@ class AdjointGenerator(GeneratorBase):
         if instr.opcode == "call" and instr.callee in DEFERRED:
             self.stack_types.add("ptr")
             return f"call void @ad.push.ptr(ptr {DEFERRED[instr.callee]}, ptr {instr.operands[0].ref})"
+        if not self.spec.keep_primal and self.returns_primal(instr):
+            return f"store {instr.operands[0].type} 0x7FF8000000000000, ptr {self.retptr.ref}"
         return self.copy_text(instr)
+
+    def returns_primal(self, instr):
+        """True for the store of the float return into its result field: where the primal
+        is not asked for, NaN is stored instead, so that O3 drops the code computing it
+        (a gradient whose reverse recomputes what it needs then skips a forward loop)."""
+        return instr.opcode == "store" and self.retptr is not None and \
+            instr.operands[1].defn is self.retptr and instr.operands[0].type in ("double", "float")
 
     def take_snapshots(self, block):
         """At the end of ``block``'s forward pass, copy the arrays snapshotted there; those

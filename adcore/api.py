@@ -64,16 +64,16 @@ def _dispatcher(f):
 
 
 # -- compilation ----------------------------------------------------------------------
-def _compiled(f, anns, ret_activity, dret=None):
+def _compiled(f, anns, ret_activity, dret=None, keep_primal=True):
     arrays = [a.val for a in anns if isinstance(a.val, np.ndarray)]
     distinct = _distinct(arrays)
     seed_key = None if dret is None else (dret.dtype.char, dret.ndim)
     fast = (f, tuple(type(a) for a in anns), tuple(type_key(a.val) for a in anns),
-            ret_activity, distinct, seed_key)
+            ret_activity, distinct, seed_key, keep_primal)
     entry = _fast.get(fast)
     if entry is None:
         seed_type = None if dret is None else numba.typeof(np.ascontiguousarray(dret))
-        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, distinct, seed_type)
+        entry = _fast[fast] = _compiled_by_type(f, anns, ret_activity, distinct, seed_type, keep_primal)
     return entry
 
 
@@ -95,10 +95,10 @@ def _located(err, dispatcher, args, differentiate=None):
     return err
 
 
-def _compiled_by_type(f, anns, ret_activity, distinct, seed_type):
+def _compiled_by_type(f, anns, ret_activity, distinct, seed_type, keep_primal=True):
     dispatcher = _dispatcher(f)
     argtypes = argument_types(dispatcher, [a.val for a in anns])
-    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, seed_type)
+    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, seed_type, keep_primal)
     entry = _cache.get(key)
     if entry is None:
         with _lock:
@@ -108,11 +108,11 @@ def _compiled_by_type(f, anns, ret_activity, distinct, seed_type):
 
                 def compile_(name):
                     try:
-                        return pipeline.differentiate(dispatcher, *args, name=name)
+                        return pipeline.differentiate(dispatcher, *args, name=name, keep_primal=keep_primal)
                     except UnsupportedError as err:
                         raise _located(err, dispatcher, args) from None
                 entry = _cache[key] = disk_cache.cached(dispatcher, argtypes, key[2], ret_activity,
-                                                        distinct, seed_type, compile_)
+                                                        distinct, seed_type, compile_, keep_primal)
     return entry
 
 
@@ -157,7 +157,7 @@ def autodiff(mode, f, *args, dret=None):
         if dret is not None:
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         return forward_api.autodiff_forward(mode, f, *args)
-    key = repeat_calls.call_key("autodiff", f, args) if dret is None else None
+    key = repeat_calls.call_key(("autodiff", mode.with_primal), f, args) if dret is None else None
     call = _repeat.get(key) if key is not None else None
     got = call(args) if call is not None else None
     if got is not None:
@@ -169,7 +169,7 @@ def autodiff(mode, f, *args, dret=None):
         raise ActivityError(f"dret must be a float array (the seed of the returned array), "
                             f"got {type(dret).__name__}")
     everything = _with_defaults(f, anns)
-    compiled = _compiled(f, everything, ret_activity, dret)
+    compiled = _compiled(f, everything, ret_activity, dret, keep_primal=mode.with_primal)
     derivs, value = compiled(everything, dret)
     derivs = derivs[:len(anns)]
     if key is not None:
@@ -182,7 +182,7 @@ def gradient(mode, f, *args):
     Duplicated with fresh zero shadows, ``Const`` stays constant.  Returns one entry per
     argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
     _check_mode(mode)
-    key = repeat_calls.call_key("gradient", f, args)
+    key = repeat_calls.call_key(("gradient", mode.with_primal), f, args)
     call = _repeat.get(key)
     got = call(args) if call is not None else None
     if got is not None:
@@ -200,7 +200,7 @@ def gradient(mode, f, *args):
             anns.append(Const(a))
     anns = annotate(anns)
     everything = _with_defaults(f, anns)
-    compiled = _compiled(f, everything, Active)
+    compiled = _compiled(f, everything, Active, keep_primal=mode.with_primal)
     derivs, value = compiled(everything)
     grads = tuple(a.dval if isinstance(a, Duplicated) else d for a, d in zip(anns, derivs))
     _remember(key, compiled, "gradient", args, everything, anns)

@@ -194,7 +194,7 @@ def _rules():
     return key
 
 
-def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type):
+def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, keep_primal=True):
     """The hex key of a gradient, or None when the cache is off or the program cannot be
     keyed soundly."""
     if directory() is None or not numba_abi.is_dispatcher(dispatcher):
@@ -208,14 +208,14 @@ def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type):
         return None
     parts = (_environment(), rules, program, tuple(str(t) for t in argtypes),
              tuple(a.__name__ for a in activities), getattr(ret_activity, "__name__", None),
-             distinct, str(seed_type))
+             distinct, str(seed_type)) + (() if keep_primal else ("no primal",))
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def cached(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, compile_):
+def cached(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, compile_, keep_primal=True):
     """The gradient from the disk cache, else ``compile_(name)`` (``name`` the key, for
     the symbol; "" when uncached) stored there."""
-    digest = key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type)
+    digest = key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, keep_primal)
     if digest is not None and _path(digest, ".adcore").exists():
         with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
             with stage("load from disk"):

@@ -76,12 +76,13 @@ class Layout:
     ``(primal return?, Active adjoints..., bytes cached)``.  Checks the return against its
     annotation and ``dret`` (``seed_type``)."""
 
-    def __init__(self, primal_, anns, argtypes, ret_activity, seed_type):
+    def __init__(self, primal_, anns, argtypes, ret_activity, seed_type, keep_primal=True):
         kernel, func = primal_.kernel, primal_.func
         self.pyname, ctx, restype = kernel.pyname, kernel.context, kernel.restype
         self.returns_array = _check_return(self.pyname, restype, ret_activity, seed_type)
         self.ret_active = isinstance(restype, nbtypes.Float) and ret_activity is not Const
         self.has_primal = restype is not nbtypes.none
+        self.keep_primal = keep_primal or not isinstance(restype, nbtypes.Float)
         counts = [len(numba_abi.flat_types(ctx, t)) for t in argtypes]
         self.groups = [func.args[2 + sum(counts[:k]):2 + sum(counts[:k + 1])] for k in range(len(argtypes))]
         self.arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
@@ -114,7 +115,7 @@ class Layout:
                     [self.shadow(k) for k in self.duplicated + sorted(scratch)], self.ret_active,
                     self.result_ir, self.active_fields, len(self.result.types) - 1,
                     [self.func.args.index(self.data_pointer(k)) for k in self.arrays], distinct,
-                    seed=self.seed, extents=self.extents())
+                    seed=self.seed, extents=self.extents(), keep_primal=self.keep_primal)
 
     def extents(self):
         """Each contiguous array's data parameter index -> its (nitems, itemsize) indices."""
@@ -193,12 +194,12 @@ class NativeParts:
         self.fields, self.result, self.same_layout, self.kinds = fields, result, same_layout, kinds
 
 
-def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
+def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name="", keep_primal=True):
     """Stages capture to generate: ``(primal, layout, generator, gradient module IR,
     scratch)`` (the generator's ``cache_plan()`` is what :func:`adcore.cache_report` shows)."""
     primal_ = primal(dispatcher, argtypes)
     with stage("layout"):
-        layout = Layout(primal_, anns, argtypes, ret_activity, seed_type)
+        layout = Layout(primal_, anns, argtypes, ret_activity, seed_type, keep_primal)
     symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
     callees = Callees(primal_.module, custom_rules.lookup(), primal_.kernel.context, symbol,
                       primal_.locations)
@@ -213,13 +214,15 @@ def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None,
     return primal_, layout, generator, adjoint_ir, scratch
 
 
-def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name=""):
+def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name="",
+                  keep_primal=True):
     """Run every stage for one kernel, argument types and activities: a
     :class:`CompiledGradient` (the seconds of each stage: ``adcore.last_compile_report()``).
-    ``name`` (the disk cache's key) goes into the gradient's symbol."""
+    ``name`` (the disk cache's key) goes into the gradient's symbol; ``keep_primal=False``
+    (Reverse mode) returns NaN for a float primal and skips the code only it needs."""
     with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
         primal_, layout, generator, adjoint_ir, scratch = generate(
-            dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name)
+            dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name, keep_primal)
         symbol = generator.spec.symbol
         analyses = generator.analyses
         ctx = primal_.kernel.context

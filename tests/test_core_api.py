@@ -425,6 +425,34 @@ def test_gradient_takes_a_container_held_constant():
     np.testing.assert_allclose(g[1], x + 4 * x * x)              # closed form
 
 
+@numba.njit
+def sin_x_squared(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sin(x[i]) * x[i] * x[i]
+    return s
+
+
+def test_reverse_mode_skips_the_primal_and_with_primal_still_returns_it():
+    """Reverse mode compiles a gradient that does not compute the unused float return
+    (its forward loop is dropped); ReverseWithPrimal, called in between, keeps its own."""
+    x = np.linspace(0.1, 1.3, 6)
+    closed_form = np.cos(x) * x * x + 2 * np.sin(x) * x
+    for mode in (Reverse, ReverseWithPrimal, Reverse, ReverseWithPrimal):
+        dx = np.zeros(6)
+        got = adcore.autodiff(mode, sin_x_squared, Duplicated(x, dx))
+        grads = adcore.gradient(mode, sin_x_squared, x)
+        np.testing.assert_allclose(dx, closed_form, rtol=1e-13)
+        if mode is ReverseWithPrimal:
+            assert got[1] == pytest.approx(sin_x_squared.py_func(x), rel=1e-13)
+            assert grads[1] == pytest.approx(sin_x_squared.py_func(x), rel=1e-13)
+            grads = grads[0]
+        np.testing.assert_allclose(grads[0], closed_form, rtol=1e-13)
+    without = adcore.compile_gradient(Reverse, sin_x_squared, Duplicated(x, np.zeros(6)))
+    reverse_only = adcore.api._compiled(sin_x_squared, [Duplicated(x, np.zeros(6))], Active, keep_primal=False)
+    assert without.optimised_ir.count("@llvm.sin") > reverse_only.optimised_ir.count("@llvm.sin")
+
+
 def test_parallel_loop_is_refused_not_silently_wrong():
     @numba.njit(parallel=True)
     def parallel_sum(x):
