@@ -516,7 +516,7 @@ class AdjointGenerator(GeneratorBase):
         """True for the store of the float return into its result field: where the primal
         is not asked for, NaN is stored instead, so that O3 drops the code computing it
         (a gradient whose reverse recomputes what it needs then skips a forward loop)."""
-        return instr.opcode == "store" and self.retptr is not None and \
+        return instr.opcode == "store" and self.retptr is not None and len(instr.operands) == 2 and \
             instr.operands[1].defn is self.retptr and instr.operands[0].type in ("double", "float")
 
     def take_snapshots(self, block):

@@ -42,7 +42,8 @@ def raises_after_writing(x, count, limit):
 
 
 def _caller(entry, f, *args):
-    return api._repeat.get(repeat_calls.call_key(entry, f, args))
+    """The caller a ReverseWithPrimal call left (repeat calls are keyed with the mode)."""
+    return api._repeat.get(repeat_calls.call_key((entry, True), f, args))
 
 
 def _uses_caller(entry, f, *args):
