@@ -25,8 +25,8 @@ _LAYOUT = "must have the shape and strides of its array"         # the stub's la
 
 
 def call_key(entry, f, args):
-    """What selects a call's caller: the entry point (``"autodiff"`` or ``"gradient"``),
-    ``f``, a return activity given first, and the type of each argument (the caller checks
+    """What selects a call's caller: the entry point (``("autodiff" or "gradient", whether
+    the mode returns the primal)``: the two modes compile different gradients), ``f``, a return activity given first, and the type of each argument (the caller checks
     the types of the annotated values)."""
     return (entry, f, args[0] if args and type(args[0]) is type else None, *map(type, args))
 
