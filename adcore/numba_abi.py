@@ -192,6 +192,14 @@ def compiled_overload(dispatcher, argtypes):
     return dispatcher.overloads.get(tuple(argtypes))
 
 
+def native_function(dispatcher, argtypes):
+    """``(address, return type)`` of the native code of ``dispatcher`` compiled for
+    ``argtypes`` (compiling it when needed), which follows Numba's calling convention."""
+    dispatcher.compile(tuple(argtypes))
+    cres = dispatcher.overloads[tuple(argtypes)]
+    return cres.library.get_pointer_to_function(cres.fndesc.mangled_name), cres.signature.return_type
+
+
 def lowered(dispatcher, argtypes):
     """Numba's compile result of ``dispatcher``'s Python function for ``argtypes``, lowered
     to an LLVM module and taken no further: no Python or C wrapper, no module

@@ -17,6 +17,8 @@ import weakref
 import numba
 import numpy as np
 
+from adcore.fastcall import FixedArray, numba_caller
+from adcore.numba_abi import native_function
 from adcore.tree import child, children, is_float_array, is_node
 
 from . import state as trees
@@ -24,6 +26,9 @@ from .addresses import view
 
 _natives = {}   # (source, kernels) -> the compiled njit update
 _plans = {}     # id(state) -> (weak reference to the state, its plan or None)
+
+
+_IF, _FAIL = "    if not (", "): return False"
 
 
 class NoPlan(Exception):
@@ -49,12 +54,39 @@ class Plan:
         self.addresses = np.array([a.__array_interface__["data"][0] for a in self.arrays],
                                   np.int64)
         self.hyperparameters = np.array(self.hyper + [0.0], np.float64)   # last: a failed check's value
+        self._call = self._builtin()
 
     def run(self):
-        """Update in place; raises ``FloatingPointError`` as ``Rule.apply`` does."""
-        k = self.native(self.addresses, self.hyperparameters)   # an int: no tuple to box
+        """Update in place and return True; False (having touched nothing) when an array
+        of the plan was changed in place (its dtype, shape, flags or memory); raises
+        ``FloatingPointError`` as ``Rule.apply`` does."""
+        k = self._call()                                     # an int: no tuple to box
+        if k is None:
+            return False
         if k >= 0:
             raise FloatingPointError(f"{self.checks[k]} is {self.hyperparameters[-1]}")
+        return True
+
+    def _builtin(self):
+        """``native(addresses, hyperparameters)`` as a builtin of no arguments (both arrays
+        compiled in, each array the addresses point at checked; :mod:`adcore.fastcall`)
+        returning None for a changed array, or the njit call when it cannot be made."""
+        argtypes = (numba.typeof(self.addresses), numba.typeof(self.hyperparameters))
+        address, restype = native_function(self.native, argtypes)
+        fast = numba_caller(address, argtypes, restype,
+                            [FixedArray(self.addresses), FixedArray(self.hyperparameters)],
+                            watched=self.arrays)
+        if fast is None:
+            now = [(a, a.dtype, a.shape) for a in self.arrays]
+            return lambda: self.native(self.addresses, self.hyperparameters) if all(
+                a.dtype is t and a.shape == n and _plain(a) for a, t, n in now) else None
+
+        def call():
+            k = fast.call()
+            if k is None and fast.error() is not None:
+                raise fast.error()
+            return k
+        return call
 
     # -- the guard ------------------------------------------------------------------
     def _const(self, prefix, obj):
@@ -63,7 +95,11 @@ class Plan:
         return f"{prefix}{self.n}"
 
     def _check(self, cond):
-        self.lines.append(f"    if not ({cond}): return False")
+        """Add ``cond`` to the guard (consecutive conditions make one ``if``)."""
+        if self.lines and self.lines[-1].startswith(_IF):
+            self.lines[-1] = f"{self.lines[-1][:-len(_FAIL)]} and ({cond}){_FAIL}"
+        else:
+            self.lines.append(f"{_IF}({cond}){_FAIL}")
 
     def _let(self, expr):
         self.n += 1
@@ -122,9 +158,8 @@ class Plan:
         rule = self.rules[id(leaf.rule)]
         self._check(f"{s} is {self._const('L', leaf)} and {s}.frozen is False and "
                     f"{s}.rule is {rule} and {s}.state is {self._const('S', leaf.state)} and "
-                    f"{x} is {self._const('X', xv)} and {g} is {self._const('G', gv)} and "
-                    f"{x}.dtype is {self._const('T', xv.dtype)} and "
-                    f"{g}.dtype is {self._const('T', gv.dtype)}")   # a dtype set in place
+                    f"{x} is {self._const('X', xv)} and {g} is {self._const('G', gv)}")
+        # (a dtype or shape set in place: the call checks each array, see ``_builtin``)
         xa, ga = self._array(xv), self._array(gv)
         d = f"d{len(self.arrays)}"
         self.body.append(f"    {d} = {ga}.copy()")
@@ -159,6 +194,11 @@ class Plan:
             exec(source, scope)
             _natives[key] = numba.njit(cache=False)(scope["update"])
         return _natives[key]
+
+
+def forget(state):
+    """Drop the plan of ``state`` (its arrays changed in place)."""
+    _plans.pop(id(state), None)
 
 
 def plan_for(state, model, grad):

@@ -109,6 +109,10 @@ def update(state, model, grad=None):
     native call (``optim.fused``).  ``None`` gradients and
     frozen leaves are skipped.
     """
+    if grad is None and type(state) is StateTree and type(model) is Duplicated:
+        plan = fused.plan_for(state, model.val, model.dval)     # the repeat call: one step
+        if plan is not None and plan.run():
+            return state, model
     check_state(state, "update")
     if grad is None:
         if not isinstance(model, Duplicated):
@@ -116,9 +120,9 @@ def update(state, model, grad=None):
         grad = model.dval
         if isinstance(state, StateTree):
             plan = fused.plan_for(state, model.val, grad)
-            if plan is not None:
-                plan.run()
+            if plan is not None and plan.run():
                 return state, model
+            fused.forget(state)      # an array changed in place: the Python path copes
     pending = {}
     _collect(state, _model(model), grad, (), pending)
     for leaf, x, g in pending.values():

@@ -23,11 +23,13 @@ _PLAIN = (int, float, complex, str, bytes, bool, type(None), np.number, np.bool_
 
 class GuardWriter:
     """Accumulates checks and gathered expressions for ``gather(fn, a0, a1, ...)``;
-    consecutive checks become one ``if``."""
+    consecutive checks become one ``if``.  The checks of an array (``array``) are kept
+    apart, so that a variant of the function can leave them to the native code it calls
+    (``source``'s ``checked_natively``)."""
 
     def __init__(self, nargs):
         self.nargs = nargs
-        self.lines, self.pending = [], []
+        self.lines, self.pending = [], []   # lines, and each pending check as (cond, array)
         self.env = {"ndarray": np.ndarray, "Duplicated": Duplicated, "Const": Const,
                     "_contiguous": _contiguous}
         self.n = 0
@@ -47,12 +49,13 @@ class GuardWriter:
         self.lines.append(f"    {v} = {expr}")
         return v
 
-    def check(self, cond):
-        self.pending.append(f"({cond})")
+    def check(self, cond, array=None):
+        """Add condition ``cond`` (about array variable ``array``, when given)."""
+        self.pending.append((f"({cond})", array))
 
     def flush(self):
         if self.pending:
-            self.lines.append(f"    if not ({' and '.join(self.pending)}): return None")
+            self.lines.append(list(self.pending))
             self.pending = []
 
     def same(self, var, value):
@@ -69,25 +72,35 @@ class GuardWriter:
         """Check type, shape and dtype (contiguity is left to the driver, whose
         ``reshape`` refuses other layouts)."""
         self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
-                   f"{var}.dtype is {self.const(value.dtype)}")
+                   f"{var}.dtype is {self.const(value.dtype)}", var)
 
-    def source(self, ret, lead=(), locked=False):
+    def _body(self, checked_natively):
+        for line in self.lines:
+            if isinstance(line, str):
+                yield line
+                continue
+            conds = [c for c, array in line if array is None or array not in checked_natively]
+            if conds:
+                yield f"    if not ({' and '.join(conds)}): return None"
+
+    def source(self, ret, lead=(), locked=False, checked_natively=()):
         """``def gather(*lead, fn, a0, ...)`` returning ``ret`` when every check passes
-        (evaluated holding ``LOCK`` when ``locked``), else ``None``."""
+        (evaluated holding ``LOCK`` when ``locked``), else ``None``; the checks of the
+        arrays named in ``checked_natively`` are left out (``ret`` checks them)."""
         self.flush()
         args = ", ".join(list(lead) + ["fn"] + [f"a{k}" for k in range(self.nargs)])
-        body = "\n".join(self.lines)
+        body = "\n".join(self._body(set(checked_natively)))
         result = f"    with LOCK:\n        return {ret}\n" if locked else f"    return {ret}\n"
         return (f"def gather({args}):\n    try:\n" +
                 "\n".join("    " + line for line in body.splitlines()) +
                 f"\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
                 f"        return None\n" + result)
 
-    def compile(self, ret, lead=(), lock=None, **names):
+    def compile(self, ret, lead=(), lock=None, checked_natively=(), **names):
         """``source``'s function; ``lock`` is its ``LOCK``, ``names`` more globals ``ret``
         uses."""
         scope = dict(self.env, LOCK=lock, **names)
-        exec(self.source(ret, lead, lock is not None), scope)
+        exec(self.source(ret, lead, lock is not None, checked_natively), scope)
         return scope["gather"]
 
 

@@ -10,6 +10,7 @@ object, so a closure made anew over the same values reuses them) and picks the o
 matches.
 """
 import enum
+import re
 import threading
 
 import numba
@@ -17,7 +18,7 @@ import numpy as np
 
 from adcore import tape
 from adcore.annotations import Const, Duplicated
-from adcore import ReverseWithPrimal, compile_gradient
+from adcore import ReverseWithPrimal, compile_gradient, fastcall
 from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
@@ -31,6 +32,7 @@ from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
 VARYING = (Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # new objects at each call, in general
+WRITTEN = (Kind.STATE, Kind.WORK, Kind.KBUF)          # arrays the program writes
 _cache = {}
 _cache_lock = threading.RLock()
 
@@ -179,17 +181,20 @@ class Staged:
         program = numba.njit(cache=False, error_model="numpy")(scope["program"])
         anns, gather, flat, shadows, dflat = [], [], [], [], []
         self.slots = []   # per driver argument: (Kind, argument index, path, sample value)
+        samples, dsamples = [], []   # per driver argument and shadow: a sample of its value
         for a in low.args:
             if a.kind in LEAVES:
                 expr, dvar, sample, j, path = exprs[a.name if a.kind != Kind.INDEX_ND else a.payload]
                 self.slots.append((a.kind, j, path, sample))
                 gather.append(expr)
+                samples.append(sample)
                 flat.append(a.kind != Kind.INDEX_ND and (a.kind != Kind.INPUT or
                                                         isinstance(a.payload, np.ndarray)))
             if a.kind == Kind.PARAM:
                 value = a.payload.reshape(-1)
                 anns.append(Duplicated(value, np.zeros_like(value)))
                 shadows.append(dvar)
+                dsamples.append(sample)
                 dflat.append(True)
             elif a.kind == Kind.STATE:
                 anns.append(Const(sample.reshape(-1).copy()))
@@ -202,6 +207,7 @@ class Staged:
                 anns.append(Const(value))
                 if a.kind == Kind.CONST:
                     gather.append(w.const(value))
+                    samples.append(value)
                     flat.append(False)
                     self.slots.append((a.kind, None, None, value))
             elif a.kind == Kind.INDEX_ND:
@@ -211,13 +217,16 @@ class Staged:
                 buf, dbuf = np.zeros(shape, dtype), np.zeros(shape, dtype)
                 anns.append(Duplicated(buf, dbuf))
                 gather.append(w.const(buf))
+                samples.append(buf)
                 flat.append(False)
                 self.slots.append((a.kind, None, None, buf))
                 shadows.append(w.const(dbuf))
+                dsamples.append(dbuf)
                 dflat.append(False)
         self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
         for k in self.grad.shadowed[len(shadows):]:   # Const arrays given scratch shadows
-            shadows.append(w.const(np.zeros_like(anns[k].val)))
+            dsamples.append(np.zeros_like(anns[k].val))
+            shadows.append(w.const(dsamples[-1]))
             dflat.append(False)
         self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
@@ -231,7 +240,13 @@ class Staged:
         # A gradient from the disk cache runs a Python driver over its ctypes call first.
         fixed = {k: anns[k].val for k, a in enumerate(low.args) if a.kind not in VARYING}
         fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
-        if self.grad.from_disk:
+        fast = fastcall.numba_caller(
+            self.grad.symbol, *self.grad.stub_spec[:2],
+            _fast_slots(low.args, samples, dsamples, flat, dflat, self.zeroing), zero=True)
+        if fast is not None:
+            self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed, promote=False)
+            self.call = _FastCaller(fast, self.driver)
+        elif self.grad.from_disk:
             self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed)
             self.call = _DirectCaller(self.driver)
         else:
@@ -245,8 +260,16 @@ class Staged:
         self.guard_source = w.source(f"({items},), {mirror}")
         # The repeat gradient call: the guard that also runs the driver, returning
         # ``(loss, grads)``.
-        self.call_gradient = w.compile(f"CALL(zero, {items}), {mirror}", ("zero",), self.lock,
-                                       CALL=self.call.call)
+        if fast is not None:
+            # The builtin checks the arrays it is passed (so the guard does not) and returns
+            # the loss as a float, else a status: a refusal is a miss (``None``).
+            self.call_gradient = w.compile(
+                f"(r, {mirror}) if (r := FAST(True if zero else False, {items})) is not None "
+                f"else MISS()", ("zero",), self.lock, _passed_arrays(gather + shadows),
+                FAST=fast.call, MISS=self.call.miss)
+        else:
+            self.call_gradient = w.compile(f"CALL(zero, {items}), {mirror}", ("zero",),
+                                           self.lock, CALL=self.call.call)
 
     def _varying(self):
         """``{driver position: argument index - 1}`` of the inputs that are whole arguments
@@ -343,11 +366,11 @@ def _driver(stub, flat, dflat, zeroing, fixed):
 DRIVER_AFTER = 20
 
 
-def _python_driver(grad, flat, dflat, zeroing, fixed):
+def _python_driver(grad, flat, dflat, zeroing, fixed, promote=True):
     """``_driver`` in Python over the ctypes call of a fresh gradient or one loaded from
-    adcore's disk cache: no Numba compile before the first call; after ``DRIVER_AFTER`` calls, the
-    njit driver through a ``_Caller``.  The arrays at the positions of ``fixed``
-    (``{position: sample}``) must be C-contiguous, as ``_Caller`` requires."""
+    adcore's disk cache: no Numba compile before the first call; after ``DRIVER_AFTER`` calls
+    (when ``promote``), the njit driver through a ``_Caller``.  The arrays at the positions
+    of ``fixed`` (``{position: sample}``) must be C-contiguous, as ``_Caller`` requires."""
     n = len(flat)
     zeroed = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ALWAYS]
     on_request = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ON_REQUEST]
@@ -358,7 +381,7 @@ def _python_driver(grad, flat, dflat, zeroing, fixed):
         if njit:
             return njit[0](zero, *args)
         calls[0] += 1
-        if calls[0] >= DRIVER_AFTER:
+        if promote and calls[0] >= DRIVER_AFTER:
             njit.append(_Caller(_driver(grad.native, flat, dflat, zeroing, fixed),
                                 sorted(fixed), len(reshaped)).call)
         if not all(args[k].flags.c_contiguous and args[k].flags.writeable for k in fixed):
@@ -371,6 +394,59 @@ def _python_driver(grad, flat, dflat, zeroing, fixed):
 
 _NOT_CONTIGUOUS = ("a Duplicated model's arrays must be writeable C-contiguous arrays "
                    "(np.ascontiguousarray); one was replaced by another")
+
+
+def _fast_slots(args, samples, dsamples, flat, dflat, zeroing):
+    """How each driver argument reaches the gradient through its builtin caller
+    (:func:`adcore.fastcall.numba_caller`): the program's arguments, then the shadows
+    (zeroed as ``zeroing`` says)."""
+    zero = {Zeroing.ON_REQUEST: "on_request", Zeroing.ALWAYS: "always", Zeroing.NEVER: None}
+    slots = []
+    for a, sample, fl in zip(args, samples, flat):     # one sample per argument
+        if isinstance(sample, np.ndarray):
+            slots.append(fastcall.ArrayArg(sample, fl, written=a.kind in WRITTEN))
+        elif a.kind == Kind.CONST:
+            slots.append(fastcall.ConstArg(sample))
+        else:
+            slots.append(fastcall.ScalarArg(sample))
+    slots += [fastcall.ArrayArg(d, fl, zero[z], written=True)
+              for d, fl, z in zip(dsamples, dflat, zeroing)]
+    return slots
+
+
+class _FastCaller:
+    """Calls the gradient through its builtin ``fast`` (:mod:`adcore.fastcall`); when that
+    refuses the arguments (one not C-contiguous, say), through the Python ``driver``,
+    which copes or raises the error."""
+
+    def __init__(self, fast, driver):
+        self.fast, self.driver = fast, driver
+
+    def call(self, zero, *dargs):
+        r = self.fast.call(True if zero else False, *dargs)
+        if r is None:
+            self.miss()
+            return self.driver(zero, *dargs)
+        return r
+
+    def run(self, zero, dargs):
+        return self.call(zero, *dargs)
+
+    def miss(self):
+        """None when the builtin refused the arguments; else raises the gradient's
+        exception."""
+        error = self.fast.error()
+        if error is not None:
+            raise error
+
+
+def _passed_arrays(items):
+    """The guard's variables that are driver arguments themselves among ``items``
+    (expressions: an input made contiguous, ``_contiguous(v)``, keeps its check)."""
+    return {x for x in items if _VARIABLE.fullmatch(x)}
+
+
+_VARIABLE = re.compile(r"[va]\d+")
 
 
 class _DirectCaller:
