@@ -36,7 +36,7 @@ import numba
 import numpy as np
 from numba.core import types as nbtypes
 
-from . import custom_rules, native, numba_abi, python_entry
+from . import custom_rules, native, numba_abi, python_entry, vector_math
 from .arguments import type_key
 from .code_reads import global_reads, library
 from .compiled import CompiledGradient
@@ -175,7 +175,7 @@ def _environment():
         _state["environment"] = (FORMAT, source.hexdigest(), sys.version, np.__version__,
                                  numba.__version__, llvmlite.__version__, llvm.get_host_cpu_name(),
                                  llvm.get_host_cpu_features().flatten(), numba.config.OPT,
-                                 numba.config.BOUNDSCHECK)
+                                 numba.config.BOUNDSCHECK, vector_math.key())
     return _state["environment"]
 
 

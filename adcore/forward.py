@@ -23,7 +23,7 @@ guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
 from . import numba_abi, runtime
 from .call_sites import check_arguments
-from .emit import Emitter, GeneratorBase, Expr, float_const
+from .emit import Emitter, GeneratorBase, Expr, alignment, float_const
 from .errors import UnsupportedError
 from .forward_calls import forward_rule_call
 from .ir import Operand, is_float_type, strip_metadata
@@ -324,7 +324,7 @@ class TangentGenerator(GeneratorBase):
         j, e = lane.j, self.e
         if instr.opcode == "load":
             out = self.tangent(Operand(instr.ref, instr.type, instr), j)
-            e.line(f"{out} = load {instr.type}, ptr {lane.shadow(instr.operands[0])}")
+            e.line(f"{out} = load {instr.type}, ptr {lane.shadow(instr.operands[0])}{alignment(instr)}")
             return
         guarded = self.zero_guarded(instr)
         if guarded is not None:
@@ -370,7 +370,7 @@ class TangentGenerator(GeneratorBase):
         if not (is_float_type(t) or value.defn in self.act.pun_type or value.is_const and t.startswith("i")):
             raise self.unsupported(instr, "a non-float value is stored into a differentiable array")
         for lane in self.lanes:
-            self.e.line(f"store {t} {self.tangent(value, lane.j)}, ptr {lane.shadow(ptr)}")
+            self.e.line(f"store {t} {self.tangent(value, lane.j)}, ptr {lane.shadow(ptr)}{alignment(instr)}")
 
     def memory_intrinsic(self, instr):
         """memcpy(d, s, n): shadow(d) = shadow(s) (0 when s has none); memset(d): shadow(d) = 0."""

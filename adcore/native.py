@@ -18,6 +18,7 @@ from numba.extending import intrinsic
 
 from . import numba_abi
 from .loop_hints import without_vectorising_large_loops
+from . import vector_math
 from .python_entry import entry_ir, entry_name
 from .numba_abi import target_machine
 from .errors import ActivityError, LinkError
@@ -146,7 +147,8 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False,
     external function the module calls must exist in the process (else :class:`LinkError`
     naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
     resolve it to address 0.  Returns a :class:`Compiled`."""
-    module = llvm.parse_assembly(text if optimised else without_vectorising_large_loops(text))
+    module = llvm.parse_assembly(text if optimised else
+                                 vector_math.before_optimising(without_vectorising_large_loops(text)))
     module.verify()
     module.name = symbol
     if entry is not None:
@@ -161,6 +163,7 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False,
     keep_only(module, symbol)
     if not optimised:
         optimise(module)
+        vector_math.after_optimising(module)
     if python_entry is not None:          # after O3: the function is not inlined into it
         module.link_in(llvm.parse_assembly(entry_ir(symbol, *python_entry)))
     with _lock:

@@ -1,7 +1,7 @@
 """The reverse of one primal instruction: stores, loads, memory intrinsics, calls with
 custom rules, calls differentiated as calls, and everything the rule table of
 :mod:`adcore.rules` covers."""
-from .emit import SUM, Expr, float_const
+from .emit import SUM, Expr, alignment, float_const
 from .ir import Operand, is_float_type
 from .memory import is_memory_intrinsic
 from .rule_calls import reverse_rule_call
@@ -23,12 +23,13 @@ def reverse_instruction(gen, instr):
             return
         t = act.value_type(value.defn) if value.defn in act.pun_type else value.type
         sp = gen.shadow(ptr)
+        align = alignment(instr)
         if is_float_type(t):
             if value.defn in act.active:
-                gen.accumulate(value.defn, gen.e(f"load {t}, ptr {sp}"))
-            gen.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}")
+                gen.accumulate(value.defn, gen.e(f"load {t}, ptr {sp}{align}"))
+            gen.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}{align}")
         elif value.is_const and t.startswith("i"):
-            gen.e.line(f"store {t} 0, ptr {sp}")
+            gen.e.line(f"store {t} 0, ptr {sp}{align}")
         else:
             raise gen.unsupported(instr, "a non-float value is stored into a differentiable array")
         return
@@ -50,9 +51,9 @@ def reverse_instruction(gen, instr):
     dy = gen.take_adjoint(instr)
     if instr.opcode == "load":
         t = act.value_type(instr)
-        sp = gen.shadow(instr.operands[0])
-        old = gen.e(f"load {t}, ptr {sp}")
-        gen.e.line(f"store {t} {gen.e(f'fadd {SUM} {t} {old}, {dy}')}, ptr {sp}")
+        sp, align = gen.shadow(instr.operands[0]), alignment(instr)
+        old = gen.e(f"load {t}, ptr {sp}{align}")
+        gen.e.line(f"store {t} {gen.e(f'fadd {SUM} {t} {old}, {dy}')}, ptr {sp}{align}")
         return
     X = Expr(gen.e, instr.type)
     ops = [Lazy(gen.values, o) for o in instr.operands]

@@ -65,6 +65,15 @@ def test_vector_ir():
     check(fn("vector.ll", "vscale"), rand(2), 0.7)
 
 
+@pytest.mark.parametrize("offset", range(4))
+def test_unaligned_wide_vectors_and_a_vector_math_call(offset):
+    """256-bit loads and stores at every 4-byte offset from a 16-byte boundary, through
+    ``llvm.tanh.v8f32`` (libmvec's ``_ZGVdN8v_tanhf`` where vector math is on): once a
+    segmentation fault, as the shadows' accesses lost their ``align 4``."""
+    x = rand(16 + offset, dtype=np.float32)[offset:offset + 10]
+    check(fn("vector.ll", "vtanh8"), x, np.float32(0.6), **F32)
+
+
 def test_stack_buffer():
     check(fn("stack.ll", "stackbuf"), np.array([1.5]), 1, 1)
 

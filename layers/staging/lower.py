@@ -15,11 +15,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from adcore import vector_math
 from adcore.errors import UnsupportedError
 from adcore.tape import RULES
 from adcore.tape.numpy_api import PLAIN_UFUNCS
 
-from .. import kernels
+from .. import kernels, vector_kernels
 from .products import lower_matmul
 from .trace import Derived, TapeRef, ValueDependentError
 from .views import ExprView, View, c_strides
@@ -223,6 +224,11 @@ class Lowering:
                 cast = "np.float32" if value.dtype == np.float32 else ""   # as a store would
                 out = ExprView(f"{cast}({template})", [o.broadcast(value.shape) for o in operands],
                                value.shape, value.dtype)
+            elif self._in_vectors(rec, value, operands):
+                out = self.buffer(value.shape, value.dtype)
+                x, name = operands[0], vector_kernels.kernel_name(rec.op, value.dtype)
+                self.globals[name] = vector_kernels.map_kernel(rec.op, value.dtype)
+                self.emit(f"{name}({out.base}, {out.off}, {x.base}, {x.off}, {value.size})")
             else:
                 out = self.buffer(value.shape, value.dtype)
                 self.store(out, template, operands)
@@ -232,6 +238,18 @@ class Lowering:
             raise UnsupportedError(f"the recorded operation {rec.op!r}",
                                    detail="the compiled path (Duplicated) has no lowering for it")
         self.views[rec.out] = out
+
+    @staticmethod
+    def _in_vectors(rec, value, operands):
+        """Whether ``rec`` (a ``tanh``, ``exp``, ... of one contiguous operand of its dtype
+        and shape) is computed by :mod:`layers.vector_kernels`: only when adcore maps
+        vector math to libmvec, and for at least one vector of elements."""
+        if not (vector_math.ENABLED and vector_kernels.map_kernel(rec.op, value.dtype) and
+                len(operands) == 1 and value.size >= vector_kernels.lanes(value.dtype)):
+            return False
+        x = operands[0]
+        return (type(x) is View and x.base is not None and x.dtype == value.dtype and
+                x.shape == value.shape and x.strides == c_strides(value.shape))
 
     def _reshape(self, rec, value):
         x = self.views[rec.inputs[0]]

@@ -1,0 +1,79 @@
+"""Elementwise math on contiguous slices in explicit vectors, for the compiled path.
+
+LLVM fully unrolls a short loop of ``math.tanh`` (the seed model's 23 units) before its
+vectorisers run, and then keeps the calls scalar.  ``map_kernel(op, dtype)`` is an njit
+``kernel(out, oo, x, xo, n)``: ``out[oo + i] = op(x[xo + i])`` for ``i < n``, in blocks of
+one 256-bit vector through LLVM's vector intrinsic (``llvm.tanh.v8f32``), the rest one
+by one.  adcore differentiates the intrinsics with its rule table, and maps them to
+libmvec in the gradient (:mod:`adcore.vector_math`); elsewhere they are LLVM's.
+"""
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+OPS = ("tanh", "exp", "log", "sin", "cos")
+VECTOR_BYTES = 32
+_ELEMENTS = {np.dtype(np.float32): (ir.FloatType(), "f32"),
+             np.dtype(np.float64): (ir.DoubleType(), "f64")}
+
+
+def lanes(dtype):
+    """Elements of ``dtype`` in one vector."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def _vector_op(op, dtype):
+    """An intrinsic ``f(out, oo, x, xo)``: ``out[oo:oo + L] = op(x[xo:xo + L])`` as one
+    call of LLVM's vector intrinsic (``L = lanes(dtype)``)."""
+    element, suffix = _ELEMENTS[np.dtype(dtype)]
+    vector = ir.VectorType(element, lanes(dtype))
+    name = f"llvm.{op}.v{lanes(dtype)}{suffix}"
+
+    def typer(typingctx, out, oo, x, xo):
+        def codegen(context, builder, sig, args):
+            out_v, oo_v, x_v, xo_v = args
+            out_a = context.make_array(sig.args[0])(context, builder, out_v)
+            x_a = context.make_array(sig.args[2])(context, builder, x_v)
+            src = builder.bitcast(builder.gep(x_a.data, [xo_v]), vector.as_pointer())
+            dst = builder.bitcast(builder.gep(out_a.data, [oo_v]), vector.as_pointer())
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]), name)
+            builder.store(builder.call(fn, [builder.load(src, align=element_bytes)]), dst,
+                          align=element_bytes)
+            return context.get_dummy_value()
+        return types.void(out, oo, x, xo), codegen
+
+    element_bytes = np.dtype(dtype).itemsize
+    typer.__name__ = f"vector_{op}_{np.dtype(dtype).name}"
+    return intrinsic(typer)
+
+
+def _map(op, dtype):
+    vector, scalar, width = _vector_op(op, dtype), getattr(math, op), lanes(dtype)
+
+    def kernel(out, oo, x, xo, n):
+        i = 0
+        while i + width <= n:
+            vector(out, oo + i, x, xo + i)
+            i += width
+        for j in range(i, n):
+            out[oo + j] = scalar(x[xo + j])
+    kernel.__name__ = f"map_{op}_{np.dtype(dtype).name}"
+    return numba.njit(cache=False, error_model="numpy")(kernel)
+
+
+_KERNELS = {(op, np.dtype(t)): _map(op, t) for op in OPS for t in (np.float32, np.float64)}
+
+
+def map_kernel(op, dtype):
+    """The kernel of ``op`` on ``dtype`` slices, or None."""
+    return _KERNELS.get((op, np.dtype(dtype)))
+
+
+def kernel_name(op, dtype):
+    """The kernel's name in generated programs."""
+    return f"map_{op}_{np.dtype(dtype).name}"
