@@ -108,4 +108,13 @@ def collect(load_at_start=None):
                 load_average=dict(start=load_at_start, end=load_average()),
                 platform=dict(system=platform.system(), release=platform.release(),
                               machine=platform.machine()),
-                cpu=cpu(), threads=threads(), versions=versions())
+                math=math(), cpu=cpu(), threads=threads(), versions=versions())
+
+
+def math():
+    """The math functions adcore's compiled code calls (no fast-math flag is set anywhere)."""
+    from adcore import vector_math
+    if vector_math.ENABLED:
+        return ("adcore's gradients: glibc's libmvec for vectorised tanh/exp/log/sin/cos "
+                "(4 ulp), libm elsewhere; Numba's own code: libm")
+    return "libm (adcore's vector math off)"

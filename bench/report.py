@@ -108,6 +108,7 @@ def environment_lines(env):
             + (f"; load average {load}" if load else ""),
             f"Threads: BLAS/OpenMP {pools or 'none loaded'}; Numba {t['numba']['num_threads']}"
             + ("" if t["torch"] is None else f"; PyTorch {t['torch']}"),
+            f"Math: {env.get('math', 'libm')}; no fast-math",
             f"Versions: python {v['python']}, adcore {adcore}, "
             + ", ".join(f"{k} {v[k]}" for k in ("numpy", "scipy", "numba", "llvmlite"))
             + f"; peers: {peers}"]

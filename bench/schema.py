@@ -32,10 +32,12 @@ ROW = _object({
     "ok": _maybe({"type": "boolean"}), "check": _text, "note": _text,
 })
 
-ENVIRONMENT = _object({
+ENVIRONMENT = _object(required=["date", "load_average", "platform", "cpu", "threads", "versions"],
+                      properties={
     "date": {"type": "string", "format": "date-time"},
     "load_average": _object({"start": _maybe(_number), "end": _maybe(_number)}),
     "platform": _object({"system": _text, "release": _text, "machine": _text}),
+    "math": _text,
     "cpu": _object({"model": _text, "llvm_name": _text, "flags": {"type": "array", "items": _text},
                     "cores": _maybe(_count), "usable_cores": _maybe(_count),
                     "memory_bytes": _maybe(_count)}),

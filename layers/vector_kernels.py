@@ -2,13 +2,14 @@
 
 LLVM fully unrolls a short loop of ``math.tanh`` (the seed model's 23 units) before its
 vectorisers run, and then keeps the calls scalar.  ``map_kernel(op, dtype)`` is an njit
-``kernel(out, oo, x, xo, n)``: ``out[oo + i] = op(x[xo + i])`` for ``i < n``, in blocks of
-one 256-bit vector through LLVM's vector intrinsic (``llvm.tanh.v8f32``), the rest one
-by one.  adcore differentiates the intrinsics with its rule table, and maps them to
-libmvec in the gradient (:mod:`adcore.vector_math`); elsewhere they are LLVM's.
+``kernel(out, oo, x, xo, n)``: ``out[oo + i] = op(x[xo + i])`` for ``i < n`` (``n`` at
+least one vector's lanes; ``out`` and ``x`` distinct), in blocks of one 256-bit vector
+through LLVM's vector intrinsic (``llvm.tanh.v8f32``), the last block ending at ``n``
+(overlapping the one before: its values are written again, and in the reverse pass the
+later store takes their adjoints).  adcore differentiates the intrinsics with its rule
+table, and maps them to libmvec in the gradient (:mod:`adcore.vector_math`); elsewhere
+they are LLVM's.
 """
-import math
-
 import numba
 import numpy as np
 from llvmlite import ir
@@ -53,15 +54,15 @@ def _vector_op(op, dtype):
 
 
 def _map(op, dtype):
-    vector, scalar, width = _vector_op(op, dtype), getattr(math, op), lanes(dtype)
+    vector, width = _vector_op(op, dtype), lanes(dtype)
 
     def kernel(out, oo, x, xo, n):
         i = 0
         while i + width <= n:
             vector(out, oo + i, x, xo + i)
             i += width
-        for j in range(i, n):
-            out[oo + j] = scalar(x[xo + j])
+        if i < n:                     # the last vector again, ending at n
+            vector(out, oo + n - width, x, xo + n - width)
     kernel.__name__ = f"map_{op}_{np.dtype(dtype).name}"
     return numba.njit(cache=False, error_model="numpy")(kernel)
 
