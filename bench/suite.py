@@ -115,12 +115,16 @@ def run_kernels(config):
     out = []
     for r in kernel_module.run(config.sampler, config.quick or config.size < 1):
         case = f"{r['workload']}, {r['size']}"
-        out += [row("kernels", case, "Numba primal", r["primal"]),
-                row("kernels", case, "hand-written Numba gradient", r["hand"], vs_ref=1.0,
-                    grad_obj=r["hand"].median / r["primal"].median, note="reference"),
-                row("kernels", case, "adcore gradient", r["adcore"], vs_ref=r["adcore_over_hand"],
-                    grad_obj=r["grad_over_primal"], first_call_s=r["first_call_s"],
-                    cached_bytes=r["cached_bytes"])]
+        out.append(row("kernels", case, "Numba primal", r["primal"]))
+        for impl, t in (("hand-written Numba gradient", r["hand"]),
+                        ("hand-written numpy gradient", r["hand_numpy"])):
+            if t is not None:
+                out.append(row("kernels", case, impl, t, vs_ref=t.median / r["reference"],
+                               grad_obj=t.median / r["primal"].median,
+                               note="reference" if t.median == r["reference"] else ""))
+        out.append(row("kernels", case, "adcore gradient", r["adcore"], vs_ref=r["adcore_over_hand"],
+                       grad_obj=r["grad_over_primal"], first_call_s=r["first_call_s"],
+                       cached_bytes=r["cached_bytes"]))
     return out
 
 
