@@ -58,11 +58,13 @@ def loss(m, x, y):
 
 @numba.njit(cache=False, error_model="numpy")
 def _adam(p, g, mt, vt, c1, c2, eta, b1, b2, eps):
-    """optim.Adam's formula (float32 state, float64 hyperparameters); ``g`` becomes the step."""
+    """optim.Adam's formula (float32 state, float64 hyperparameters, one division per
+    element); ``p`` takes the step."""
+    step, root = eta / c1, 1.0 / math.sqrt(c2)
     for i in range(p.size):
         mt[i] = b1 * mt[i] + (1.0 - b1) * g[i]
         vt[i] = b2 * vt[i] + (1.0 - b2) * g[i] * g[i]
-        p[i] -= np.float32(eta * (mt[i] / c1 / (math.sqrt(vt[i] / c2) + eps)))
+        p[i] -= np.float32(step * mt[i] / (math.sqrt(vt[i]) * root + eps))
 
 
 @numba.njit(cache=False, error_model="numpy")

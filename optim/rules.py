@@ -171,14 +171,17 @@ class Adam(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, mt, vt, beta_t, eta, b1, b2, eps, lam):
-        """Adam; with ``lam != 0`` PyTorch's (coupled) AdamW: ``eta * (adam_step + lam * x)``."""
+        """Adam; with ``lam != 0`` PyTorch's (coupled) AdamW: ``eta * (adam_step + lam * x)``.
+        ``eta mt/c1 / (sqrt(vt/c2) + eps)`` is computed as ``(eta/c1) mt / (sqrt(vt)/sqrt(c2)
+        + eps)`` with the two scalars taken once: one division per element, not three."""
         c1 = 1.0 - beta_t[0]
         c2 = 1.0 - beta_t[1]
+        step, root = eta / c1, 1.0 / math.sqrt(c2)
         for i in range(g.size):
             d = g[i]
             mt[i] = b1 * mt[i] + (1.0 - b1) * d
             vt[i] = b2 * vt[i] + (1.0 - b2) * d * d
-            g[i] = eta * (mt[i] / c1 / (math.sqrt(vt[i] / c2) + eps) + lam * x[i])
+            g[i] = step * mt[i] / (math.sqrt(vt[i]) * root + eps) + eta * lam * x[i]
         beta_t[0] *= b1
         beta_t[1] *= b2
 
