@@ -30,6 +30,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from numba.core.types import unliteral
 
+from .emit import float_const
 from .numba_abi import flat_types, target_context, target_machine
 from .python_entry import _DATA, _DESCR, _DIMS, _FLAGS, _NDIM, kernel_exception
 
@@ -117,7 +118,8 @@ def _constant(value):
     if isinstance(value, (int, np.integer)):
         return "i64", str(int(value))
     if isinstance(value, (float, np.floating)):
-        return ("float" if isinstance(value, np.float32) else "double"), float(value).hex()
+        ty = "float" if isinstance(value, np.float32) else "double"
+        return ty, float_const(ty, float(value))
     return None
 
 

@@ -84,6 +84,19 @@ def test_arguments_unlike_the_compiled_ones_are_refused_before_anything_runs(nam
     np.testing.assert_array_equal(out, 3.0)       # not zeroed: nothing was touched
 
 
+@numba.njit
+def _scaled(x, a, b):
+    return x[0] * a + b
+
+
+def test_float_constants_are_compiled_in():
+    argtypes = (F64, types.float64, types.float32)
+    address, restype = native_function(_scaled, argtypes)
+    caller = numba_caller(address, argtypes, restype,
+                          [ArrayArg(np.ones(1), False), ConstArg(0.1), ConstArg(np.float32(2.5))])
+    assert caller.call(np.array([3.0]), 99.0, 99.0) == 3.0 * 0.1 + 2.5
+
+
 def test_a_read_only_array_that_is_not_written_passes():
     x = np.ones((2, 3))
     x.flags.writeable = False
