@@ -17,6 +17,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from adcore import vector_math
+
 OPS = ("tanh", "exp", "log", "sin", "cos")
 VECTOR_BYTES = 32
 _ELEMENTS = {np.dtype(np.float32): (ir.FloatType(), "f32"),
@@ -28,12 +30,17 @@ def lanes(dtype):
     return VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
-def _vector_op(op, dtype):
+def _intrinsic_name(op, dtype):
+    return f"llvm.{op}.v{lanes(dtype)}{_ELEMENTS[np.dtype(dtype)][1]}"
+
+
+def _vector_op(op, dtype, callee=None):
     """An intrinsic ``f(out, oo, x, xo)``: ``out[oo:oo + L] = op(x[xo:xo + L])`` as one
-    call of LLVM's vector intrinsic (``L = lanes(dtype)``)."""
-    element, suffix = _ELEMENTS[np.dtype(dtype)]
+    call of LLVM's vector intrinsic (``L = lanes(dtype)``), or of ``callee`` (a function of
+    the same vector type)."""
+    element, _ = _ELEMENTS[np.dtype(dtype)]
     vector = ir.VectorType(element, lanes(dtype))
-    name = f"llvm.{op}.v{lanes(dtype)}{suffix}"
+    name = callee or _intrinsic_name(op, dtype)
 
     def typer(typingctx, out, oo, x, xo):
         def codegen(context, builder, sig, args):
@@ -53,8 +60,8 @@ def _vector_op(op, dtype):
     return intrinsic(typer)
 
 
-def _map(op, dtype):
-    vector, width = _vector_op(op, dtype), lanes(dtype)
+def _map(op, dtype, callee=None):
+    vector, width = _vector_op(op, dtype, callee), lanes(dtype)
 
     def kernel(out, oo, x, xo, n):
         i = 0
@@ -73,6 +80,15 @@ _KERNELS = {(op, np.dtype(t)): _map(op, t) for op in OPS for t in (np.float32, n
 def map_kernel(op, dtype):
     """The kernel of ``op`` on ``dtype`` slices, or None."""
     return _KERNELS.get((op, np.dtype(dtype)))
+
+
+def libmvec_map_kernel(op, dtype):
+    """The same kernel calling glibc's libmvec function itself, for Numba code that adcore
+    does not compile (Numba's code generator would split LLVM's vector intrinsic into
+    scalar libm calls): the fastest hand-written code one can write in Numba.  None
+    without libmvec."""
+    callee = vector_math.libmvec_name(_intrinsic_name(op, dtype))
+    return None if callee is None else _map(op, dtype, callee)
 
 
 def kernel_name(op, dtype):

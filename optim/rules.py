@@ -8,19 +8,34 @@ the signature ``kernel(x, g, *state, *hyper)`` that overwrites ``g`` with the st
 updates the state arrays in place.  ``rule.steps(state)`` lists the kernel calls, so a
 compiled training loop (``layers`` with ``Duplicated``) calls exactly what ``apply``
 calls.  ``rule.adjust(**kw)`` returns a copy with new hyperparameters.  The kernels
-follow numpy's floating-point rules (a division by zero gives inf or nan, as in
-Optimisers.jl), which also lets LLVM vectorise their loops.
+compute in the precision of the parameters (hyperparameters converted by ``like``, as
+Optimisers.jl does) and follow numpy's floating-point rules (a division by zero gives inf
+or nan, as in Optimisers.jl), which also lets LLVM vectorise their loops.
 """
 import copy
 import math
 from typing import NamedTuple
 
 import numba
+import numba.extending
 import numpy as np
 
 
 def _njit(f):
     return numba.njit(cache=False, nogil=True, error_model="numpy")(f)
+
+
+def like(a, value):
+    """``value`` in the element type of array ``a``: the kernels compute in the precision
+    of the parameters, as Optimisers.jl (``T(o.eta)``), PyTorch and optax do (float32
+    models take float32 steps, 8 lanes to a 256-bit vector)."""
+    return a.dtype.type(value)
+
+
+@numba.extending.overload(like)
+def _like(a, value):
+    element = a.dtype
+    return lambda a, value: element(value)
 
 
 class Step(NamedTuple):
@@ -84,6 +99,7 @@ class Descent(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, eta):
+        eta = like(g, eta)
         for i in range(g.size):
             g[i] = eta * g[i]
 
@@ -102,6 +118,7 @@ class Momentum(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, v, eta, rho):
+        eta, rho = like(g, eta), like(g, rho)
         for i in range(g.size):
             v[i] = rho * v[i] + eta * g[i]
             g[i] = v[i]
@@ -124,9 +141,11 @@ class Nesterov(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, v, eta, rho):
+        a, b = like(g, -rho * rho), like(g, (1.0 + rho) * eta)
+        eta, rho = like(g, eta), like(g, rho)
         for i in range(g.size):
             d = g[i]
-            g[i] = -rho * rho * v[i] + (1.0 + rho) * eta * d
+            g[i] = a * v[i] + b * d
             v[i] = rho * v[i] - eta * d
 
     def __init__(self, eta=0.001, rho=0.9):
@@ -147,9 +166,10 @@ class RMSProp(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, quad, eta, rho, eps):
+        keep, eta, rho, eps = like(g, 1.0 - rho), like(g, eta), like(g, rho), like(g, eps)
         for i in range(g.size):
             d = g[i]
-            quad[i] = rho * quad[i] + (1.0 - rho) * d * d
+            quad[i] = rho * quad[i] + keep * d * d
             g[i] = d * eta / (math.sqrt(quad[i]) + eps)
 
     def __init__(self, eta=0.001, rho=0.9, epsilon=1e-8):
@@ -172,16 +192,19 @@ class Adam(Rule):
     @_njit
     def kernel(x, g, mt, vt, beta_t, eta, b1, b2, eps, lam):
         """Adam; with ``lam != 0`` PyTorch's (coupled) AdamW: ``eta * (adam_step + lam * x)``.
-        ``eta mt/c1 / (sqrt(vt/c2) + eps)`` is computed as ``(eta/c1) mt / (sqrt(vt)/sqrt(c2)
-        + eps)`` with the two scalars taken once: one division per element, not three."""
-        c1 = 1.0 - beta_t[0]
-        c2 = 1.0 - beta_t[1]
-        step, root = eta / c1, 1.0 / math.sqrt(c2)
+        ``mt = b1 mt + (1-b1) dx``, ``vt = b2 vt + (1-b2) dx^2``, step
+        ``eta mt/c1 / (sqrt(vt/c2) + eps)`` (``c = 1 - beta_t``) computed as
+        ``(eta/c1) mt / (sqrt(vt) (1/sqrt(c2)) + eps)``: the scalars taken once (from the
+        float64 powers ``beta_t``), one division per element, in ``x``'s precision."""
+        step = like(g, eta / (1.0 - beta_t[0]))
+        root = like(g, 1.0 / math.sqrt(1.0 - beta_t[1]))
+        decay, eps = like(g, eta * lam), like(g, eps)
+        c1, c2, k1, k2 = like(g, b1), like(g, b2), like(g, 1.0 - b1), like(g, 1.0 - b2)
         for i in range(g.size):
             d = g[i]
-            mt[i] = b1 * mt[i] + (1.0 - b1) * d
-            vt[i] = b2 * vt[i] + (1.0 - b2) * d * d
-            g[i] = step * mt[i] / (math.sqrt(vt[i]) * root + eps) + eta * lam * x[i]
+            mt[i] = c1 * mt[i] + k1 * d
+            vt[i] = c2 * vt[i] + k2 * d * d
+            g[i] = step * mt[i] / (math.sqrt(vt[i]) * root + eps) + decay * x[i]
         beta_t[0] *= b1
         beta_t[1] *= b2
 
@@ -222,6 +245,7 @@ class AdaGrad(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, acc, eta, eps):
+        eta, eps = like(g, eta), like(g, eps)
         for i in range(g.size):
             d = g[i]
             acc[i] += d * d
@@ -245,6 +269,7 @@ class ClipGrad(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, delta):
+        delta = like(g, delta)
         for i in range(g.size):
             g[i] = min(max(g[i], -delta), delta)
 
@@ -295,6 +320,7 @@ class WeightDecay(Rule):
     @staticmethod
     @_njit
     def kernel(x, g, lam):
+        lam = like(g, lam)
         for i in range(g.size):
             g[i] = g[i] + lam * x[i]
 
