@@ -69,7 +69,7 @@ def _report(kernel, x, y):
 def test_self_derived_call_in_a_loop_is_kept(name):
     x, y = np.linspace(-1, 1, 7) + 0.05, np.linspace(0.5, 2, 7)      # no tie with the running max
     report = _report(KERNELS[name], x, y)
-    assert "8 B  double  call" in report, report
+    assert f"8 B  double  call of {name}" in report, report
     check(KERNELS[name], x, y)
 
 
