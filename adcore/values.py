@@ -6,13 +6,15 @@ instruction is pure (arithmetic, casts, compares, GEPs, math calls, loads of mem
 later writes); the rest is kept in a *register*, a stack slot of the gradient function that
 the forward pass stores and, inside a loop, pushes on the value stack before overwriting.
 Inside a loop, a value is kept instead when recomputing it would make more bytes per
-iteration necessary than keeping it, or as many for a call of exp or tanh, whose derivative
-is its result: recomputing it repeats the whole call (ADBench's GMM gradient at d=2 is 11%
-faster keeping the exps of its log-sum-exp, which needs the running maximum otherwise).
+iteration necessary than keeping it, and so is a call of exp or tanh, whose derivative is
+its result, when it changes with every loop around it (:mod:`adcore.loop_variance`):
+recomputing it would repeat the whole call (ADBench's GMM gradient at d=2 is 12% faster
+keeping the exps of its log-sum-exp, the LSTM's 1.3x, a 10^6 log-sum-exp's 1.6x).
 """
 from . import runtime
 from .cfg import step_of
 from .ir import Arg, rename, strip_metadata
+from .loop_variance import LoopVariance
 from .rules import math_name
 
 PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
@@ -57,6 +59,11 @@ class Values:
         self.restored = restored     # loads of memory the reverse pass restores (snapshots.py)
         self.registers = {}
         self.memo = {}
+        self.variance = LoopVariance(cfg, clobbers.can_reload, self._is_pure)
+
+    @staticmethod
+    def _is_pure(instr):
+        return instr.opcode in PURE_OPS or instr.opcode == "call" and is_pure_call(instr)
 
     def register(self, value):
         if value not in self.registers:
@@ -117,11 +124,11 @@ class Values:
     def cheaper_to_keep(self, value):
         """A recomputable value inside a loop is saved itself when recomputing it would save
         more bytes per iteration (a 1-byte comparison instead of an 8-byte running maximum),
-        or as many for a call in ``SELF_DERIVED`` (one that needs only reloads and counters,
-        such as a loop-invariant ``exp(q[k])``, is still recomputed)."""
+        and a call in ``SELF_DERIVED`` when it changes with every loop around it (one that
+        does not, such as ``exp(q[k])`` in a loop over points, is recomputed: keeping it
+        would push one value again and again)."""
         if value.block not in self.cfg.cyclic or value.type not in runtime.SIZES:
             return False
-        kept, saved = runtime.size_of(value.type), self.saved_bytes(value)
         if value.opcode == "call" and math_name(value.callee) in SELF_DERIVED:
-            return kept <= saved
-        return kept < saved
+            return self.variance.varies_with_every_loop(value)
+        return runtime.size_of(value.type) < self.saved_bytes(value)

@@ -1,8 +1,9 @@
-"""Calls of exp, exp2, expm1 and tanh inside loops whose recomputation would need a kept
-value (a running maximum) are kept themselves (their derivative is their result:
-adcore/values.py's ``SELF_DERIVED``); sin is still recomputed (its reverse needs cos anyway),
-and so is a call that needs only reloads and counters.  The plan is read through
-``adcore.cache_report``, the gradients checked against central finite differences."""
+"""Calls of exp, exp2, expm1 and tanh that change with every loop around them are kept by the
+forward pass instead of recomputed in the reverse pass (their derivative is their result:
+adcore/values.py's ``SELF_DERIVED``, adcore/loop_variance.py); sin is still recomputed (its
+reverse needs cos anyway), and so is a call that does not change with an outer loop.  The
+plan is read through ``adcore.cache_report``, the gradients checked against central finite
+differences."""
 import math
 
 import numba
@@ -81,8 +82,8 @@ def test_sin_in_a_loop_is_recomputed_not_kept():
 
 
 @numba.njit
-def from_reloads(x, q):
-    """exp(q[k]) needs only a reload and a counter: recomputed, not kept per point."""
+def invariant_in_points(x, q):
+    """exp(q[k]) does not change with the loop over points: recomputed, not kept per point."""
     s = 0.0
     for i in range(x.shape[0]):
         for k in range(q.shape[0]):
@@ -90,11 +91,28 @@ def from_reloads(x, q):
     return s
 
 
-def test_call_needing_only_reloads_is_recomputed():
+@numba.njit
+def exp_of_each(x, w):
+    """exp(x[i] - m), m found before the loop: changes with the loop's only counter."""
+    m = x.max()
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * math.exp(x[i] - m)
+    return math.log(s) + m
+
+
+def test_call_changing_with_its_loop_is_kept():
+    x, w = np.linspace(-1, 1, 7), np.linspace(0.5, 2, 7)
+    report = _report(exp_of_each, x, w)
+    assert "8 B  double  call of exp" in report, report
+    check(exp_of_each, x, w)
+
+
+def test_call_invariant_in_an_outer_loop_is_recomputed():
     x, q = np.linspace(0.1, 1.0, 6), np.linspace(-1.0, 1.0, 4)
-    report = _report(from_reloads, x, q)
+    report = _report(invariant_in_points, x, q)
     assert "nothing inside loops" in report, report
-    check(from_reloads, x, q)
+    check(invariant_in_points, x, q)
 
 
 def test_kept_calls_in_branches_and_nested_loops():
