@@ -3,6 +3,7 @@ iteration of each loop (``adcore.cache_report(f, *args)``)."""
 import re
 
 from . import runtime
+from .rules import math_name
 
 
 class CachedItem:
@@ -91,6 +92,8 @@ def _item(kind, value, block):
         return CachedItem("which predecessor entered a block", "i8", 1, _line(block))
     name = _variable(value.name or "")
     what = {"iv": "a loop counter's start", "reg": f"{value.opcode}"}[kind]
+    if kind == "reg" and value.opcode == "call":
+        what += f" of {math_name(value.callee) or value.callee}"
     if name:
         what += f" of {name}"
     return CachedItem(what, value.type, runtime.kept_bytes(value.type), _line(value))
