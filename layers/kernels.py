@@ -19,6 +19,13 @@ def _njit(f):
     return numba.njit(cache=False, error_model="numpy")(f)
 
 
+def _inlined(f):
+    """Inlined by Numba where it is called: every call site passes other constant sizes,
+    which Numba types as literals, and a callee compiled on its own is compiled (with
+    wrappers and machine code) once per distinct set of them."""
+    return numba.njit(cache=False, error_model="numpy", inline="always")(f)
+
+
 # -- elementwise: the helpers the op tables' scalar templates call (``S.<name>``) -----
 def _compiled(module):
     """A module holding ``module``'s functions (its ``__all__``) compiled by Numba."""
@@ -47,7 +54,7 @@ sigmoid_float32, sigmoid_float64 = _sigmoid_in(np.float32), _sigmoid_in(np.float
 
 
 # -- matrix product --------------------------------------------------------------------
-@_njit
+@_inlined
 def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
     """``out[i, j] = sum_l a[i, l] b[l, j]`` for ``(n, k) @ (k, m)`` strided views."""
     for i in range(n):
@@ -59,7 +66,7 @@ def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
 
 
 # -- along one axis ----------------------------------------------------------------------
-@_njit
+@_inlined
 def _line_max(x, xo, xs, n):
     """The shift for a stable ``exp``: the maximum of the line, 0 when it is not finite."""
     m = x[xo]
@@ -70,7 +77,7 @@ def _line_max(x, xo, xs, n):
     return m if math.isfinite(m) else 0.0
 
 
-@_njit
+@_inlined
 def logsumexp_line(x, xo, xs, n):
     """``log(sum(exp(x)))`` of the ``n`` entries at ``x[xo + i * xs]``, shifted by the max."""
     m = _line_max(x, xo, xs, n)
@@ -80,7 +87,7 @@ def logsumexp_line(x, xo, xs, n):
     return math.log(s) + m
 
 
-@_njit
+@_inlined
 def softmax_line(out, oo, os, x, xo, xs, n):
     """``out = exp(x - max) / sum(exp(x - max))`` along one line."""
     m = _line_max(x, xo, xs, n)
@@ -91,7 +98,7 @@ def softmax_line(out, oo, os, x, xo, xs, n):
         out[oo + i * os] = math.exp(x[xo + i * xs] - m) / s
 
 
-@_njit
+@_inlined
 def logsoftmax_line(out, oo, os, x, xo, xs, n):
     """``out = x - logsumexp(x)`` along one line."""
     lse = logsumexp_line(x, xo, xs, n)

@@ -202,3 +202,21 @@ def test_sigmoid_is_exact_and_finite_far_out(dtype):
     np.testing.assert_allclose(g[0]["bias"], ds.sum(axis=0), rtol=rtol, atol=1e-30)
     np.testing.assert_allclose(g[0]["weight"][:, 0], (ds * z).sum(axis=0), rtol=rtol, atol=1e-30)
     assert float(val) == pytest.approx(float(np.sum(s * w)), rel=rtol)
+
+
+def test_layer_kernels_are_inlined_into_the_program():
+    """The staged program's line and small-product kernels are inlined by Numba where they
+    are called (each call passes other constant sizes, and a call compiled on its own
+    costs a Numba compile per distinct set of them): none is compiled by itself."""
+    from layers import kernels, logitcrossentropy
+    model = Chain(Dense(3, 4, tanh, dtype=np.float64, rng=1), Dense(4, 5, dtype=np.float64, rng=2))
+    x, y = RNG.standard_normal((2, 3)), np.eye(5)[[0, 3]]
+
+    def loss(m, x, y):
+        return logitcrossentropy(m(x), y)
+    dup = Duplicated(model)
+    g = gradient(loss, dup, x, y)[0]
+    close(g, gradient(loss, model, x, y)[0])
+    assert "K.gemm" in staged(loss, dup, x, y).source and "K.logsoftmax_line" in staged(loss, dup, x, y).source
+    for kernel in (kernels.gemm, kernels.logsoftmax_line, kernels.logsumexp_line, kernels.softmax_line):
+        assert not kernel.overloads, kernel

@@ -19,9 +19,9 @@ import operator
 import numpy as np
 
 import optim
+from adcore.custom_rules import carray
 from adcore.disk_cache import CachedFunction
 from adcore.tree import child
-from optim.addresses import view
 
 from .lower import Kind
 from .program import Zeroing, _Caller, _zero, lookup
@@ -214,7 +214,7 @@ def _loop_source(staged, samples, plan, fixed):
     flat = list(staged.flat) + list(staged.dflat)
     lines = [f"def loop(total, n, table"
              f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):",
-             f"    addresses = view(table, ({len(fixed)},), np.int64)"]
+             f"    addresses = carray(table, ({len(fixed)},), np.int64)"]
     for q, (k, sample) in enumerate(sorted(fixed.items())):
         if k in samples:
             shape = f"(n, {sample.size})" if isinstance(sample, np.ndarray) else "(n,)"
@@ -224,7 +224,7 @@ def _loop_source(staged, samples, plan, fixed):
         else:
             shape = repr((sample.size,) if k >= len(flat) or flat[k] else sample.shape)
             dtype = sample.dtype
-        lines.append(f"    {names[k]} = view(addresses[{q}], {shape}, np.{dtype.name})")
+        lines.append(f"    {names[k]} = carray(addresses[{q}], {shape}, np.{dtype.name})")
     a, d = names[:na], names[na:na + nd]
     g, s = names[na + nd:na + nd + len(plan)], names[-2 - ns:-2]
     call = []
@@ -274,7 +274,7 @@ def _loop_source(staged, samples, plan, fixed):
 def _compile_loop(staged, source, plan):
     """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
     gradient's njit stub)."""
-    scope = {"stub": staged.grad, "_zero": _zero, "math": math, "np": np, "view": view}
+    scope = {"stub": staged.grad, "_zero": _zero, "math": math, "np": np, "carray": carray}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
             scope[f"K{q}_{k}"] = st.kernel
