@@ -24,7 +24,7 @@ from adcore.disk_cache import CachedFunction
 from adcore.tree import child
 
 from .lower import Kind
-from .program import Zeroing, _Caller, _zero, lookup
+from .program import Zeroing, _Caller, lookup
 
 
 _MAX_PLANS = 8      # per compiled program: the optimiser states trained with it
@@ -215,6 +215,7 @@ def _loop_source(staged, samples, plan, fixed):
     lines = [f"def loop(total, n, table"
              f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):",
              f"    addresses = carray(table, ({len(fixed)},), np.int64)"]
+    flat_of = {}          # a shadow's name -> the name of a 1-D view of it
     for q, (k, sample) in enumerate(sorted(fixed.items())):
         if k in samples:
             shape = f"(n, {sample.size})" if isinstance(sample, np.ndarray) else "(n,)"
@@ -222,8 +223,12 @@ def _loop_source(staged, samples, plan, fixed):
         elif k == len(names) - 1:     # the losses
             shape, dtype = "(total,)", np.dtype(np.float64)
         else:
-            shape = repr((sample.size,) if k >= len(flat) or flat[k] else sample.shape)
-            dtype = sample.dtype
+            dims = (sample.size,) if k >= len(flat) or flat[k] else sample.shape
+            shape, dtype = repr(dims), sample.dtype
+            if na <= k < na + nd:        # a shadow, zeroed through a 1-D view of it
+                flat_of[names[k]] = names[k] if len(dims) == 1 else f"{names[k]}f"
+                if len(dims) != 1:
+                    lines.append(f"    {names[k]}f = carray(addresses[{q}], ({sample.size},), np.{dtype.name})")
         lines.append(f"    {names[k]} = carray(addresses[{q}], {shape}, np.{dtype.name})")
     a, d = names[:na], names[na:na + nd]
     g, s = names[na + nd:na + nd + len(plan)], names[-2 - ns:-2]
@@ -238,9 +243,9 @@ def _loop_source(staged, samples, plan, fixed):
     # the last step's, which the shadow keeps as after a gradient call), else before each step.
     read = set() if any(st.check for _, steps in plan for st in steps) else \
         {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
-    lines += [f"    _zero({d[q]})" for q in sorted(read)]
+    lines += [_zeroing(flat_of[d[q]], "    ") for q in sorted(read)]
     lines += ["    for it in range(total):", "        row = it % n", "        last = it + 1 == total"]
-    lines += [f"        _zero({x}.reshape(-1))"
+    lines += [_zeroing(flat_of[x], "        ")
               for q, (x, z) in enumerate(zip(d, staged.zeroing)) if z != Zeroing.NEVER and q not in read]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
@@ -271,11 +276,17 @@ def _loop_source(staged, samples, plan, fixed):
     return "\n".join(lines) + "\n"
 
 
+def _zeroing(x, indent):
+    """Lines zeroing the 1-D array ``x`` (a loop in the source: a call of an njit
+    function would cost its own Numba compile)."""
+    return f"{indent}for i in range({x}.size):\n{indent}    {x}[i] = 0"
+
+
 def _compile_loop(staged, source, plan):
     """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
     gradient's njit stub).  Numba's numpy error model: its one division is by the item
     count, never 0, and the checks of the Python model cost a tenth of its compile."""
-    scope = {"stub": staged.grad, "_zero": _zero, "math": math, "np": np, "carray": carray}
+    scope = {"stub": staged.grad, "math": math, "np": np, "carray": carray}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
             scope[f"K{q}_{k}"] = st.kernel
