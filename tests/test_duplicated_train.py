@@ -357,3 +357,14 @@ def test_the_same_items_changed_in_place_are_checked_again(change):
                                    train(seed_loss, m_tape, data, s_tape), rtol=1e-5, atol=1e-7)
     for a, b in zip(params(m_tape), params(m_dup)):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_the_loop_calls_optimiser_kernels_compiled_without_wrappers():
+    """The loop calls each optimiser kernel natively, so it links a copy compiled without
+    Python and C wrappers (one per kernel, with the kernel's own options)."""
+    from layers.staging import loop
+    kernel = Adam().steps(Adam().init(np.zeros(3, np.float32)))[0].kernel
+    copy = loop._without_wrappers(kernel)
+    assert copy is loop._without_wrappers(kernel) and copy is not kernel
+    assert copy.py_func is kernel.py_func
+    assert copy.targetoptions == {**kernel.targetoptions, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}

@@ -16,6 +16,7 @@ import copy
 import math
 import operator
 
+import numba
 import numpy as np
 
 import optim
@@ -289,8 +290,20 @@ def _compile_loop(staged, source, plan):
     scope = {"stub": staged.grad, "math": math, "np": np, "carray": carray}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
-            scope[f"K{q}_{k}"] = st.kernel
+            scope[f"K{q}_{k}"] = _without_wrappers(st.kernel)
     return CachedFunction(source, "loop", scope, error_model="numpy")
+
+
+_COPIES = {}
+
+
+def _without_wrappers(kernel):
+    """A copy of njit ``kernel`` compiled without the Python and C wrappers (the loop
+    calls it natively; the wrappers cost a good part of a small function's compile)."""
+    if kernel not in _COPIES:
+        options = {k: v for k, v in kernel.targetoptions.items() if k != "nopython"}
+        _COPIES[kernel] = numba.njit(**options, no_cpython_wrapper=True, no_cfunc_wrapper=True)(kernel.py_func)
+    return _COPIES[kernel]
 
 
 def compiled_train(loss, dup, data, state, error, epochs=1):
