@@ -368,3 +368,26 @@ def test_the_loop_calls_optimiser_kernels_compiled_without_wrappers():
     assert copy is loop._without_wrappers(kernel) and copy is not kernel
     assert copy.py_func is kernel.py_func
     assert copy.targetoptions == {**kernel.targetoptions, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
+
+def test_a_layer_used_twice_is_trained_as_python_steps_train_it():
+    """A parameter read in two places (one Dense layer applied twice) gathers its gradient
+    from both shadows in the compiled loop, as a gradient call and update do."""
+    def model():
+        shared = Dense(3, 3, L.tanh, rng=0)
+        return Chain(shared, shared, Dense(3, 1, rng=1), only)
+    data = [(np.array([v, -v, 0.5 * v], np.float32), np.float32(v * v)) for v in np.linspace(-1, 1, 7)]
+    m1, m2 = model(), model()
+    d1, d2 = Duplicated(m1), Duplicated(m2)
+    s1, s2 = setup(Adam(0.01), d1), setup(Adam(0.01), d2)
+    losses = train(seed_loss, d1, data, s1)
+    expected = []
+    for x, y in data:
+        val, _ = L.withgradient(seed_loss, d2, x, y)
+        update(s2, d2)
+        expected.append(float(val))
+    staged = program.lookup(seed_loss, (d1,) + data[0])[0]
+    assert any("_added(" in source for source, _ in staged.loops)     # two shadows, one gradient
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    for a, b in zip(params(m1), params(m2)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

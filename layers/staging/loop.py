@@ -244,9 +244,9 @@ def _loop_source(staged, samples, plan, fixed):
     # the last step's, which the shadow keeps as after a gradient call), else before each step.
     read = set() if any(st.check for _, steps in plan for st in steps) else \
         {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
-    lines += [_zeroing(flat_of[d[q]], "    ") for q in sorted(read)]
+    lines += [f"    _zeroed({flat_of[d[q]]})" for q in sorted(read)]
     lines += ["    for it in range(total):", "        row = it % n", "        last = it + 1 == total"]
-    lines += [_zeroing(flat_of[x], "        ")
+    lines += [f"        _zeroed({flat_of[x]})"
               for q, (x, z) in enumerate(zip(d, staged.zeroing)) if z != Zeroing.NEVER and q not in read]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
@@ -256,10 +256,9 @@ def _loop_source(staged, samples, plan, fixed):
     for q, (positions, steps) in enumerate(plan):
         ds = [d[staged.shadow_of.index(pos)] for pos in positions]
         p = a[positions[0]]
-        lines += [f"        for i in range({g[q]}.size):",
-                  f"            {g[q]}[i] = {' + '.join(x + '[i]' for x in ds)}"]
-        if read:
-            lines += ["            if not last:"] + [f"                {x}[i] = 0" for x in ds]
+        zero = "not last" if read else "False"
+        lines += [f"        _gathered({g[q]}, {ds[0]}, {zero})"]
+        lines += [f"        _added({g[q]}, {x}, {zero})" for x in ds[1:]]
         for k, st in enumerate(steps):
             args = [s[si + m] for m in range(len(st.state))]
             args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
@@ -271,23 +270,53 @@ def _loop_source(staged, samples, plan, fixed):
                 checks += 1
             else:
                 lines.append(f"        {call}")
-        lines += [f"        for i in range({g[q]}.size):",
-                  f"            {p}[i] -= {g[q]}[i]"]
+        lines.append(f"        _descended({p}, {g[q]})")
     lines.append("    return total, 0")
     return "\n".join(lines) + "\n"
 
 
-def _zeroing(x, indent):
-    """Lines zeroing the 1-D array ``x`` (a loop in the source: a call of an njit
-    function would cost its own Numba compile)."""
-    return f"{indent}for i in range({x}.size):\n{indent}    {x}[i] = 0"
+# The loop's array updates, each an njit function of its own kept in Numba's cache: a loop
+# written out in the generated source costs Numba a typing and lowering at every use.
+_HELPER = dict(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, error_model="numpy")
+
+
+@numba.njit(**_HELPER)
+def _zeroed(x):
+    for i in range(x.size):
+        x[i] = 0
+
+
+@numba.njit(**_HELPER)
+def _gathered(g, d, zero):
+    """``g = d``, zeroing ``d`` when ``zero``."""
+    for i in range(g.size):
+        g[i] = d[i]
+        if zero:
+            d[i] = 0
+
+
+@numba.njit(**_HELPER)
+def _added(g, d, zero):
+    """``g += d``, zeroing ``d`` when ``zero``."""
+    for i in range(g.size):
+        g[i] += d[i]
+        if zero:
+            d[i] = 0
+
+
+@numba.njit(**_HELPER)
+def _descended(x, g):
+    """``x -= g``."""
+    for i in range(x.size):
+        x[i] -= g[i]
 
 
 def _compile_loop(staged, source, plan):
     """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
     gradient's njit stub).  Numba's numpy error model: its one division is by the item
     count, never 0, and the checks of the Python model cost a tenth of its compile."""
-    scope = {"stub": staged.grad, "math": math, "np": np, "carray": carray}
+    scope = {"stub": staged.grad, "math": math, "np": np, "carray": carray, "_zeroed": _zeroed,
+             "_gathered": _gathered, "_added": _added, "_descended": _descended}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
             scope[f"K{q}_{k}"] = _without_wrappers(st.kernel)
