@@ -16,13 +16,10 @@ from adcore.tape import scalars
 
 
 def _njit(f):
-    return numba.njit(cache=False, error_model="numpy")(f)
-
-
-def _inlined(f):
-    """Inlined by Numba where it is called: every call site passes other constant sizes,
-    which Numba types as literals, and a callee compiled on its own is compiled (with
-    wrappers and machine code) once per distinct set of them."""
+    """Inlined by Numba where the program calls it: a callee compiled on its own costs a
+    compile with wrappers and machine code (0.05-0.1 s each, the first time in a
+    process), and the array kernels one per distinct set of the constant sizes a call
+    passes, which Numba types as literals."""
     return numba.njit(cache=False, error_model="numpy", inline="always")(f)
 
 
@@ -54,7 +51,7 @@ sigmoid_float32, sigmoid_float64 = _sigmoid_in(np.float32), _sigmoid_in(np.float
 
 
 # -- matrix product --------------------------------------------------------------------
-@_inlined
+@_njit
 def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
     """``out[i, j] = sum_l a[i, l] b[l, j]`` for ``(n, k) @ (k, m)`` strided views."""
     for i in range(n):
@@ -66,7 +63,7 @@ def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
 
 
 # -- along one axis ----------------------------------------------------------------------
-@_inlined
+@_njit
 def _line_max(x, xo, xs, n):
     """The shift for a stable ``exp``: the maximum of the line, 0 when it is not finite."""
     m = x[xo]
@@ -77,7 +74,7 @@ def _line_max(x, xo, xs, n):
     return m if math.isfinite(m) else 0.0
 
 
-@_inlined
+@_njit
 def logsumexp_line(x, xo, xs, n):
     """``log(sum(exp(x)))`` of the ``n`` entries at ``x[xo + i * xs]``, shifted by the max."""
     m = _line_max(x, xo, xs, n)
@@ -87,7 +84,7 @@ def logsumexp_line(x, xo, xs, n):
     return math.log(s) + m
 
 
-@_inlined
+@_njit
 def softmax_line(out, oo, os, x, xo, xs, n):
     """``out = exp(x - max) / sum(exp(x - max))`` along one line."""
     m = _line_max(x, xo, xs, n)
@@ -98,7 +95,7 @@ def softmax_line(out, oo, os, x, xo, xs, n):
         out[oo + i * os] = math.exp(x[xo + i * xs] - m) / s
 
 
-@_inlined
+@_njit
 def logsoftmax_line(out, oo, os, x, xo, xs, n):
     """``out = x - logsumexp(x)`` along one line."""
     lse = logsumexp_line(x, xo, xs, n)

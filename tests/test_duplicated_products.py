@@ -205,11 +205,12 @@ def test_sigmoid_is_exact_and_finite_far_out(dtype):
 
 
 def test_layer_kernels_are_inlined_into_the_program():
-    """The staged program's line and small-product kernels are inlined by Numba where they
-    are called (each call passes other constant sizes, and a call compiled on its own
-    costs a Numba compile per distinct set of them): none is compiled by itself."""
-    from layers import kernels, logitcrossentropy
-    model = Chain(Dense(3, 4, tanh, dtype=np.float64, rng=1), Dense(4, 5, dtype=np.float64, rng=2))
+    """The staged program's kernels (line and small-product kernels, scalar helpers) are
+    inlined by Numba where they are called (each call passes other constant sizes, and a
+    call compiled on its own costs a Numba compile per distinct set of them): none is
+    compiled by itself."""
+    from layers import kernels, logitcrossentropy, softplus
+    model = Chain(Dense(3, 4, sigmoid, dtype=np.float64, rng=1), Dense(4, 5, softplus, dtype=np.float64, rng=2))
     x, y = RNG.standard_normal((2, 3)), np.eye(5)[[0, 3]]
 
     def loss(m, x, y):
@@ -217,6 +218,9 @@ def test_layer_kernels_are_inlined_into_the_program():
     dup = Duplicated(model)
     g = gradient(loss, dup, x, y)[0]
     close(g, gradient(loss, model, x, y)[0])
-    assert "K.gemm" in staged(loss, dup, x, y).source and "K.logsoftmax_line" in staged(loss, dup, x, y).source
-    for kernel in (kernels.gemm, kernels.logsoftmax_line, kernels.logsumexp_line, kernels.softmax_line):
+    source = staged(loss, dup, x, y).source
+    for call in ("K.gemm", "K.logsoftmax_line", "K.sigmoid_float64", "S.softplus"):
+        assert call in source, call
+    for kernel in (kernels.gemm, kernels.logsoftmax_line, kernels.logsumexp_line, kernels.softmax_line,
+                   kernels.sigmoid_float64, kernels.S.softplus):
         assert not kernel.overloads, kernel
