@@ -62,6 +62,14 @@ def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
             out[oo + i * os0 + j * os1] = acc
 
 
+@numba.njit(cache=True, error_model="numpy")
+def dot_into(a, b, out):
+    """``np.dot(a, b, out)`` of 2-D arrays (the large products).  Not inlined: Numba's
+    compile of ``np.dot`` for the arrays' layouts is most of its cost, and Numba's cache
+    keeps it from process to process."""
+    np.dot(a, b, out)
+
+
 # -- along one axis ----------------------------------------------------------------------
 @_njit
 def _line_max(x, xo, xs, n):
