@@ -42,7 +42,7 @@ of what the reverse adds into the shadows into their tangents.
 import itertools
 
 import llvmlite.binding as llvm
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic
 
@@ -186,10 +186,11 @@ def lookup():
 
 
 @intrinsic
-def carray(typingctx, address, length, dtype):
+def carray(typingctx, address, shape, dtype):
     """``carray(address, n, np.float64)``: a 1-D array view of ``n`` elements at an int64
-    address (the pointers and shadow addresses external-symbol rules receive).  The
-    element type is given as a dtype, a scalar type, or a sample scalar value."""
+    address (the pointers and shadow addresses external-symbol rules receive); a tuple
+    ``shape`` gives a C-contiguous array of that shape.  The element type is given as a
+    dtype, a scalar type, or a sample scalar value."""
     if isinstance(dtype, types.DType):
         elem = dtype.dtype
     elif isinstance(dtype, types.NumberClass):
@@ -198,10 +199,17 @@ def carray(typingctx, address, length, dtype):
         elem = dtype                     # a sample value of the element type
     else:
         return None
-    arrty = types.Array(elem, 1, "C")
+    is_tuple = isinstance(shape, types.BaseTuple)
+    dims = list(shape) if is_tuple else [shape]
+    if not isinstance(address, types.Integer) or not dims or \
+            not all(isinstance(d, types.Integer) for d in dims):
+        return None
+    arrty = types.Array(elem, len(dims), "C")
 
     def codegen(context, builder, sig, args):
-        addr, n, _ = args
-        return array_view(context, builder, arrty, addr, n)
+        addr, given, _ = args
+        values = cgutils.unpack_tuple(builder, given, len(dims)) if is_tuple else [given]
+        sizes = [context.cast(builder, v, t, types.intp) for v, t in zip(values, dims)]
+        return array_view(context, builder, arrty, addr, sizes)
 
-    return arrty(address, length, dtype), codegen
+    return arrty(address, shape, dtype), codegen

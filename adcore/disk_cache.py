@@ -374,10 +374,12 @@ class CachedFunction:
     :class:`CompiledGradient` stands for its ``njit_call``), compiled per argument types
     and kept in the disk cache like gradients: another process calls its object code
     through ctypes, with no Numba compile.  Cached when it takes arrays and scalars,
-    returns a tuple of scalars and reads what can be keyed."""
+    returns a tuple of scalars and reads what can be keyed.  ``options`` are Numba's
+    (``numba.njit``'s keyword arguments), part of the key."""
 
-    def __init__(self, source, name, scope):
+    def __init__(self, source, name, scope, **options):
         self.source, self.name, self.scope = source, name, scope
+        self.options = dict(sorted(options.items()))
         self.calls = {}              # arguments' type_key -> the njit function or a ctypes call
         self.dispatcher = None
 
@@ -401,7 +403,8 @@ class CachedFunction:
             program = _function(self._defined(self.scope), {})
         except Uncacheable:
             return None
-        parts = (_environment(), _rules(), "function", program, tuple(str(t) for t in argtypes))
+        parts = (_environment(), _rules(), "function", program, tuple(str(t) for t in argtypes),
+                 _repr(tuple(self.options.items())))
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     def _callable(self, argtypes):
@@ -414,7 +417,7 @@ class CachedFunction:
         with compiling(self.name):
             with stage("Numba compile"):
                 if self.dispatcher is None:
-                    self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True)(self._defined(
+                    self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True, **self.options)(self._defined(
                         {k: v.njit_call if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
                 cres = numba_abi.lowered(self.dispatcher, argtypes)
             call = _compiled_function(digest, cres, argtypes)

@@ -70,15 +70,18 @@ def data_position(context, array_type):
     return position
 
 
-def array_view(context, builder, array_type, address, n):
-    """Code building a 1-D C array struct of ``n`` elements at int64 ``address``
-    (no meminfo: a view of memory someone else owns)."""
+def array_view(context, builder, array_type, address, shape):
+    """Code building a C-contiguous array struct of ``shape`` (intp values, one per axis)
+    at int64 ``address`` (no meminfo: a view of memory someone else owns)."""
     elem = context.get_value_type(array_type.dtype)
     ary = context.make_array(array_type)(context, builder)
     itemsize = context.get_constant(types.intp, context.get_abi_sizeof(elem))
+    strides = [itemsize]
+    for n in reversed(shape[1:]):
+        strides.insert(0, builder.mul(strides[0], n))
     context.populate_array(ary, data=builder.inttoptr(address, elem.as_pointer()),
-                           shape=cgutils.pack_array(builder, [n]),
-                           strides=cgutils.pack_array(builder, [itemsize]),
+                           shape=cgutils.pack_array(builder, list(shape)),
+                           strides=cgutils.pack_array(builder, strides),
                            itemsize=itemsize, meminfo=None)
     return ary._getvalue()
 

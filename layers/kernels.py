@@ -16,7 +16,11 @@ from adcore.tape import scalars
 
 
 def _njit(f):
-    return numba.njit(cache=False, error_model="numpy")(f)
+    """Inlined by Numba where the program calls it: a callee compiled on its own costs a
+    compile with wrappers and machine code (0.05-0.1 s each, the first time in a
+    process), and the array kernels one per distinct set of the constant sizes a call
+    passes, which Numba types as literals."""
+    return numba.njit(cache=False, error_model="numpy", inline="always")(f)
 
 
 # -- elementwise: the helpers the op tables' scalar templates call (``S.<name>``) -----
@@ -56,6 +60,14 @@ def gemm(out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
             for l in range(k):
                 acc += a[ao + i * as0 + l * as1] * b[bo + l * bs0 + j * bs1]
             out[oo + i * os0 + j * os1] = acc
+
+
+@numba.njit(cache=True, error_model="numpy")
+def dot_into(a, b, out):
+    """``np.dot(a, b, out)`` of 2-D arrays (the large products).  Not inlined: Numba's
+    compile of ``np.dot`` for the arrays' layouts is most of its cost, and Numba's cache
+    keeps it from process to process."""
+    np.dot(a, b, out)
 
 
 # -- along one axis ----------------------------------------------------------------------

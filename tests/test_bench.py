@@ -98,3 +98,9 @@ def test_seed_peers_are_sampled_and_checked(monkeypatch):
     rows = suite.seed_peer_rows(3, 0.5, 1e-3, Sampler(repeat=3, min_time=0.0))
     assert rows[0]["impl"] == "fake peer" and rows[0]["ok"] and rows[0]["stats"]["n"] == 3
     assert rows[1]["note"] == "skipped: not installed" and rows[1]["stats"] is None
+
+
+def test_compile_workload_prints_short_references_in_milliseconds():
+    from bench import compile_times
+    assert compile_times._seconds(0.97) == "0.97 s"
+    assert compile_times._seconds(0.0013) == "1.3 ms"     # the tape engine's first gradient

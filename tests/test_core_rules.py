@@ -320,3 +320,21 @@ def test_rule_reverse_allocating_on_a_kernel_temporary():
     y = a @ b
     np.testing.assert_allclose(da, (2 * y) @ b.T, rtol=1e-12)       # closed form
     np.testing.assert_allclose(db, a.T @ (2 * y), rtol=1e-12)
+
+
+_carray = adcore.carray
+
+
+@numba.njit
+def _views(address, n):
+    matrix = _carray(address, (n, 4), np.float64)
+    column = _carray(address, (n * 2, np.int32(2)), np.float64)
+    flat = _carray(address, n * 4, np.float64)
+    return matrix[2, 1], matrix.strides, column[5, 1], column.strides, flat[9], flat.shape
+
+
+def test_carray_views_an_address_with_a_shape():
+    """A tuple shape gives a C-contiguous view of that shape (its strides follow from the
+    shape and item size, whatever integer types the sizes have); an int, a 1-D view."""
+    a = np.arange(12.0)
+    assert _views(a.ctypes.data, 3) == (9.0, (32, 8), 11.0, (16, 8), 9.0, (12,))

@@ -42,7 +42,7 @@ def test_products_agree_with_tape_and_finite_differences(n_in, n_out, batch, bla
         return np.sum((m(x) - y) ** 2)
     dup = Duplicated(model)
     g = gradient(loss, dup, x, y)[0]
-    assert ("np.dot" in staged(loss, dup, x, y).source) is blas
+    assert ("K.dot_into" in staged(loss, dup, x, y).source) is blas
     close(g, gradient(loss, model, x, y)[0])
     w = model.layers[0].weight
     for idx in [(0, 0), (n_out - 1, n_in - 1), (n_out // 2, 1)]:
@@ -72,7 +72,7 @@ def test_product_operand_layouts():
     model = Chain(Dense(32, 48, relu, rng=4))
     dup = Duplicated(model)
     gradient(loss, dup, a, v)
-    assert staged(loss, dup, a, v).source.count("np.dot") == 4
+    assert staged(loss, dup, a, v).source.count("K.dot_into") == 4
     close(gradient(loss, dup, a, v)[0], gradient(loss, model, a, v)[0], rtol=2e-4)
 
 
@@ -205,3 +205,25 @@ def test_sigmoid_is_exact_and_finite_far_out(dtype):
     np.testing.assert_allclose(g[0]["bias"], ds.sum(axis=0), rtol=rtol, atol=1e-30)
     np.testing.assert_allclose(g[0]["weight"][:, 0], (ds * z).sum(axis=0), rtol=rtol, atol=1e-30)
     assert float(val) == pytest.approx(float(np.sum(s * w)), rel=rtol)
+
+
+def test_layer_kernels_are_inlined_into_the_program():
+    """The staged program's kernels (line and small-product kernels, scalar helpers) are
+    inlined by Numba where they are called (each call passes other constant sizes, and a
+    call compiled on its own costs a Numba compile per distinct set of them): none is
+    compiled by itself."""
+    from layers import kernels, logitcrossentropy, softplus
+    model = Chain(Dense(3, 4, sigmoid, dtype=np.float64, rng=1), Dense(4, 5, softplus, dtype=np.float64, rng=2))
+    x, y = RNG.standard_normal((2, 3)), np.eye(5)[[0, 3]]
+
+    def loss(m, x, y):
+        return logitcrossentropy(m(x), y)
+    dup = Duplicated(model)
+    g = gradient(loss, dup, x, y)[0]
+    close(g, gradient(loss, model, x, y)[0])
+    source = staged(loss, dup, x, y).source
+    for call in ("K.gemm", "K.logsoftmax_line", "K.sigmoid_float64", "S.softplus"):
+        assert call in source, call
+    for kernel in (kernels.gemm, kernels.logsoftmax_line, kernels.logsumexp_line, kernels.softmax_line,
+                   kernels.sigmoid_float64, kernels.S.softplus):
+        assert not kernel.overloads, kernel

@@ -47,14 +47,11 @@ def test_seed_example_same_losses_as_tape_and_converges():
     assert np.mean(losses) < 0.2 and np.mean(losses) < 0.1 * first
 
 
-@pytest.mark.parametrize("rule", [
-    Adam(0.01), Descent(0.05), Momentum(0.01, 0.9),
-    OptimiserChain(ClipNorm(0.5), WeightDecay(1e-3), Adam(0.01)),
-], ids=["adam", "descent", "momentum", "chain"])
-def test_compiled_loop_equals_python_steps(rule):
-    data = seed_data()[::4]
-    m1, m2 = seed_model(), seed_model()
-    d1, d2 = Duplicated(m1), Duplicated(m2)
+def trained_both_ways(model, rule, data):
+    """``(d1, d2)``: two ``Duplicated`` copies of ``model()`` trained over ``data`` with
+    ``rule``, one by ``train`` (the compiled loop), one by gradient calls and updates in
+    Python; their losses and parameters are checked equal."""
+    d1, d2 = Duplicated(model()), Duplicated(model())
     s1, s2 = setup(rule, d1), setup(rule, d2)
     losses = train(seed_loss, d1, data, s1)
     expected = []
@@ -63,8 +60,17 @@ def test_compiled_loop_equals_python_steps(rule):
         update(s2, d2)
         expected.append(float(val))
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
-    for a, b in zip(params(m1), params(m2)):
+    for a, b in zip(params(d1.val), params(d2.val)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    return d1, d2
+
+
+@pytest.mark.parametrize("rule", [
+    Adam(0.01), Descent(0.05), Momentum(0.01, 0.9),
+    OptimiserChain(ClipNorm(0.5), WeightDecay(1e-3), Adam(0.01)),
+], ids=["adam", "descent", "momentum", "chain"])
+def test_compiled_loop_equals_python_steps(rule):
+    d1, d2 = trained_both_ways(seed_model, rule, seed_data()[::4])
     for (_, a), (_, b) in zip(leaves(d1.dval), leaves(d2.dval)):   # the last item's gradient
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
@@ -357,3 +363,26 @@ def test_the_same_items_changed_in_place_are_checked_again(change):
                                    train(seed_loss, m_tape, data, s_tape), rtol=1e-5, atol=1e-7)
     for a, b in zip(params(m_tape), params(m_dup)):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_the_loop_calls_optimiser_kernels_compiled_without_wrappers():
+    """The loop calls each optimiser kernel natively, so it links a copy compiled without
+    Python and C wrappers (one per kernel, with the kernel's own options)."""
+    from layers.staging import loop
+    kernel = Adam().steps(Adam().init(np.zeros(3, np.float32)))[0].kernel
+    copy = loop._without_wrappers(kernel)
+    assert copy is loop._without_wrappers(kernel) and copy is not kernel
+    assert copy.py_func is kernel.py_func
+    assert copy.targetoptions == {**kernel.targetoptions, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
+
+def test_a_layer_used_twice_is_trained_as_python_steps_train_it():
+    """A parameter read in two places (one Dense layer applied twice) gathers its gradient
+    from both shadows in the compiled loop, as a gradient call and update do."""
+    def model():
+        shared = Dense(3, 3, L.tanh, rng=0)
+        return Chain(shared, shared, Dense(3, 1, rng=1), only)
+    data = [(np.array([v, -v, 0.5 * v], np.float32), np.float32(v * v)) for v in np.linspace(-1, 1, 7)]
+    d1, _ = trained_both_ways(model, Adam(0.01), data)
+    staged = program.lookup(seed_loss, (d1,) + data[0])[0]
+    assert any("_added(" in source for source, _ in staged.loops)     # two shadows, one gradient

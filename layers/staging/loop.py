@@ -16,15 +16,16 @@ import copy
 import math
 import operator
 
+import numba
 import numpy as np
 
 import optim
+from adcore.custom_rules import carray
 from adcore.disk_cache import CachedFunction
 from adcore.tree import child
-from optim.addresses import view
 
 from .lower import Kind
-from .program import Zeroing, _Caller, _zero, lookup
+from .program import Zeroing, _Caller, lookup
 
 
 _MAX_PLANS = 8      # per compiled program: the optimiser states trained with it
@@ -214,7 +215,8 @@ def _loop_source(staged, samples, plan, fixed):
     flat = list(staged.flat) + list(staged.dflat)
     lines = [f"def loop(total, n, table"
              f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):",
-             f"    addresses = view(table, ({len(fixed)},), np.int64)"]
+             f"    addresses = carray(table, ({len(fixed)},), np.int64)"]
+    flat_of = {}          # a shadow's name -> the name of a 1-D view of it
     for q, (k, sample) in enumerate(sorted(fixed.items())):
         if k in samples:
             shape = f"(n, {sample.size})" if isinstance(sample, np.ndarray) else "(n,)"
@@ -222,9 +224,13 @@ def _loop_source(staged, samples, plan, fixed):
         elif k == len(names) - 1:     # the losses
             shape, dtype = "(total,)", np.dtype(np.float64)
         else:
-            shape = repr((sample.size,) if k >= len(flat) or flat[k] else sample.shape)
-            dtype = sample.dtype
-        lines.append(f"    {names[k]} = view(addresses[{q}], {shape}, np.{dtype.name})")
+            dims = (sample.size,) if k >= len(flat) or flat[k] else sample.shape
+            shape, dtype = repr(dims), sample.dtype
+            if na <= k < na + nd:        # a shadow, zeroed through a 1-D view of it
+                flat_of[names[k]] = names[k] if len(dims) == 1 else f"{names[k]}f"
+                if len(dims) != 1:
+                    lines.append(f"    {names[k]}f = carray(addresses[{q}], ({sample.size},), np.{dtype.name})")
+        lines.append(f"    {names[k]} = carray(addresses[{q}], {shape}, np.{dtype.name})")
     a, d = names[:na], names[na:na + nd]
     g, s = names[na + nd:na + nd + len(plan)], names[-2 - ns:-2]
     call = []
@@ -238,9 +244,9 @@ def _loop_source(staged, samples, plan, fixed):
     # the last step's, which the shadow keeps as after a gradient call), else before each step.
     read = set() if any(st.check for _, steps in plan for st in steps) else \
         {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
-    lines += [f"    _zero({d[q]})" for q in sorted(read)]
+    lines += [f"    _zeroed({flat_of[d[q]]})" for q in sorted(read)]
     lines += ["    for it in range(total):", "        row = it % n", "        last = it + 1 == total"]
-    lines += [f"        _zero({x}.reshape(-1))"
+    lines += [f"        _zeroed({flat_of[x]})"
               for q, (x, z) in enumerate(zip(d, staged.zeroing)) if z != Zeroing.NEVER and q not in read]
     lines += [f"        l = stub({', '.join(call)})[0]",
               "        losses[it] = l",
@@ -250,10 +256,9 @@ def _loop_source(staged, samples, plan, fixed):
     for q, (positions, steps) in enumerate(plan):
         ds = [d[staged.shadow_of.index(pos)] for pos in positions]
         p = a[positions[0]]
-        lines += [f"        for i in range({g[q]}.size):",
-                  f"            {g[q]}[i] = {' + '.join(x + '[i]' for x in ds)}"]
-        if read:
-            lines += ["            if not last:"] + [f"                {x}[i] = 0" for x in ds]
+        zero = "not last" if read else "False"
+        lines += [f"        _gathered({g[q]}, {ds[0]}, {zero})"]
+        lines += [f"        _added({g[q]}, {x}, {zero})" for x in ds[1:]]
         for k, st in enumerate(steps):
             args = [s[si + m] for m in range(len(st.state))]
             args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
@@ -265,20 +270,69 @@ def _loop_source(staged, samples, plan, fixed):
                 checks += 1
             else:
                 lines.append(f"        {call}")
-        lines += [f"        for i in range({g[q]}.size):",
-                  f"            {p}[i] -= {g[q]}[i]"]
+        lines.append(f"        _descended({p}, {g[q]})")
     lines.append("    return total, 0")
     return "\n".join(lines) + "\n"
 
 
+# The loop's array updates, each an njit function of its own kept in Numba's cache: a loop
+# written out in the generated source costs Numba a typing and lowering at every use.
+_HELPER = dict(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, error_model="numpy")
+
+
+@numba.njit(**_HELPER)
+def _zeroed(x):
+    for i in range(x.size):
+        x[i] = 0
+
+
+@numba.njit(**_HELPER)
+def _gathered(g, d, zero):
+    """``g = d``, zeroing ``d`` when ``zero``."""
+    for i in range(g.size):
+        g[i] = d[i]
+        if zero:
+            d[i] = 0
+
+
+@numba.njit(**_HELPER)
+def _added(g, d, zero):
+    """``g += d``, zeroing ``d`` when ``zero``."""
+    for i in range(g.size):
+        g[i] += d[i]
+        if zero:
+            d[i] = 0
+
+
+@numba.njit(**_HELPER)
+def _descended(x, g):
+    """``x -= g``."""
+    for i in range(x.size):
+        x[i] -= g[i]
+
+
 def _compile_loop(staged, source, plan):
     """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
-    gradient's njit stub)."""
-    scope = {"stub": staged.grad, "_zero": _zero, "math": math, "np": np, "view": view}
+    gradient's njit stub).  Numba's numpy error model: its one division is by the item
+    count, never 0, and the checks of the Python model cost a tenth of its compile."""
+    scope = {"stub": staged.grad, "math": math, "np": np, "carray": carray, "_zeroed": _zeroed,
+             "_gathered": _gathered, "_added": _added, "_descended": _descended}
     for q, (_, steps) in enumerate(plan):
         for k, st in enumerate(steps):
-            scope[f"K{q}_{k}"] = st.kernel
-    return CachedFunction(source, "loop", scope)
+            scope[f"K{q}_{k}"] = _without_wrappers(st.kernel)
+    return CachedFunction(source, "loop", scope, error_model="numpy")
+
+
+_COPIES = {}
+
+
+def _without_wrappers(kernel):
+    """A copy of njit ``kernel`` compiled without the Python and C wrappers (the loop
+    calls it natively; the wrappers cost a good part of a small function's compile)."""
+    if kernel not in _COPIES:
+        options = {k: v for k, v in kernel.targetoptions.items() if k != "nopython"}
+        _COPIES[kernel] = numba.njit(**options, no_cpython_wrapper=True, no_cfunc_wrapper=True)(kernel.py_func)
+    return _COPIES[kernel]
 
 
 def compiled_train(loss, dup, data, state, error, epochs=1):

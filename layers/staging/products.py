@@ -2,7 +2,9 @@
 
 A product of at least ``BLAS_MIN_WORK`` multiply-adds per matrix becomes ``np.dot`` of 2-D
 arrays made from the flat buffers (a slice reshaped, transposed when the view is
-column-major) into a fresh slice of the workspace; adcore differentiates the BLAS call
+column-major) into a fresh slice of the workspace, through ``kernels.dot_into``, which
+Numba keeps in its cache (its compile of ``np.dot`` for new layouts is 0.1 s of a first
+gradient); adcore differentiates the BLAS call
 with its own rules (``adcore.blas_rules``), so forward and reverse run at BLAS speed.
 Smaller products (the seed model's 1x23 layers) stay loops (``kernels.gemm``), which
 LLVM specialises on their static sizes and which cost no call overhead.  An operand
@@ -15,7 +17,7 @@ from .views import View
 
 # Multiply-adds of one (n, k) @ (k, m) product from which np.dot is used: the seed's
 # 1x1x23 products stay loops, the MLPs' (>= 40000) go to BLAS.  The crossover in between
-# has not been measured yet; each np.dot site also adds about 3 s to the first compile.
+# has not been measured yet.
 BLAS_MIN_WORK = 4096
 
 
@@ -38,7 +40,7 @@ def lower_matmul(low, a, b, value):
         idx = low.open_loops(batch)
         z = ["0", "0"]
         out = View(full.base, full.off, (n, m), full.strides[-2:], full.dtype)
-        low.emit(f"np.dot({_matrix(a, a.offset(idx + z))}, {_matrix(b, b.offset(idx + z))}, "
+        low.emit(f"K.dot_into({_matrix(a, a.offset(idx + z))}, {_matrix(b, b.offset(idx + z))}, "
                  f"{_matrix(out, full.offset(idx + z))})")
         low.close_loops(idx)
     else:
