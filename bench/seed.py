@@ -29,6 +29,7 @@ carries the loss agreement with the tape engine from fresh models).  Also report
     python -m bench.seed            # from the repository root; full run
     python -m bench.seed --quick
 """
+import itertools
 import math
 import os
 import subprocess
@@ -204,13 +205,17 @@ def same_losses(epochs):
 
 def latencies(sampler):
     """Timings of one ``gradient(loss, Duplicated(model), x, y)`` call, and of one step
-    ``gradient`` + ``update(state, dup)`` of a user's own loop."""
+    ``gradient`` + ``update(state, dup)`` of a user's own loop over the samples in turn
+    (one sample over and over converges, and Adam's second moments then decay into float32
+    subnormals, whose arithmetic is many times slower)."""
     dup, dup_steps = Duplicated(seed_model()), Duplicated(seed_model())
     state = setup(Adam(), dup_steps)
-    x, y = seed_data()[5]
+    data = seed_data()
+    x, y = data[5]
+    items = itertools.cycle(data)
 
     def step():
-        gradient(loss, dup_steps, x, y)
+        gradient(loss, dup_steps, *next(items))
         update(state, dup_steps)
     return sampler.interleaved([lambda: gradient(loss, dup, x, y), step])
 
