@@ -93,7 +93,18 @@ put:
   call void @llvm.memset.p0.i64(ptr %at, i8 0, i64 %size, i1 false)
   ret ptr %at
 }}
-define internal void @ad.release(ptr %s, ptr %release) noinline {{
+define internal void @ad.release(ptr %s, ptr %release) alwaysinline {{
+entry:
+  %base = load ptr, ptr %s
+  %unused = icmp eq ptr %base, null
+  br i1 %unused, label %exit, label %used
+used:
+  call void @ad.release.used(ptr %s, ptr %release)
+  br label %exit
+exit:
+  ret void
+}}
+define internal void @ad.release.used(ptr %s, ptr %release) noinline {{
 entry:
   %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
   %base = load ptr, ptr %s
