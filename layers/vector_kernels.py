@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from adcore import vector_math
 
-OPS = ("tanh", "exp", "log", "sin", "cos")
+OPS = vector_math.FUNCTIONS          # the ops libmvec implements, staged in vectors
 VECTOR_BYTES = 32
 _ELEMENTS = {np.dtype(np.float32): (ir.FloatType(), "f32"),
              np.dtype(np.float64): (ir.DoubleType(), "f64")}

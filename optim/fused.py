@@ -83,8 +83,9 @@ class Plan:
 
         def call():
             k = fast.call()
-            if k is None and fast.error() is not None:
-                raise fast.error()
+            error = fast.error() if k is None else None
+            if error is not None:
+                raise error
             return k
         return call
 

@@ -109,26 +109,34 @@ def update(state, model, grad=None):
     native call (``optim.fused``).  ``None`` gradients and
     frozen leaves are skipped.
     """
-    if grad is None and type(state) is StateTree and type(model) is Duplicated:
-        plan = fused.plan_for(state, model.val, model.dval)     # the repeat call: one step
-        if plan is not None and plan.run():
-            return state, model
+    if grad is None and type(state) is StateTree and type(model) is Duplicated and \
+            _fused_step(state, model):
+        return state, model                                   # the repeat call: one step
     check_state(state, "update")
     if grad is None:
         if not isinstance(model, Duplicated):
             raise TypeError("update(state, model) without a gradient needs a Duplicated model")
         grad = model.dval
-        if isinstance(state, StateTree):
-            plan = fused.plan_for(state, model.val, grad)
-            if plan is not None and plan.run():
-                return state, model
-            fused.forget(state)      # an array changed in place: the Python path copes
+        if isinstance(state, StateTree) and _fused_step(state, model):
+            return state, model
     pending = {}
     _collect(state, _model(model), grad, (), pending)
     for leaf, x, g in pending.values():
         leaf.rule.apply(leaf.state, x.reshape(-1), g)
         x -= g.reshape(x.shape)
     return state, model
+
+
+def _fused_step(state, dup):
+    """Whether ``optim.fused`` made the step; when its plan refused an array changed in
+    place, the plan is dropped (and the Python path copes)."""
+    plan = fused.plan_for(state, dup.val, dup.dval)
+    if plan is None:
+        return False
+    if plan.run():
+        return True
+    fused.forget(state)
+    return False
 
 
 def _collect(s, x, dx, path, pending):

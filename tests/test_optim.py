@@ -74,6 +74,34 @@ def test_adam_with_bias_correction():
     np.testing.assert_allclose(s.state[2], [0.9 ** 3, 0.999 ** 3])   # beta powers kept as state
 
 
+def _adam_in(dtype, x, grads, eta=0.001, b1=0.9, b2=0.999, eps=1e-8):
+    """Adam's kernel written out in numpy in ``dtype`` (its scalars from float64)."""
+    f = np.dtype(dtype).type
+    m, v, bt = np.zeros_like(x), np.zeros_like(x), [b1, b2]
+    for g in grads:
+        m = f(b1) * m + f(1 - b1) * g
+        v = f(b2) * v + f(1 - b2) * g * g
+        step, root = f(eta / (1 - bt[0])), f(1 / np.sqrt(1 - bt[1]))
+        x = x - (step * m / (np.sqrt(v) * root + f(eps)) + f(0.0) * x)
+        bt = [bt[0] * b1, bt[1] * b2]
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_steps_are_computed_in_the_parameters_precision(dtype):
+    """A float32 model takes float32 steps (as Optimisers.jl, PyTorch and optax do): every
+    element is what float32 arithmetic gives, which float64 arithmetic rounded once does
+    not (checked, so that the test can tell them apart)."""
+    rng = np.random.default_rng(3)
+    x0 = rng.normal(size=1000).astype(dtype)
+    grads = [rng.normal(size=1000).astype(dtype) for _ in range(3)]
+    got = step(Adam(), x0, *grads)
+    np.testing.assert_array_equal(got, _adam_in(dtype, x0, grads))
+    if dtype == np.float32:
+        wide = _adam_in(np.float64, x0.astype(np.float64), [g.astype(np.float64) for g in grads])
+        assert np.any(got != wide.astype(np.float32))
+
+
 def test_adamw_coupled_like_pytorch():
     got = step(AdamW(0.01, lambda_=0.1), X0, DX, DX2)
     np.testing.assert_allclose(got, adam_formula(X0, [DX, DX2], eta=0.01, lam=0.1))
