@@ -477,3 +477,36 @@ def _load_function(digest, nargs):
         return None
     return python_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
                                   meta["kinds"])
+
+
+def key_of(value):
+    """The key of a value generated code depends on (an njit kernel, say);
+    :class:`Uncacheable` when it cannot be keyed."""
+    return _value(value, {})
+
+
+def native_function(parts, flat, fields, compile_, name):
+    """The :class:`python_entry.EntryCall` of a native function that ``compile_(symbol)``
+    compiles (a :class:`native.Compiled`: Numba's calling convention, scalar parameters of
+    the LLVM types ``flat`` (one list per parameter), a result struct of LLVM ``fields``),
+    kept in the disk cache under the key of ``parts``: everything its code depends on
+    beside adcore's source and the environment (None: not kept).  ``name`` names it in
+    the compile report."""
+    kinds = [None] * len(flat)
+    digest = None
+    if parts is not None and directory() is not None:
+        digest = hashlib.sha256(repr((_environment(), "native function", parts)).encode()).hexdigest()
+        if _path(digest, ".adcore").exists():
+            with compiling(name), stage("load from disk"):
+                loaded = _load_function(digest, len(flat))
+            if loaded is not None:
+                return loaded
+    symbol = f"adcore_fn_{digest[:24]}" if digest is not None else f"adcore_fn_local_{next(_functions)}"
+    if not native.is_defined(symbol):       # else compiled here before
+        with compiling(name):
+            compiled = compile_(symbol)
+        if digest is not None and not _state["unwritable"] and compiled.object is not None and \
+                _links_portably(compiled):
+            _write_entry(digest, compiled, symbol, flat, fields, kinds, dict(kind="function"),
+                         (None, None, compiled.ir))
+    return python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds)

@@ -167,18 +167,26 @@ def _checked(e, obj, k, a, written):
     return e.field(obj, _DATA, "ptr")
 
 
+def array_fields(shape, itemsize, data):
+    """The flattened fields (typed LLVM operands) of a C-contiguous array of ``shape`` and
+    ``itemsize`` whose data pointer is ``data`` (no meminfo: memory someone else owns)."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= max(n, 1)
+    size = 1
+    for n in shape:
+        size *= n
+    return (["ptr null", "ptr null", f"i64 {size}", f"i64 {itemsize}", f"ptr {data}"] +
+            [f"i64 {n}" for n in shape] + [f"i64 {s}" for s in strides])
+
+
 def _array(e, obj, k, slot, ptype_count):
     """Check array ``obj`` (argument ``k``); its data pointer and the flattened fields to
     pass."""
     a = slot.sample
     data = _checked(e, obj, k, a, slot.written)
-    shape = (a.size,) if slot.flatten else a.shape
-    strides, step = [], a.itemsize
-    for n in reversed(shape):
-        strides.insert(0, step)
-        step *= max(n, 1)
-    fields = ["ptr null", "ptr null", f"i64 {a.size}", f"i64 {a.itemsize}", f"ptr {data}"]
-    fields += [f"i64 {n}" for n in shape] + [f"i64 {s}" for s in strides]
+    fields = array_fields((a.size,) if slot.flatten else a.shape, a.itemsize, data)
     assert len(fields) == ptype_count, "Numba's array layout changed"
     return data, fields
 
@@ -226,10 +234,7 @@ def _or_is(e, c, obj, address):
 def _fixed(slot):
     """The flattened fields of fixed array ``slot``: its data address compiled in."""
     a = slot.array
-    strides = [a.strides[axis] if a.shape[axis] > 1 else a.itemsize for axis in range(a.ndim)]
-    return (["ptr null", "ptr null", f"i64 {a.size}", f"i64 {a.itemsize}",
-             f"ptr inttoptr (i64 {a.ctypes.data} to ptr)"] +
-            [f"i64 {n}" for n in a.shape] + [f"i64 {s}" for s in strides])
+    return array_fields(a.shape, a.itemsize, f"inttoptr (i64 {a.ctypes.data} to ptr)")
 
 
 def _result(restype):

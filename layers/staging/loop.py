@@ -13,17 +13,19 @@ copied again); every array reaches the loop as one array of addresses
 shape (then ``train`` steps through the items in Python).
 """
 import copy
-import math
 import operator
 
-import numba
+import llvmlite.binding as llvm
 import numpy as np
+from numba.core import types
 
 import optim
-from adcore.custom_rules import carray
-from adcore.disk_cache import CachedFunction
+from adcore import disk_cache, native, numba_abi
+from adcore.errors import LinkError
+from adcore.timings import stage
 from adcore.tree import child
 
+from . import loop_ir
 from .lower import Kind
 from .program import Zeroing, _Caller, lookup
 
@@ -166,11 +168,14 @@ class _Plan:
         values = [samples.get(k, v) for k, v in enumerate(dargs)] + list(self.tail)
         values.append(np.empty(0))   # the losses
         fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
-        source = _loop_source(staged, samples, plan, {k: values[k] for k in fixed})
-        kernels = tuple(st.kernel for _, steps in plan for st in steps)
-        loop = staged.loops.get((source, kernels))
+        spec, kernels = _loop_spec(staged, samples, plan, values, fixed)
+        loop = staged.loops.get((spec, tuple(kernels)))
         if loop is None:
-            loop = staged.loops[source, kernels] = _compile_loop(staged, source, plan)
+            loop = staged.loops[spec, tuple(kernels)] = _compile_loop(spec, kernels)
+        self.gradient = llvm.address_of_symbol(staged.grad.symbol)
+        if not self.gradient:
+            raise NotImplementedError("the gradient has no native code in this process")
+        values.append(self.gradient)   # last: where the loop calls the gradient
         self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
 
     def current(self, state):
@@ -198,141 +203,100 @@ class _Plan:
         return self.loss_buffer
 
 
-def _loop_source(staged, samples, plan, fixed):
-    """Source of ``loop(total, n, table, *others)`` over the arguments
-    ``(*args, *shadows, *grads, *states, hyper, losses)``: those at the positions of
-    ``fixed`` (``{position: sample}``) come as the address ``table`` of an int64 array of
-    their addresses (``program._Caller``), the others in order.  It runs ``total``
-    training steps over the ``n`` items in turn (the per-item inputs, at the positions in
-    ``samples``, are the rows of a ``_Stack``, as are the losses) and returns ``(steps
-    done, code)``: 0 done, 1 a non-finite loss, ``2 + k`` the ``k``-th checked step's value
-    not finite."""
+def _loop_spec(staged, samples, plan, values, fixed):
+    """The :class:`loop_ir.LoopSpec` of the loop over ``values`` (``(*args, *shadows,
+    *grads, *states, hyper, losses)``; those at the positions ``fixed`` come through the
+    table, the others as parameters), with the kernels it calls (``[(kernel, argument
+    types)]``).  The per-item inputs, at the positions of ``samples``, are the rows of a
+    ``_Stack``.  NotImplementedError for what the loop does not pass."""
+    context = numba_abi.target_context()
     na, nd = len(staged.flat), len(staged.dflat)
-    ns = sum(len(st.state) for _, steps in plan for st in steps)
-    names = ([f"a{k}" for k in range(na)] + [f"d{k}" for k in range(nd)] +
-             [f"g{k}" for k in range(len(plan))] + [f"s{k}" for k in range(ns)] +
-             ["hyper", "losses"])
-    flat = list(staged.flat) + list(staged.dflat)
-    lines = [f"def loop(total, n, table"
-             f"{''.join(', ' + x for k, x in enumerate(names) if k not in fixed)}):",
-             f"    addresses = carray(table, ({len(fixed)},), np.int64)"]
-    flat_of = {}          # a shadow's name -> the name of a 1-D view of it
-    for q, (k, sample) in enumerate(sorted(fixed.items())):
+    q_of = {k: q for q, k in enumerate(fixed)}
+    params = [k for k in range(na + nd) if k not in q_of]
+    grad_types, grad_result = staged.grad.stub_spec[:2]
+    args = []
+    for k, t in enumerate(grad_types):
+        flat = staged.flat[k] if k < na else staged.dflat[k - na]
         if k in samples:
-            shape = f"(n, {sample.size})" if isinstance(sample, np.ndarray) else "(n,)"
-            dtype = np.result_type(sample)
-        elif k == len(names) - 1:     # the losses
-            shape, dtype = "(total,)", np.dtype(np.float64)
+            sample = samples[k]
+            if isinstance(sample, np.ndarray) and not (isinstance(t, types.Array) and t.ndim == 1):
+                raise NotImplementedError("a stacked input the gradient takes with several axes")
+            args.append(loop_ir.Arg("row", q_of[k], (sample.size,)) if isinstance(sample, np.ndarray)
+                        else loop_ir.Arg("scalar", q_of[k]))
+        elif k in q_of:
+            shape = (values[k].size,) if flat else values[k].shape
+            if not (isinstance(t, types.Array) and t.ndim == len(shape)):
+                raise NotImplementedError("an array the gradient takes with other axes")
+            args.append(loop_ir.Arg("array", q_of[k], shape))
         else:
-            dims = (sample.size,) if k >= len(flat) or flat[k] else sample.shape
-            shape, dtype = repr(dims), sample.dtype
-            if na <= k < na + nd:        # a shadow, zeroed through a 1-D view of it
-                flat_of[names[k]] = names[k] if len(dims) == 1 else f"{names[k]}f"
-                if len(dims) != 1:
-                    lines.append(f"    {names[k]}f = carray(addresses[{q}], ({sample.size},), np.{dtype.name})")
-        lines.append(f"    {names[k]} = carray(addresses[{q}], {shape}, np.{dtype.name})")
-    a, d = names[:na], names[na:na + nd]
-    g, s = names[na + nd:na + nd + len(plan)], names[-2 - ns:-2]
-    call = []
-    for k in range(na):
-        if k in samples:
-            call.append(f"{a[k]}[row, :]" if isinstance(samples[k], np.ndarray) else f"{a[k]}[row]")
-        else:
-            call.append(a[k])
-    call += d
+            args.append(loop_ir.Arg("param", params.index(k)))
+    checked = any(st.check for _, steps in plan for st in steps)
     # With no checked step, the parameters' shadows are zeroed as they are read (but for
     # the last step's, which the shadow keeps as after a gradient call), else before each step.
-    read = set() if any(st.check for _, steps in plan for st in steps) else \
-        {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
-    lines += [f"    _zeroed({flat_of[d[q]]})" for q in sorted(read)]
-    lines += ["    for it in range(total):", "        row = it % n", "        last = it + 1 == total"]
-    lines += [f"        _zeroed({flat_of[x]})"
-              for q, (x, z) in enumerate(zip(d, staged.zeroing)) if z != Zeroing.NEVER and q not in read]
-    lines += [f"        l = stub({', '.join(call)})[0]",
-              "        losses[it] = l",
-              "        if not math.isfinite(l):",
-              "            return it, 1"]
-    si, hi, checks = 0, 0, 0
+    read = set() if checked else {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
+    shadow = [(q_of[na + j], values[na + j].nbytes) for j in range(nd)]
+    zero_each = tuple(shadow[j] for j, z in enumerate(staged.zeroing) if z != Zeroing.NEVER and j not in read)
+    kernels, groups, si, hi = {}, [], na + nd + len(plan), 0
+    hyper = len(values) - 2
     for q, (positions, steps) in enumerate(plan):
-        ds = [d[staged.shadow_of.index(pos)] for pos in positions]
-        p = a[positions[0]]
-        zero = "not last" if read else "False"
-        lines += [f"        _gathered({g[q]}, {ds[0]}, {zero})"]
-        lines += [f"        _added({g[q]}, {x}, {zero})" for x in ds[1:]]
-        for k, st in enumerate(steps):
-            args = [s[si + m] for m in range(len(st.state))]
-            args += [f"hyper[{hi + m}]" for m in range(len(st.hyper))]
-            si, hi = si + len(st.state), hi + len(st.hyper)
-            call = f"K{q}_{k}({p}, {g[q]}{''.join(', ' + x for x in args)})"
-            if st.check:   # code 2 + k: the k-th check failed
-                lines += [f"        if not math.isfinite({call}):",
-                          f"            return it, {2 + checks}"]
-                checks += 1
-            else:
-                lines.append(f"        {call}")
-        lines.append(f"        _descended({p}, {g[q]})")
-    lines.append("    return total, 0")
-    return "\n".join(lines) + "\n"
+        x = values[positions[0]]
+        if x.dtype.name not in ("float32", "float64"):
+            raise NotImplementedError("a parameter that is not float32 or float64")
+        group = loop_ir.Group(q_of[positions[0]], q_of[na + nd + q],
+                              tuple(q_of[na + staged.shadow_of.index(pos)] for pos in positions),
+                              x.size, x.dtype.name, bool(read), ())
+        specs = []
+        for st in steps:
+            states = tuple((q_of[si + m], values[si + m].size, values[si + m].dtype.name)
+                           for m in range(len(st.state)))
+            si += len(st.state)
+            step = loop_ir.StepSpec(-1, states, tuple(range(hi, hi + len(st.hyper))), bool(st.check))
+            hi += len(st.hyper)
+            argtypes = loop_ir.kernel_types(group, step)
+            specs.append(step._replace(kernel=kernels.setdefault((st.kernel, argtypes), len(kernels))))
+        groups.append(group._replace(steps=tuple(specs)))
+    spec = loop_ir.LoopSpec(tuple(grad_types), grad_result, tuple(args),
+                            tuple(shadow[j] for j in sorted(read)), zero_each, tuple(groups),
+                            q_of[hyper], q_of[hyper + 1], len(fixed),
+                            tuple(numba_abi.flat_types(context, grad_types[k])[0] for k in params))
+    return spec, list(kernels)
 
 
-# The loop's array updates, each an njit function of its own kept in Numba's cache: a loop
-# written out in the generated source costs Numba a typing and lowering at every use.
-_HELPER = dict(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, error_model="numpy")
+def _compile_loop(spec, kernels):
+    """The loop's entry call ``call(total, n, table, *params, gradient address)``,
+    compiled with the kernels' code linked in (Numba lowers each once per argument types)
+    and kept in adcore's disk cache (keyed by ``spec`` and the kernels' code)."""
+    try:
+        parts = (repr(spec), tuple(disk_cache.key_of(kernel) for kernel, _ in kernels))
+    except disk_cache.Uncacheable:
+        parts = None
 
-
-@numba.njit(**_HELPER)
-def _zeroed(x):
-    for i in range(x.size):
-        x[i] = 0
-
-
-@numba.njit(**_HELPER)
-def _gathered(g, d, zero):
-    """``g = d``, zeroing ``d`` when ``zero``."""
-    for i in range(g.size):
-        g[i] = d[i]
-        if zero:
-            d[i] = 0
-
-
-@numba.njit(**_HELPER)
-def _added(g, d, zero):
-    """``g += d``, zeroing ``d`` when ``zero``."""
-    for i in range(g.size):
-        g[i] += d[i]
-        if zero:
-            d[i] = 0
-
-
-@numba.njit(**_HELPER)
-def _descended(x, g):
-    """``x -= g``."""
-    for i in range(x.size):
-        x[i] -= g[i]
-
-
-def _compile_loop(staged, source, plan):
-    """The loop as an njit function, kept in adcore's disk cache (``stub`` stands for the
-    gradient's njit stub).  Numba's numpy error model: its one division is by the item
-    count, never 0, and the checks of the Python model cost a tenth of its compile."""
-    scope = {"stub": staged.grad, "math": math, "np": np, "carray": carray, "_zeroed": _zeroed,
-             "_gathered": _gathered, "_added": _added, "_descended": _descended}
-    for q, (_, steps) in enumerate(plan):
-        for k, st in enumerate(steps):
-            scope[f"K{q}_{k}"] = _without_wrappers(st.kernel)
-    return CachedFunction(source, "loop", scope, error_model="numpy")
-
-
-_COPIES = {}
-
-
-def _without_wrappers(kernel):
-    """A copy of njit ``kernel`` compiled without the Python and C wrappers (the loop
-    calls it natively; the wrappers cost a good part of a small function's compile)."""
-    if kernel not in _COPIES:
-        options = {k: v for k, v in kernel.targetoptions.items() if k != "nopython"}
-        _COPIES[kernel] = numba.njit(**options, no_cpython_wrapper=True, no_cfunc_wrapper=True)(kernel.py_func)
-    return _COPIES[kernel]
+    def compile_(symbol):
+        with stage("Numba compile"):
+            results, modules = [], []
+            for k, (kernel, argtypes) in enumerate(kernels):
+                cres = numba_abi.lowered(kernel, argtypes)
+                restype = cres.signature.return_type
+                if not isinstance(restype, (types.Number, types.NoneType)):
+                    raise NotImplementedError("an optimiser kernel returning an object")
+                module = numba_abi.linkable_module(cres.library)
+                module.get_function(cres.fndesc.mangled_name).name = name = f"{symbol}.kernel{k}"
+                value = loop_ir.LLVM_FLOATS.get(str(restype))
+                results.append((name, str(cres.target_context.get_value_type(restype)), value))
+                modules.append(module)
+        with stage("generate"):
+            module = llvm.parse_assembly(loop_ir.loop_ir(symbol, spec, results))
+            for part in modules:
+                module.link_in(part)
+            text = numba_abi.bind_environments(str(module))
+        with stage("compile"):
+            compiled = native.compile_ir(text, symbol, python_entry=(spec.flat(), [None] * len(spec.flat()), ()))
+        compiled.holds_process_addresses = text != str(module)
+        return compiled
+    try:
+        return disk_cache.native_function(parts, spec.flat(), ["i64", "i64"], compile_, "train loop")
+    except LinkError as err:
+        raise NotImplementedError(str(err)) from None
 
 
 def compiled_train(loss, dup, data, state, error, epochs=1):
@@ -362,10 +326,11 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         stack = plan.stacked(staged, items, len(first) + 1)
         if stack is None:
             return None
-        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail,
-                  plan.losses(n * epochs))
+        losses = plan.losses(n * epochs)
+        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail, losses,
+                  plan.gradient)
         stop, code = plan.call.run(n * epochs, n, values)
-        losses = values[-1].tolist()
+        losses = losses.tolist()
     if code == 1:
         raise error(losses[stop], stop % n, items[stop % n], stop // n)
     if code >= 2:

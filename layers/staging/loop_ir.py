@@ -1,0 +1,299 @@
+"""``train``'s loop written as LLVM IR: no Numba compile of a loop of its own.
+
+``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
+adcore's entry from Python calls it, :mod:`adcore.python_entry`).  ``table`` is the
+address of an int64 array of the addresses of every array the loop reaches, and of the
+gradient.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
+calls the gradient, stores the loss and stops on a non-finite one (code 1), gathers each
+parameter's gradient from its shadows, calls the optimiser's kernels (``rule.steps``,
+lowered by Numba and linked in: LLVM inlines them with every size known) and subtracts
+the step; the ``k``-th checked step's non-finite value stops it with code ``2 + k``.
+A failed call (an exception in the gradient or a kernel) returns its status and
+exception, which the entry raises.  :class:`LoopSpec` is everything the code depends on
+(the disk cache's key); :func:`loop_ir` writes it.
+"""
+from typing import NamedTuple
+
+import numba
+import numpy as np
+from numba.core import types
+
+from adcore.emit import float_const
+from adcore.fastcall import array_fields
+from adcore.numba_abi import flat_types, target_context
+
+# Numba's status codes of a call: success, and success returning None (others fail)
+_OK, _OK_NONE = 0, -2
+LLVM_FLOATS = {"float32": "float", "float64": "double"}
+
+
+class Arg(NamedTuple):
+    """How the loop passes one gradient argument: ``how`` is ``"array"`` (the array at
+    table entry ``q``, of ``shape``), ``"row"`` (row ``it % n`` of the stacked array at
+    ``q``; ``shape`` is the row's), ``"scalar"`` (item ``it % n`` of the array at ``q``)
+    or ``"param"`` (the loop's scalar parameter ``q``, after ``table``)."""
+    how: str
+    q: int
+    shape: tuple = ()
+
+
+class StepSpec(NamedTuple):
+    """One kernel call ``kernel(x, g, *states, *hyper)``: ``kernel`` its index among the
+    loop's kernels, ``states`` ``(table entry, size, dtype name)`` each, ``hyper`` indices
+    into the hyperparameter array; ``check``: its float result must be finite."""
+    kernel: int
+    states: tuple
+    hyper: tuple
+    check: bool
+
+
+class Group(NamedTuple):
+    """One parameter array (table entry ``x``, ``size`` items of ``dtype``): its gradient
+    buffer ``g`` gathers the shadows ``shadows`` (zeroing them, but at the last step, when
+    ``zero_as_read``), then ``steps`` run and ``x -= g``."""
+    x: int
+    g: int
+    shadows: tuple
+    size: int
+    dtype: str
+    zero_as_read: bool
+    steps: tuple
+
+
+class LoopSpec(NamedTuple):
+    """``loop(total, n, table, *params, gradient)``: the gradient's Numba argument types
+    and result type, how each argument is passed, the shadows zeroed before the loop and
+    at every step (``(table entry, bytes)``), the parameter groups, the table entries of
+    the hyperparameters (float64) and of the losses (float64, one per step), the table's
+    length, and the LLVM types of the scalar ``params``; the last parameter is the
+    gradient's address.  Its ``repr`` is part of the disk cache's key."""
+    grad_types: tuple
+    grad_result: object
+    args: tuple
+    zero_before: tuple
+    zero_each: tuple
+    groups: tuple
+    hyper: int
+    losses: int
+    entries: int
+    params: tuple
+
+    def flat(self):
+        """The LLVM types of the loop's parameters, one list per parameter."""
+        return [["i64"]] * 3 + [[t] for t in self.params] + [["i64"]]
+
+
+def kernel_types(group, step):
+    """The Numba argument types of ``step``'s kernel in ``group``."""
+    def vector(dtype):
+        return types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C")
+    return ((vector(group.dtype), vector(group.dtype)) +
+            tuple(vector(d) for _, _, d in step.states) + (types.float64,) * len(step.hyper))
+
+
+class _Writer:
+    """Lines of one function's body, with fresh names and the current block."""
+
+    def __init__(self):
+        self.lines, self.allocas, self.failures, self.declared = [], [], [], {}
+        self.n, self.block = 0, "entry"
+
+    def tmp(self, prefix="t"):
+        self.n += 1
+        return f"%{prefix}{self.n}"
+
+    def label(self, name):
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def emit(self, line):
+        self.lines.append("  " + line)
+
+    def gep(self, ty, base, index):
+        p = self.tmp("p")
+        self.emit(f"{p} = getelementptr inbounds {ty}, ptr {base}, i64 {index}")
+        return p
+
+    def load(self, ty, ptr):
+        v = self.tmp()
+        self.emit(f"{v} = load {ty}, ptr {ptr}")
+        return v
+
+    def memset(self, ptr, nbytes):
+        if nbytes:
+            self.emit(f"call void @llvm.memset.p0.i64(ptr {ptr}, i8 0, i64 {nbytes}, i1 false)")
+
+    def branch(self, cond, then, other):
+        self.emit(f"br i1 {cond}, label %{then}, label %{other}")
+
+    def elementwise(self, op, ty, dst, src, size):
+        """``dst[i] = dst[i] op src[i]`` for ``i < size`` (a constant)."""
+        if not size:
+            return
+        head, before = self.tmp("loop")[1:], self.block
+        i, nxt, done = f"%{head}.i", f"%{head}.next", f"%{head}.done"
+        self.emit(f"br label %{head}")
+        self.label(head)
+        self.emit(f"{i} = phi i64 [ 0, %{before} ], [ {nxt}, %{head} ]")
+        pd, ps = self.gep(ty, dst, i), self.gep(ty, src, i)
+        a, b, r = self.load(ty, pd), self.load(ty, ps), self.tmp()
+        self.emit(f"{r} = {op} {ty} {a}, {b}")
+        self.emit(f"store {ty} {r}, ptr {pd}")
+        self.emit(f"{nxt} = add nuw nsw i64 {i}, 1")
+        self.emit(f"{done} = icmp eq i64 {nxt}, {size}")
+        self.branch(done, f"{head}.end", head)
+        self.label(f"{head}.end")
+
+    def finite(self, ty, value):
+        """An i1: ``value`` is neither infinite nor NaN."""
+        a, ok = self.tmp(), self.tmp("c")
+        self.emit(f"{a} = call {ty} @llvm.fabs.{'f32' if ty == 'float' else 'f64'}({ty} {value})")
+        self.emit(f"{ok} = fcmp olt {ty} {a}, {float_const(ty, float('inf'))}")
+        return ok
+
+    def call(self, target, ret_type, params):
+        """Call ``target`` (Numba's calling convention); on failure return its status
+        (its exception is in the caller's ``excinfo``).  The result's pointer."""
+        ret, status = self.tmp("ret"), self.tmp("status")
+        if target.startswith("@"):
+            types_ = ", ".join(["ptr", "ptr"] + [p.split(" ", 1)[0] for p in params])
+            self.declared[target] = f"declare i32 {target}({types_})"
+        self.allocas.append(f"  {ret} = alloca {ret_type}, align 16")
+        self.emit(f"{status} = call i32 {target}(ptr {ret}, ptr %excp, {', '.join(params)})")
+        ok, none, fine = self.tmp("c"), self.tmp("c"), self.tmp("c")
+        self.emit(f"{ok} = icmp eq i32 {status}, {_OK}")
+        self.emit(f"{none} = icmp eq i32 {status}, {_OK_NONE}")
+        self.emit(f"{fine} = or i1 {ok}, {none}")
+        cont = self.tmp("called")[1:]
+        self.branch(fine, cont, "failed")
+        self.failures.append((status, self.block))
+        self.label(cont)
+        return ret
+
+
+def loop_ir(symbol, spec, kernels):
+    """The IR of function ``symbol`` running ``spec``; ``kernels[k]`` is ``(name, result
+    type, float type of the result or None)`` of kernel ``k``, a function of a module
+    linked in; NotImplementedError when a checked step's kernel returns no float."""
+    context = target_context()
+    w = _Writer()
+    w.emit("%table = inttoptr i64 %arg.table to ptr")
+    w.emit("%grad = inttoptr i64 %arg.grad to ptr")
+    addr = [w.load("ptr", w.gep("i64", "%table", q)) for q in range(spec.entries)]
+    for q, nbytes in spec.zero_before:
+        w.memset(addr[q], nbytes)
+    w.emit("%any = icmp sgt i64 %arg.total, 0")
+    w.branch("%any", "step", "done")
+    w.label("step")
+    w.emit("%it = phi i64 [ 0, %entry ], [ %it.next, %step.end ]")
+    w.emit("%row = urem i64 %it, %arg.n")
+    w.emit("%it.next = add nuw nsw i64 %it, 1")
+    w.emit("%last = icmp eq i64 %it.next, %arg.total")
+    for q, nbytes in spec.zero_each:
+        w.memset(addr[q], nbytes)
+    ret = w.call("%grad", str(context.get_value_type(spec.grad_result)),
+                 _gradient_params(w, spec, addr, context))
+    loss_type = LLVM_FLOATS[str(spec.grad_result.types[0])]
+    loss = w.load(loss_type, ret)
+    if loss_type == "float":
+        wide = w.tmp()
+        w.emit(f"{wide} = fpext float {loss} to double")
+        loss = wide
+    w.emit(f"store double {loss}, ptr {w.gep('double', addr[spec.losses], '%it')}")
+    w.branch(w.finite("double", loss), "loss.ok", "stop.1")
+    w.label("loss.ok")
+    stops = ["1"]
+    for group in spec.groups:
+        stops += _update(w, spec, group, addr, kernels, context, 1 + len(stops))
+    w.emit("br label %step.end")
+    w.label("step.end")
+    w.branch("%last", "done", "step")
+    w.label("done")
+    _returned(w, "%arg.total", "0", "done")
+    for code in stops:
+        w.label(f"stop.{code}")
+        _returned(w, "%it", code, code)
+    w.label("failed")
+    incoming = ", ".join(f"[ {s}, %{b} ]" for s, b in w.failures)
+    w.emit(f"%failure = phi i32 {incoming}")
+    w.emit("ret i32 %failure")
+    params = "".join(f", {t} %arg.p{j}" for j, t in enumerate(spec.params))
+    head = [f"define i32 @{symbol}(ptr noalias %retp, ptr noalias %excp, i64 %arg.total, "
+            f"i64 %arg.n, i64 %arg.table{params}, i64 %arg.grad) {{", "entry:"] + w.allocas
+    declarations = ["declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+                    "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+                    "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
+                    *w.declared.values()]
+    return "\n".join(declarations + head + w.lines + ["}", ""])
+
+
+def _gradient_params(w, spec, addr, context):
+    params = []
+    for arg, t in zip(spec.args, spec.grad_types):
+        ptypes = flat_types(context, t)
+        if arg.how == "param":
+            params.append(f"{ptypes[0]} %arg.p{arg.q}")
+        elif arg.how == "scalar":
+            params.append(f"{ptypes[0]} {w.load(ptypes[0], w.gep(ptypes[0], addr[arg.q], '%row'))}")
+        else:
+            itemsize, data = t.dtype.bitwidth // 8, addr[arg.q]
+            if arg.how == "row":
+                data = w.gep(f"[{_count(arg.shape) * itemsize} x i8]", data, "%row")
+            fields = array_fields(arg.shape, itemsize, data)
+            assert len(fields) == len(ptypes), "Numba's array layout changed"
+            params += fields
+    return params
+
+
+def _update(w, spec, group, addr, kernels, context, code):
+    """Gather ``group``'s gradient, run its steps, subtract; the stop codes it adds
+    (from ``code`` on)."""
+    ty, itemsize = LLVM_FLOATS[group.dtype], np.dtype(group.dtype).itemsize
+    nbytes, g = group.size * itemsize, addr[group.g]
+    w.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr {g}, ptr {addr[group.shadows[0]]}, "
+           f"i64 {nbytes}, i1 false)")
+    for q in group.shadows[1:]:
+        w.elementwise("fadd", ty, g, addr[q], group.size)
+    if group.zero_as_read:
+        keep = w.tmp("kept")[1:]
+        w.branch("%last", keep, f"{keep}.zero")
+        w.label(f"{keep}.zero")
+        for q in group.shadows:
+            w.memset(addr[q], nbytes)
+        w.emit(f"br label %{keep}")
+        w.label(keep)
+    stops = []
+    for step in group.steps:
+        params = array_fields((group.size,), itemsize, addr[group.x]) + \
+            array_fields((group.size,), itemsize, g)
+        for q, size, dtype in step.states:
+            params += array_fields((size,), np.dtype(dtype).itemsize, addr[q])
+        params += [f"double {w.load('double', w.gep('double', addr[spec.hyper], h))}"
+                   for h in step.hyper]
+        assert len(params) == sum(len(flat_types(context, t)) for t in kernel_types(group, step))
+        name, ret_type, value_type = kernels[step.kernel]
+        ret = w.call(f"@{name}", ret_type, params)
+        if step.check:
+            if value_type is None:
+                raise NotImplementedError("a checked step's kernel returns no float")
+            checked = w.tmp("checked")[1:]
+            w.branch(w.finite(value_type, w.load(value_type, ret)), checked, f"stop.{code}")
+            stops.append(str(code))
+            code += 1
+            w.label(checked)
+    w.elementwise("fsub", ty, addr[group.x], g, group.size)
+    return stops
+
+
+def _returned(w, steps, code, tag):
+    w.emit(f"store i64 {steps}, ptr %retp")
+    w.emit(f"%code.{tag} = getelementptr i64, ptr %retp, i64 1")
+    w.emit(f"store i64 {code}, ptr %code.{tag}")
+    w.emit("ret i32 0")
+
+
+def _count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
