@@ -1,5 +1,6 @@
 """train / update / setup with Duplicated(model): the compiled loop agrees with the tape
 engine and with a Python loop of gradient + update; the NaN rule holds natively."""
+import numba
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from layers import Chain, Dense, NonFiniteLossError, gradient, only, train
 from layers.staging import program
 from optim import (Adam, ClipNorm, Descent, Momentum, OptimiserChain, WeightDecay, freeze,
                    setup, update)
+from optim.rules import Step
 
 
 def seed_data():
@@ -375,3 +377,45 @@ def test_a_layer_used_twice_is_trained_as_python_steps_train_it():
     d1, _ = trained_both_ways(model, Adam(0.01), data)
     staged = program.lookup(seed_loss, (d1,) + data[0])[0]
     assert any(len(g.shadows) == 2 for spec, _ in staged.loops for g in spec.groups)   # two shadows, one gradient
+
+
+def test_float64_models_train_in_the_native_loop_as_python_steps_do():
+    """The loop's own code (gathering, subtracting the step, the checks) in double
+    precision, with the kernels lowered for float64 arrays."""
+    def model():
+        return Chain(Dense(1, 7, L.tanh, rng=0, dtype=np.float64),
+                     Dense(7, 1, rng=1, dtype=np.float64), only)
+    data = [(np.array([x]), 2 * x - x ** 3) for x in np.linspace(-2, 2, 9)]
+    for rule in (Adam(0.01), OptimiserChain(ClipNorm(0.5), Momentum(0.01, 0.9))):
+        trained_both_ways(model, rule, data)
+    assert any(e.loops for e in program._cache[program.cache_key(seed_loss)])   # the native loop ran
+
+
+class _Capped(Descent):
+    """Descent whose kernel raises when a gradient entry exceeds ``cap`` (an exception
+    raised inside the native loop)."""
+
+    @staticmethod
+    @numba.njit
+    def capped(x, g, eta, cap):
+        for i in range(g.size):
+            if abs(g[i]) > cap:
+                raise ValueError("a gradient entry is over the cap")
+            g[i] *= eta
+
+    def __init__(self, eta, cap):
+        super().__init__(eta)
+        self.cap = cap
+
+    def steps(self, state):
+        return [Step(self.capped, (), (float(self.eta), float(self.cap)))]
+
+
+def test_an_exception_in_an_optimiser_kernel_is_raised_by_train():
+    data = seed_data()[::4]
+    dup = Duplicated(seed_model())
+    state = setup(_Capped(0.01, 1e-3), dup)
+    with pytest.raises(ValueError, match="^a gradient entry is over the cap$"):
+        train(seed_loss, dup, data, state)
+    assert any(e.loops for e in program._cache[program.cache_key(seed_loss)])   # the native loop ran
+    trained_both_ways(seed_model, _Capped(0.01, 1e9), data)    # a cap never reached

@@ -206,13 +206,10 @@ class _Plan:
 def _loop_spec(staged, samples, plan, values, fixed):
     """The :class:`loop_ir.LoopSpec` of the loop over ``values`` (``(*args, *shadows,
     *grads, *states, hyper, losses)``; those at the positions ``fixed`` come through the
-    table, the others as parameters), with the kernels it calls (``[(kernel, argument
-    types)]``).  The per-item inputs, at the positions of ``samples``, are the rows of a
+    table), with the kernels it calls (``[(kernel, argument types)]``).  The per-item inputs, at the positions of ``samples``, are the rows of a
     ``_Stack``.  NotImplementedError for what the loop does not pass."""
-    context = numba_abi.target_context()
     na, nd = len(staged.flat), len(staged.dflat)
     q_of = {k: q for q, k in enumerate(fixed)}
-    params = [k for k in range(na + nd) if k not in q_of]
     grad_types, grad_result = staged.grad.stub_spec[:2]
     args = []
     for k, t in enumerate(grad_types):
@@ -229,7 +226,7 @@ def _loop_spec(staged, samples, plan, values, fixed):
                 raise NotImplementedError("an array the gradient takes with other axes")
             args.append(loop_ir.Arg("array", q_of[k], shape))
         else:
-            args.append(loop_ir.Arg("param", params.index(k)))
+            raise NotImplementedError("an argument that is neither an array nor a stacked input")
     checked = any(st.check for _, steps in plan for st in steps)
     # With no checked step, the parameters' shadows are zeroed as they are read (but for
     # the last step's, which the shadow keeps as after a gradient call), else before each step.
@@ -257,13 +254,12 @@ def _loop_spec(staged, samples, plan, values, fixed):
         groups.append(group._replace(steps=tuple(specs)))
     spec = loop_ir.LoopSpec(tuple(grad_types), grad_result, tuple(args),
                             tuple(shadow[j] for j in sorted(read)), zero_each, tuple(groups),
-                            q_of[hyper], q_of[hyper + 1], len(fixed),
-                            tuple(numba_abi.flat_types(context, grad_types[k])[0] for k in params))
+                            q_of[hyper], q_of[hyper + 1], len(fixed))
     return spec, list(kernels)
 
 
 def _compile_loop(spec, kernels):
-    """The loop's entry call ``call(total, n, table, *params, gradient address)``,
+    """The loop's entry call ``call(total, n, table, gradient address)``,
     compiled with the kernels' code linked in (Numba lowers each once per argument types)
     and kept in adcore's disk cache (keyed by ``spec`` and the kernels' code)."""
     try:
@@ -290,11 +286,11 @@ def _compile_loop(spec, kernels):
                 module.link_in(part)
             text = numba_abi.bind_environments(str(module))
         with stage("compile"):
-            compiled = native.compile_ir(text, symbol, python_entry=(spec.flat(), [None] * len(spec.flat()), ()))
+            compiled = native.compile_ir(text, symbol, python_entry=(loop_ir.FLAT, [None] * 4, ()))
         compiled.holds_process_addresses = text != str(module)
         return compiled
     try:
-        return disk_cache.native_function(parts, spec.flat(), ["i64", "i64"], compile_, "train loop")
+        return disk_cache.native_function(parts, loop_ir.FLAT, ["i64", "i64"], compile_, "train loop")
     except LinkError as err:
         raise NotImplementedError(str(err)) from None
 

@@ -30,8 +30,7 @@ LLVM_FLOATS = {"float32": "float", "float64": "double"}
 class Arg(NamedTuple):
     """How the loop passes one gradient argument: ``how`` is ``"array"`` (the array at
     table entry ``q``, of ``shape``), ``"row"`` (row ``it % n`` of the stacked array at
-    ``q``; ``shape`` is the row's), ``"scalar"`` (item ``it % n`` of the array at ``q``)
-    or ``"param"`` (the loop's scalar parameter ``q``, after ``table``)."""
+    ``q``; ``shape`` is the row's) or ``"scalar"`` (item ``it % n`` of the array at ``q``)."""
     how: str
     q: int
     shape: tuple = ()
@@ -61,12 +60,12 @@ class Group(NamedTuple):
 
 
 class LoopSpec(NamedTuple):
-    """``loop(total, n, table, *params, gradient)``: the gradient's Numba argument types
-    and result type, how each argument is passed, the shadows zeroed before the loop and
-    at every step (``(table entry, bytes)``), the parameter groups, the table entries of
-    the hyperparameters (float64) and of the losses (float64, one per step), the table's
-    length, and the LLVM types of the scalar ``params``; the last parameter is the
-    gradient's address.  Its ``repr`` is part of the disk cache's key."""
+    """``loop(total, n, table, gradient)``: the gradient's Numba argument types and result
+    type, how each argument is passed, the shadows zeroed before the loop and at every
+    step (``(table entry, bytes)``), the parameter groups, the table entries of the
+    hyperparameters (float64) and of the losses (float64, one per step) and the table's
+    length; ``gradient`` is the gradient's address.  Its ``repr`` is part of the disk
+    cache's key."""
     grad_types: tuple
     grad_result: object
     args: tuple
@@ -76,11 +75,9 @@ class LoopSpec(NamedTuple):
     hyper: int
     losses: int
     entries: int
-    params: tuple
 
-    def flat(self):
-        """The LLVM types of the loop's parameters, one list per parameter."""
-        return [["i64"]] * 3 + [[t] for t in self.params] + [["i64"]]
+
+FLAT = [["i64"]] * 4       # the LLVM types of the loop's parameters, one list per parameter
 
 
 def kernel_types(group, step):
@@ -217,9 +214,8 @@ def loop_ir(symbol, spec, kernels):
     incoming = ", ".join(f"[ {s}, %{b} ]" for s, b in w.failures)
     w.emit(f"%failure = phi i32 {incoming}")
     w.emit("ret i32 %failure")
-    params = "".join(f", {t} %arg.p{j}" for j, t in enumerate(spec.params))
     head = [f"define i32 @{symbol}(ptr noalias %retp, ptr noalias %excp, i64 %arg.total, "
-            f"i64 %arg.n, i64 %arg.table{params}, i64 %arg.grad) {{", "entry:"] + w.allocas
+            f"i64 %arg.n, i64 %arg.table, i64 %arg.grad) {{", "entry:"] + w.allocas
     declarations = ["declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
                     "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
                     "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
@@ -231,9 +227,7 @@ def _gradient_params(w, spec, addr, context):
     params = []
     for arg, t in zip(spec.args, spec.grad_types):
         ptypes = flat_types(context, t)
-        if arg.how == "param":
-            params.append(f"{ptypes[0]} %arg.p{arg.q}")
-        elif arg.how == "scalar":
+        if arg.how == "scalar":
             params.append(f"{ptypes[0]} {w.load(ptypes[0], w.gep(ptypes[0], addr[arg.q], '%row'))}")
         else:
             itemsize, data = t.dtype.bitwidth // 8, addr[arg.q]
