@@ -27,6 +27,11 @@ def seed_loss(m, x, y):
     return (m(x) - y) ** 2
 
 
+def native_loop_ran(loss):
+    """Whether ``train`` compiled a native loop for ``loss``."""
+    return any(any(e.loops.values()) for e in program._cache[program.cache_key(loss)])
+
+
 def params(model):
     return [a.copy() for _, a in leaves(model)]
 
@@ -96,7 +101,7 @@ def test_nan_stops_the_compiled_loop_without_applying_that_update():
     with pytest.raises(NonFiniteLossError, match="data item 3") as info:
         train(seed_loss, dup, data, setup(Descent(0.1), dup))
     assert info.value.index == 3
-    assert any(e.loops for e in program._cache[program.cache_key(seed_loss)])        # the native loop ran
+    assert native_loop_ran(seed_loss)
     train(seed_loss, ref, data[:3], setup(Descent(0.1), ref))       # items 0-2 applied, 3 not
     for a, b in zip(params(model), params(ref)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -116,7 +121,7 @@ def test_a_checked_step_stops_the_compiled_loop_with_its_message():
     with pytest.raises(FloatingPointError,
                        match=r"^ClipNorm: the gradient norm is not finite \(data item 2\)$"):
         train(loss, dup, data, setup(rule, dup))
-    assert any(e.loops for e in program._cache[program.cache_key(loss)])   # the native loop ran
+    assert native_loop_ran(loss)
     with pytest.raises(FloatingPointError, match="^ClipNorm: the gradient norm is inf$"):
         m = model()
         train(loss, m, data, setup(rule, m))
@@ -290,7 +295,7 @@ def test_a_non_finite_loss_names_its_epoch_and_stops_there():
             break
     assert (native.value.index, native.value.epoch) == (stepped.index, epoch)
     assert native.value.epoch > 0 and f"in epoch {epoch}" in str(native.value)
-    assert any(e.loops for e in program._cache[program.cache_key(loss)])   # the native loop ran
+    assert native_loop_ran(loss)
     np.testing.assert_allclose(m1.weight, m2.weight, rtol=1e-5)
 
 
@@ -376,7 +381,8 @@ def test_a_layer_used_twice_is_trained_as_python_steps_train_it():
     data = [(np.array([v, -v, 0.5 * v], np.float32), np.float32(v * v)) for v in np.linspace(-1, 1, 7)]
     d1, _ = trained_both_ways(model, Adam(0.01), data)
     staged = program.lookup(seed_loss, (d1,) + data[0])[0]
-    assert any(len(g.shadows) == 2 for spec, _ in staged.loops for g in spec.groups)   # two shadows, one gradient
+    assert any(len(g.shadows) == 2 for (spec, _), loop in staged.loops.items() if loop
+               for g in spec.groups)     # two shadows, one gradient
 
 
 def test_float64_models_train_in_the_native_loop_as_python_steps_do():
@@ -388,7 +394,7 @@ def test_float64_models_train_in_the_native_loop_as_python_steps_do():
     data = [(np.array([x]), 2 * x - x ** 3) for x in np.linspace(-2, 2, 9)]
     for rule in (Adam(0.01), OptimiserChain(ClipNorm(0.5), Momentum(0.01, 0.9))):
         trained_both_ways(model, rule, data)
-    assert any(e.loops for e in program._cache[program.cache_key(seed_loss)])   # the native loop ran
+    assert native_loop_ran(seed_loss)
 
 
 class _Capped(Descent):
@@ -417,5 +423,34 @@ def test_an_exception_in_an_optimiser_kernel_is_raised_by_train():
     state = setup(_Capped(0.01, 1e-3), dup)
     with pytest.raises(ValueError, match="^a gradient entry is over the cap$"):
         train(seed_loss, dup, data, state)
-    assert any(e.loops for e in program._cache[program.cache_key(seed_loss)])   # the native loop ran
+    assert native_loop_ran(seed_loss)
     trained_both_ways(seed_model, _Capped(0.01, 1e9), data)    # a cap never reached
+
+
+class _Returning(Descent):
+    """Descent whose kernel returns an array (an object the loop does not take)."""
+
+    @staticmethod
+    @numba.njit
+    def returning(x, g, eta):
+        for i in range(g.size):
+            g[i] *= eta
+        return g
+
+    def steps(self, state):
+        return [Step(self.returning, (), (float(self.eta),))]
+
+
+def test_a_loop_that_cannot_be_compiled_trains_as_python_steps_and_is_not_tried_again():
+    data = seed_data()[::4]
+    d1, _ = trained_both_ways(seed_model, _Returning(0.05), data)
+    staged = program.lookup(seed_loss, (d1,) + data[0])[0]
+
+    def loops():
+        return [loop for (_, kernels), loop in staged.loops.items()
+                if any(k is _Returning.returning for k, _ in kernels)]
+    assert loops() == [None]
+    state = setup(_Returning(0.05), d1)
+    for _ in range(2):
+        train(seed_loss, d1, data, state)
+    assert loops() == [None]

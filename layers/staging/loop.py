@@ -169,9 +169,16 @@ class _Plan:
         values.append(np.empty(0))   # the losses
         fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
         spec, kernels = _loop_spec(staged, samples, plan, values, fixed)
-        loop = staged.loops.get((spec, tuple(kernels)))
+        key = (spec, tuple(kernels))
+        if key not in staged.loops:      # None: it cannot be compiled (not tried again)
+            try:
+                staged.loops[key] = _compile_loop(spec, kernels)
+            except NotImplementedError:
+                staged.loops[key] = None
+                raise
+        loop = staged.loops[key]
         if loop is None:
-            loop = staged.loops[spec, tuple(kernels)] = _compile_loop(spec, kernels)
+            raise NotImplementedError("the loop cannot be compiled")
         self.gradient = llvm.address_of_symbol(staged.grad.symbol)
         if not self.gradient:
             raise NotImplementedError("the gradient has no native code in this process")
