@@ -454,3 +454,29 @@ def test_a_loop_that_cannot_be_compiled_trains_as_python_steps_and_is_not_tried_
     for _ in range(2):
         train(seed_loss, d1, data, state)
     assert loops() == [None]
+
+
+class _TowardsItself(Descent):
+    """Descent plus ``lam * x``, reading ``x`` through a state that is the parameter
+    array itself: the loop's arrays overlap (its kernels are compiled for arrays that
+    share no memory)."""
+
+    @staticmethod
+    @numba.njit
+    def pulled(x, g, same, eta, lam):
+        for i in range(g.size):
+            g[i] = eta * (g[i] + lam * same[i])
+
+    def init(self, x):
+        return x.reshape(-1)
+
+    def steps(self, state):
+        return [Step(self.pulled, (state,), (float(self.eta), 0.5))]
+
+
+def test_arrays_that_share_memory_train_as_python_steps():
+    data = seed_data()[::4]
+    d1, _ = trained_both_ways(seed_model, _TowardsItself(0.05), data)
+    plan = next(p for p in program.lookup(seed_loss, (d1,) + data[0])[0].plans.values()
+                if p.marks[0][1].__class__ is _TowardsItself)
+    assert plan.checked is None            # the native loop never ran

@@ -24,6 +24,7 @@ from adcore import disk_cache, native, numba_abi
 from adcore.errors import LinkError
 from adcore.timings import stage
 from adcore.tree import child
+from optim.addresses import address
 
 from . import loop_ir
 from .lower import Kind
@@ -168,6 +169,7 @@ class _Plan:
         values = [samples.get(k, v) for k, v in enumerate(dargs)] + list(self.tail)
         values.append(np.empty(0))   # the losses
         fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
+        self.fixed, self.checked = fixed, None
         spec, kernels = _loop_spec(staged, samples, plan, values, fixed)
         key = (spec, tuple(kernels))
         if key not in staged.loops:      # None: it cannot be compiled (not tried again)
@@ -184,6 +186,18 @@ class _Plan:
             raise NotImplementedError("the gradient has no native code in this process")
         values.append(self.gradient)   # last: where the loop calls the gradient
         self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
+
+    def disjoint(self, values):
+        """Whether no two of the arrays the loop reaches among ``values`` share memory
+        (the kernels are compiled for arrays that do not); checked again only when one
+        of them is another object than at the last check."""
+        arrays = [values[k] for k in self.fixed]
+        if self.checked is None or not all(map(operator.is_, arrays, self.checked)):
+            spans = sorted((address(a), address(a) + a.nbytes) for a in arrays if a.nbytes)
+            if any(end > start for (_, end), (start, _) in zip(spans, spans[1:])):
+                return False
+            self.checked = arrays
+        return True
 
     def current(self, state):
         return state is self.state and all(
@@ -284,6 +298,7 @@ def _compile_loop(spec, kernels):
                     raise NotImplementedError("an optimiser kernel returning an object")
                 module = numba_abi.linkable_module(cres.library)
                 module.get_function(cres.fndesc.mangled_name).name = name = f"{symbol}.kernel{k}"
+                module = llvm.parse_assembly(loop_ir.with_distinct_arrays(str(module), name, argtypes))
                 value = loop_ir.LLVM_FLOATS.get(str(restype))
                 results.append((name, str(cres.target_context.get_value_type(restype)), value))
                 modules.append(module)
@@ -332,6 +347,8 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         losses = plan.losses(n * epochs)
         values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail, losses,
                   plan.gradient)
+        if not plan.disjoint(values):
+            return None
         stop, code = plan.call.run(n * epochs, n, values)
         losses = losses.tolist()
     if code == 1:

@@ -12,6 +12,7 @@ A failed call (an exception in the gradient or a kernel) returns its status and
 exception, which the entry raises.  :class:`LoopSpec` is everything the code depends on
 (the disk cache's key); :func:`loop_ir` writes it.
 """
+import re
 from typing import NamedTuple
 
 import numba
@@ -20,6 +21,7 @@ from numba.core import types
 
 from adcore.emit import float_const
 from adcore.fastcall import array_fields
+from adcore import numba_abi
 from adcore.numba_abi import flat_types, target_context
 
 # Numba's status codes of a call: success, and success returning None (others fail)
@@ -88,11 +90,39 @@ def kernel_types(group, step):
             tuple(vector(d) for _, _, d in step.states) + (types.float64,) * len(step.hyper))
 
 
+def with_distinct_arrays(text, name, argtypes):
+    """``text`` (a module) with the data pointers of function ``name``'s array arguments
+    (Numba's calling convention, argument types ``argtypes``) marked ``noalias``: the loop
+    calls its kernels with arrays that share no memory (``train`` checks), so that LLVM
+    inlines them without tests of overlap."""
+    context = target_context()
+    start = re.search(rf"^define [^@\n]*@{re.escape(name)}\(", text, re.M).end()
+    params, depth, end = [""], 0, start      # split at the commas outside parentheses
+    while depth or text[end] != ")":
+        c = text[end]
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and not depth:
+            params.append("")
+        else:
+            params[-1] += c
+        end += 1
+    params = [p.strip() for p in params]
+    k = 2                                    # after the result's and the exception's pointers
+    for t in argtypes:
+        if isinstance(t, types.Array):
+            ty, _, rest = params[k + numba_abi.DATA].partition(" ")
+            params[k + numba_abi.DATA] = f"{ty} noalias {rest}"
+        k += len(flat_types(context, t))
+    assert k == len(params), "Numba's calling convention changed"
+    return text[:start] + ", ".join(params) + text[end:]
+
+
 class _Writer:
     """Lines of one function's body, with fresh names and the current block."""
 
     def __init__(self):
         self.lines, self.allocas, self.failures, self.declared = [], [], [], {}
+        self.metadata = ['!0 = distinct !{!0, !"loop_ir"}']     # the alias domain
         self.n, self.block = 0, "entry"
 
     def tmp(self, prefix="t"):
@@ -123,19 +153,32 @@ class _Writer:
     def branch(self, cond, then, other):
         self.emit(f"br i1 {cond}, label %{then}, label %{other}")
 
+    def scopes(self):
+        """Two new alias scopes: ``(dst's, src's)`` metadata suffixes, each access in its
+        own scope and not aliasing the other's."""
+        d, s = len(self.metadata), len(self.metadata) + 1
+        self.metadata += [f"!{d} = distinct !{{!{d}, !0}}", f"!{s} = distinct !{{!{s}, !0}}",
+                          f"!{d + 2} = !{{!{d}}}", f"!{s + 2} = !{{!{s}}}"]
+        return (f", !alias.scope !{d + 2}, !noalias !{s + 2}",
+                f", !alias.scope !{s + 2}, !noalias !{d + 2}")
+
     def elementwise(self, op, ty, dst, src, size):
-        """``dst[i] = dst[i] op src[i]`` for ``i < size`` (a constant)."""
+        """``dst[i] = dst[i] op src[i]`` for ``i < size`` (a constant); ``dst`` and ``src``
+        do not overlap (one is a gradient buffer of the loop's own)."""
         if not size:
             return
+        in_dst, in_src = self.scopes()
         head, before = self.tmp("loop")[1:], self.block
         i, nxt, done = f"%{head}.i", f"%{head}.next", f"%{head}.done"
         self.emit(f"br label %{head}")
         self.label(head)
         self.emit(f"{i} = phi i64 [ 0, %{before} ], [ {nxt}, %{head} ]")
         pd, ps = self.gep(ty, dst, i), self.gep(ty, src, i)
-        a, b, r = self.load(ty, pd), self.load(ty, ps), self.tmp()
+        a, b, r = self.tmp(), self.tmp(), self.tmp()
+        self.emit(f"{a} = load {ty}, ptr {pd}{in_dst}")
+        self.emit(f"{b} = load {ty}, ptr {ps}{in_src}")
         self.emit(f"{r} = {op} {ty} {a}, {b}")
-        self.emit(f"store {ty} {r}, ptr {pd}")
+        self.emit(f"store {ty} {r}, ptr {pd}{in_dst}")
         self.emit(f"{nxt} = add nuw nsw i64 {i}, 1")
         self.emit(f"{done} = icmp eq i64 {nxt}, {size}")
         self.branch(done, f"{head}.end", head)
@@ -183,7 +226,7 @@ def loop_ir(symbol, spec, kernels):
     w.branch("%any", "step", "done")
     w.label("step")
     w.emit("%it = phi i64 [ 0, %entry ], [ %it.next, %step.end ]")
-    w.emit("%row = urem i64 %it, %arg.n")
+    w.emit("%row = phi i64 [ 0, %entry ], [ %row.next, %step.end ]")   # it % n
     w.emit("%it.next = add nuw nsw i64 %it, 1")
     w.emit("%last = icmp eq i64 %it.next, %arg.total")
     for q, nbytes in spec.zero_each:
@@ -204,6 +247,9 @@ def loop_ir(symbol, spec, kernels):
         stops += _update(w, spec, group, addr, kernels, context, 1 + len(stops))
     w.emit("br label %step.end")
     w.label("step.end")
+    w.emit("%row.up = add nuw nsw i64 %row, 1")
+    w.emit("%wrapped = icmp eq i64 %row.up, %arg.n")
+    w.emit("%row.next = select i1 %wrapped, i64 0, i64 %row.up")
     w.branch("%last", "done", "step")
     w.label("done")
     _returned(w, "%arg.total", "0", "done")
@@ -220,7 +266,7 @@ def loop_ir(symbol, spec, kernels):
                     "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
                     "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
                     *w.declared.values()]
-    return "\n".join(declarations + head + w.lines + ["}", ""])
+    return "\n".join(declarations + head + w.lines + ["}"] + w.metadata + [""])
 
 
 def _gradient_params(w, spec, addr, context):
