@@ -37,10 +37,8 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import custom_rules, native, numba_abi, python_entry, vector_math
-from .arguments import type_key
 from .code_reads import global_reads, library
 from .compiled import CompiledGradient
-from .errors import LinkError
 from .timings import compiling, stage
 
 FORMAT = 2
@@ -368,99 +366,8 @@ def _write(path, data):
         raise
 
 
-# -- generated njit functions that call gradients (``train``'s loop) --------------------------
-class CachedFunction:
-    """The njit function ``name`` of generated ``source`` with globals ``scope`` (where a
-    :class:`CompiledGradient` stands for its ``njit_call``), compiled per argument types
-    and kept in the disk cache like gradients: another process calls its object code
-    through ctypes, with no Numba compile.  Cached when it takes arrays and scalars,
-    returns a tuple of scalars and reads what can be keyed.  ``options`` are Numba's
-    (``numba.njit``'s keyword arguments), part of the key."""
-
-    def __init__(self, source, name, scope, **options):
-        self.source, self.name, self.scope = source, name, scope
-        self.options = dict(sorted(options.items()))
-        self.calls = {}              # arguments' type_key -> the njit function or a ctypes call
-        self.dispatcher = None
-
-    def __call__(self, *args):
-        key = tuple(map(type_key, args))          # numba.typeof of every argument costs ~20 us
-        call = self.calls.get(key)
-        if call is None:
-            call = self.calls[key] = self._callable(tuple(numba.typeof(a) for a in args))
-        return call(*args)
-
-    def _defined(self, scope):
-        scope = dict(scope)
-        exec(self.source, scope)
-        return scope[self.name]
-
-    def _key(self, argtypes):
-        if directory() is None or _rules() is None or \
-                not all(isinstance(t, (nbtypes.Array, nbtypes.Number, nbtypes.Boolean)) for t in argtypes):
-            return None
-        try:
-            program = _function(self._defined(self.scope), {})
-        except Uncacheable:
-            return None
-        parts = (_environment(), _rules(), "function", program, tuple(str(t) for t in argtypes),
-                 _repr(tuple(self.options.items())))
-        return hashlib.sha256(repr(parts).encode()).hexdigest()
-
-    def _callable(self, argtypes):
-        digest = self._key(argtypes)
-        if digest is not None and _path(digest, ".adcore").exists():
-            with compiling(self.name), stage("load from disk"):
-                loaded = _load_function(digest, len(argtypes))
-            if loaded is not None:
-                return loaded
-        with compiling(self.name):
-            with stage("Numba compile"):
-                if self.dispatcher is None:
-                    self.dispatcher = numba.njit(cache=False, no_cfunc_wrapper=True, **self.options)(self._defined(
-                        {k: v.njit_call if isinstance(v, CompiledGradient) else v for k, v in self.scope.items()}))
-                cres = numba_abi.lowered(self.dispatcher, argtypes)
-            call = _compiled_function(digest, cres, argtypes)
-            if call is not None:
-                return call
-            with stage("Numba compile"):
-                self.dispatcher.compile(argtypes)
-        return self.dispatcher
-
-
+# -- native functions that call gradients (``train``'s loop) -------------------------------
 _functions = itertools.count()
-
-
-def _compiled_function(digest, cres, argtypes):
-    """The ctypes call of the function lowered as ``cres`` (without machine code), compiled
-    once with its entry from Python (:mod:`adcore.python_entry`) and stored under key
-    ``digest`` (None: not cached) when portable; None when it takes or returns what the
-    entry cannot pass, or calls what this process alone has."""
-    restype, ctx = cres.signature.return_type, cres.target_context
-    flat = [numba_abi.flat_types(ctx, t) for t in argtypes]
-    kinds = python_entry.array_kinds(argtypes)
-    if kinds is None or not isinstance(restype, nbtypes.BaseTuple) or \
-            not all(isinstance(t, (nbtypes.Number, nbtypes.Boolean)) for t in restype.types):
-        return None
-    fields = [str(ctx.get_value_type(t)) for t in restype.types]
-    if not python_entry.callable_from_python(flat, fields):
-        return None
-    symbol = f"adcore_fn_{digest[:24]}" if digest is not None else f"adcore_fn_local_{next(_functions)}"
-    if not native.is_defined(symbol):       # else compiled here before (its entry went since)
-        with stage("compile"):
-            text = str(numba_abi.linkable_module(cres.library))
-            bound = numba_abi.bind_environments(text)
-            try:
-                compiled = native.compile_ir(bound, symbol, entry=cres.fndesc.mangled_name,
-                                             python_entry=(flat, kinds, ()))
-            except LinkError:
-                return None
-            compiled.holds_process_addresses = bound != text
-        if digest is not None and not _state["unwritable"] and compiled.object is not None and \
-                _links_portably(compiled):
-            _write_entry(digest, compiled, symbol, flat, fields, kinds, dict(kind="function"),
-                         (None, None, compiled.ir))
-    return python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds)
 
 
 def _load_function(digest, nargs):

@@ -71,17 +71,6 @@ def test_key_is_stable_and_follows_the_code_and_values_read():
     assert _key(_defined(table, TABLE=np.arange(3.0))) != _key(_defined(table, TABLE=np.ones(3)))
 
 
-def test_a_cached_function_is_keyed_with_its_numba_options():
-    """The same generated source compiled with another error model is another function."""
-    source = "def f(x, n):\n    return (x[0] / n,)\n"
-    types = (numba.typeof(np.ones(3)), numba.types.float64)
-    plain, numpy_model = (disk_cache.CachedFunction(source, "f", {}, **o)._key(types)
-                          for o in ({}, {"error_model": "numpy"}))
-    assert None not in (plain, numpy_model) and plain != numpy_model
-    assert numpy_model == disk_cache.CachedFunction(source, "f", {}, error_model="numpy")._key(types)
-    assert disk_cache.CachedFunction(source, "f", {}, error_model="numpy")(np.ones(3), 0.0) == (np.inf,)
-
-
 def test_what_cannot_be_keyed_is_not_cached():
     libm = ctypes.CDLL(None)
     reads_ctypes = "@numba.njit\ndef kern(x):\n    return CF(x[0])\n"
