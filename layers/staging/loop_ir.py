@@ -1,9 +1,9 @@
 """``train``'s loop written as LLVM IR: no Numba compile of a loop of its own.
 
-``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
-adcore's entry from Python calls it, :mod:`adcore.python_entry`).  ``table`` is the
-address of an int64 array of the addresses of every array the loop reaches, and of the
-gradient.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
+``loop(total, n, table, gradient) -> (steps done, code)`` follows Numba's calling
+convention (so adcore's entry from Python calls it, :mod:`adcore.python_entry`).
+``table`` is the address of an int64 array of the addresses of every array the loop
+reaches, ``gradient`` the address of the gradient's native code.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
 calls the gradient, stores the loss and stops on a non-finite one (code 1), gathers each
 parameter's gradient from its shadows, calls the optimiser's kernels (``rule.steps``,
 lowered by Numba and linked in: LLVM inlines them with every size known) and subtracts
@@ -19,9 +19,9 @@ import numba
 import numpy as np
 from numba.core import types
 
+from adcore import numba_abi
 from adcore.emit import float_const
 from adcore.fastcall import array_fields
-from adcore import numba_abi
 from adcore.numba_abi import flat_types, target_context
 
 # Numba's status codes of a call: success, and success returning None (others fail)
