@@ -1,5 +1,5 @@
-"""From gradient IR to a callable: O3 with vectorisation (not of very large loops, no
-interleaving), MCJIT, and a Numba stub.
+"""From gradient IR to a callable: O3 with vectorisation (not of very large loops), MCJIT,
+and a Numba stub.
 
 The gradient function follows Numba's calling convention, so a Numba ``@intrinsic``
 can call it like any compiled function: the stub's own exception handling re-raises a
@@ -62,18 +62,10 @@ exit:
 
 def optimise(module):
     """Full O3 with loop and SLP vectorisation (loops marked by :mod:`adcore.loop_hints`
-    excepted from loop vectorisation), without interleaving vectorised loops.
-
-    A gradient's loops are often short inner loops whose trip count LLVM cannot see (the
-    reverse of a triangular loop, a replayed fill): unrolled twice, a ``<4 x double>`` loop
-    needs 8 iterations before any vector code runs, and the rest goes through the scalar
-    remainder.  Without interleaving (callgrind, one gradient): GMM d=10 13% and d=32 19%
-    fewer instructions; a 10^6 log-sum-exp and the dense kernel of bench/kernels.py unchanged
-    within the timing noise."""
+    excepted from loop vectorisation)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_interleaving = False
     pb = llvm.create_pass_builder(target_machine(), pto)
     pb.getModulePassManager().run(module, pb)
 
