@@ -22,7 +22,10 @@ def float_const(type_, value):
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
 
 
-SUM = "reassoc"    # the flag of adjoint sums (d += ...): their order is free, so LLVM may vectorise them
+# The flags of adjoint sums (d += ...): their order is free, so LLVM may vectorise them, and
+# the sign of a zero sum is not part of a derivative, so ``0.0 + d`` folds to ``d`` (the
+# reverse of ``a[i] += v`` resets the shadow to 0.0, then adds the load's adjoint back).
+SUM = "reassoc nsz"
 
 
 _ALIGN = re.compile(r", align (\d+)")

@@ -9,7 +9,14 @@ grows like the primal's work, not faster. Three families, each at growing sizes:
 - kernels of ``bench.kernels`` at n and 10 n (full runs).
 
     python -m bench scale [--quick]
+
+On a shared machine the GMM's ratios are best read from ``python -m bench.scale [d,K ...]``
+(:func:`interleaved_gmm`): process time, the engines interleaved round by round, medians.
 """
+import statistics
+import sys
+import time
+
 import numpy as np
 
 import adcore
@@ -137,3 +144,48 @@ def run(config):
     for c in LSTM_LENGTHS[:2] if config.quick else LSTM_LENGTHS:
         rows += lstm_rows(max(3, int(c * min(config.size, 1.0))), config.sampler, per_char_ref)
     return rows if config.quick else rows + kernel_rows(config.sampler)
+
+
+def _cpu_time(fn, budget):
+    """Process CPU seconds per call of ``fn``, calling it until ``budget`` seconds are spent."""
+    calls, start = 0, time.process_time()
+    while True:
+        fn()
+        calls += 1
+        spent = time.process_time() - start
+        if spent > budget:
+            return spent / calls
+
+
+def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
+    """The GMM at each (d, K): one round times adcore's gradient, the objective, the
+    hand-written gradient, JAX and PyTorch one after the other (process time); printed are
+    the medians over ``rounds``, as ratios, with adcore's cached bytes and its error against
+    the hand-written gradient."""
+    for d, K in sizes:
+        inst = gmm.instance(K, n, d)
+        kern = gmm.Kernels(inst)
+        _, hand = kern.hand()
+        hand = [g.copy() for g in hand]
+        _, ad = kern.adcore()
+        err = rel_err(ad, hand)
+        cached = adcore.last_cached_bytes()
+        peers_ = {name: eng[1] for name, eng in gmm.engines(inst).items()
+                  if name.startswith(("JAX", "PyTorch")) and not isinstance(eng, str)}
+        fns = {"adcore": kern.adcore, "objective": kern.objective, "hand": kern.hand, **peers_}
+        for fn in peers_.values():
+            fn()
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name].append(_cpu_time(fn, budget))
+        med = {name: statistics.median(t) for name, t in times.items()}
+        peer_text = "".join(f", {name} x ref {med[name] / med['hand']:.2f} "
+                            f"(adcore / it {med['adcore'] / med[name]:.2f})" for name in peers_)
+        out(f"d={d} K={K} n={n}: hand-written {med['hand'] * 1e3:.3g} ms, adcore x ref "
+            f"{med['adcore'] / med['hand']:.2f}, grad/objective {med['adcore'] / med['objective']:.2f}, "
+            f"cached {cached / 1e6:.2f} MB{peer_text}; error {err:.1e}")
+
+
+if __name__ == "__main__":
+    interleaved_gmm([tuple(int(v) for v in a.split(",")) for a in sys.argv[1:]] or GMM_SIZES)

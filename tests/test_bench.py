@@ -84,6 +84,15 @@ def test_scale_workload_checks_gradients_at_every_size(monkeypatch):
     assert all(r["cached_bytes"] > 0 for r in adcore_rows)
 
 
+def test_interleaved_gmm_prints_ratios_and_checks_the_gradient(monkeypatch):
+    monkeypatch.setattr(peers, "get", lambda name: None)
+    lines = []
+    scale.interleaved_gmm([(3, 2)], n=20, rounds=2, budget=0.0, out=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("d=3 K=2 n=20: hand-written ")
+    assert "grad/objective" in lines[0] and "JAX" not in lines[0]
+    assert float(lines[0].rsplit("error ", 1)[1]) < 1e-10
+
+
 def test_missing_peer_is_a_note(monkeypatch):
     monkeypatch.setattr(peers, "get", lambda name: None)
     engines = gmm.engines(gmm.parse(gmm.TEST_INSTANCE, "test"))
