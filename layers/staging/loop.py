@@ -260,19 +260,18 @@ def _loop_spec(staged, samples, plan, values, fixed):
         x = values[positions[0]]
         if x.dtype.name not in ("float32", "float64"):
             raise NotImplementedError("a parameter that is not float32 or float64")
-        group = loop_ir.Group(q_of[positions[0]], q_of[na + nd + q],
-                              tuple(q_of[na + staged.shadow_of.index(pos)] for pos in positions),
-                              x.size, x.dtype.name, bool(read), ())
         specs = []
         for st in steps:
             states = tuple((q_of[si + m], values[si + m].size, values[si + m].dtype.name)
                            for m in range(len(st.state)))
             si += len(st.state)
-            step = loop_ir.StepSpec(-1, states, tuple(range(hi, hi + len(st.hyper))), bool(st.check))
+            argtypes = loop_ir.kernel_types(x.dtype.name, [d for _, _, d in states], len(st.hyper))
+            specs.append(loop_ir.StepSpec(kernels.setdefault((st.kernel, argtypes), len(kernels)),
+                                          states, tuple(range(hi, hi + len(st.hyper))), bool(st.check)))
             hi += len(st.hyper)
-            argtypes = loop_ir.kernel_types(group, step)
-            specs.append(step._replace(kernel=kernels.setdefault((st.kernel, argtypes), len(kernels))))
-        groups.append(group._replace(steps=tuple(specs)))
+        groups.append(loop_ir.Group(q_of[positions[0]], q_of[na + nd + q],
+                                    tuple(q_of[na + staged.shadow_of.index(pos)] for pos in positions),
+                                    x.size, x.dtype.name, bool(read), tuple(specs)))
     spec = loop_ir.LoopSpec(tuple(grad_types), grad_result, tuple(args),
                             tuple(shadow[j] for j in sorted(read)), zero_each, tuple(groups),
                             q_of[hyper], q_of[hyper + 1], len(fixed))

@@ -82,12 +82,13 @@ class LoopSpec(NamedTuple):
 FLAT = [["i64"]] * 4       # the LLVM types of the loop's parameters, one list per parameter
 
 
-def kernel_types(group, step):
-    """The Numba argument types of ``step``'s kernel in ``group``."""
-    def vector(dtype):
-        return types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C")
-    return ((vector(group.dtype), vector(group.dtype)) +
-            tuple(vector(d) for _, _, d in step.states) + (types.float64,) * len(step.hyper))
+def kernel_types(dtype, state_dtypes, n_hyper):
+    """The Numba argument types of a kernel ``kernel(x, g, *states, *hyper)`` for
+    parameters of ``dtype``, states of ``state_dtypes`` and ``n_hyper`` hyperparameters."""
+    def vector(d):
+        return types.Array(numba.from_dtype(np.dtype(d)), 1, "C")
+    return ((vector(dtype), vector(dtype)) + tuple(vector(d) for d in state_dtypes) +
+            (types.float64,) * n_hyper)
 
 
 def with_distinct_arrays(text, name, argtypes):
@@ -310,7 +311,8 @@ def _update(w, spec, group, addr, kernels, context, code):
             params += array_fields((size,), np.dtype(dtype).itemsize, addr[q])
         params += [f"double {w.load('double', w.gep('double', addr[spec.hyper], h))}"
                    for h in step.hyper]
-        assert len(params) == sum(len(flat_types(context, t)) for t in kernel_types(group, step))
+        argtypes = kernel_types(group.dtype, [d for _, _, d in step.states], len(step.hyper))
+        assert len(params) == sum(len(flat_types(context, t)) for t in argtypes)
         name, ret_type, value_type = kernels[step.kernel]
         ret = w.call(f"@{name}", ret_type, params)
         if step.check:
