@@ -42,6 +42,7 @@ from adcore import Duplicated
 from layers import Chain, Dense, gradient, only, tanh, train, withgradient
 from layers.vector_kernels import libmvec_map_kernel
 from optim import Adam, setup, update
+from optim.rules import power_step
 
 from .timing import default_sampler
 
@@ -114,8 +115,8 @@ def hand_train(w1, b1, w2, state, bt, xs, ys, epochs, losses, tanh_into):
             _adam(v1, gw1, state[0], state[1], c1, c2, 0.001, 0.9, 0.999, 1e-8)
             _adam(v2, gb1, state[2], state[3], c1, c2, 0.001, 0.9, 0.999, 1e-8)
             _adam(v3, gw2, state[4], state[5], c1, c2, 0.001, 0.9, 0.999, 1e-8)
-            bt[0] *= 0.9
-            bt[1] *= 0.999
+            bt[0] = power_step(bt[0], 0.9)       # 0.0 once underflowed, as optim's Adam
+            bt[1] = power_step(bt[1], 0.999)
 
 
 def _hand_runner(epochs, tanh_into):

@@ -1,11 +1,15 @@
 """The seed workload on the peers: ``Chain(Dense(1, 23, tanh), Dense(23, 1, bias=False), only)``
 fit to ``y = 2x - x^3`` on 41 points, one Adam step per sample (Optimisers.jl's formula,
-float32 parameters and state, as ``optim.Adam``), from the same initial weights.
+float32 parameters and state, as ``optim.Adam``), from the same initial weights.  The powers
+of beta become 0 once they underflow, as in ``optim.Adam`` (a running product would stick at
+the least subnormal, whose every product is slow).
 
 ``trainers(W1, b1, W2, xs, ys)`` gives ``{name: train(epochs) -> final mean loss}`` (or a skip
 note); every call starts again from the initial weights.
 """
 import numpy as np
+
+from optim.rules import power_step
 
 from . import peers
 
@@ -42,7 +46,7 @@ def _torch(torch, init, xs, ys):
                         ma.mul_(B1).add_((1 - B1) * g)
                         va.mul_(B2).add_((1 - B2) * g * g)
                         a.sub_(ETA * (ma / c1 / (torch.sqrt(va / c2) + EPS)))
-                bt = [bt[0] * B1, bt[1] * B2]
+                bt = [power_step(bt[0], B1), power_step(bt[1], B2)]
         return mean_loss(*(a.detach().numpy() for a in p), xs, ys)
     return train
 
@@ -64,7 +68,8 @@ def _jax(jax, init, xs, ys):
         c1, c2 = 1 - bt[0], 1 - bt[1]
         p = tuple((a - ETA * (ma / c1 / (jnp.sqrt(va / c2) + EPS))).astype(a.dtype)
                   for a, ma, va in zip(p, m, v))
-        return (p, m, v, bt * jnp.array([B1, B2])), None
+        bt = bt * jnp.array([B1, B2])
+        return (p, m, v, jnp.where(bt >= jnp.finfo(bt.dtype).tiny, bt, 0)), None
 
     @jax.jit
     def run(p, epochs):
@@ -104,7 +109,7 @@ def _autograd(autograd, init, xs, ys):
                     ma[...] = B1 * ma + (1 - B1) * gi
                     va[...] = B2 * va + (1 - B2) * gi * gi
                     a -= (ETA * (ma / c1 / (np.sqrt(va / c2) + EPS))).astype(a.dtype)
-                bt = [bt[0] * B1, bt[1] * B2]
+                bt = [power_step(bt[0], B1), power_step(bt[1], B2)]
         return mean_loss(*p, xs, ys)
     return train
 

@@ -38,6 +38,19 @@ def _like(a, value):
     return lambda a, value: element(value)
 
 
+_SMALLEST_NORMAL = np.finfo(np.float64).tiny
+
+
+@numba.njit(inline="always", error_model="numpy")
+def power_step(power, base):
+    """``power * base`` for a running power of ``base`` (Adam's ``beta^t``), 0.0 once it
+    underflows: a running product gets stuck at the least subnormal (its product with
+    ``base`` rounds back up to it) and every later product takes the processor's slow path
+    for subnormals; ``1 - power`` is 1.0 either way."""
+    p = power * base
+    return p if p >= _SMALLEST_NORMAL else 0.0
+
+
 class Step(NamedTuple):
     """One kernel call ``kernel(x, g, *state, *hyper)``; ``check``, when set, names the
     value the kernel returns, which must be finite (``"ClipNorm: the gradient norm"``)."""
@@ -205,8 +218,8 @@ class Adam(Rule):
             mt[i] = c1 * mt[i] + k1 * d
             vt[i] = c2 * vt[i] + k2 * d * d
             g[i] = step * mt[i] / (math.sqrt(vt[i]) * root + eps) + decay * x[i]
-        beta_t[0] *= b1
-        beta_t[1] *= b2
+        beta_t[0] = power_step(beta_t[0], b1)
+        beta_t[1] = power_step(beta_t[1], b2)
 
     def __init__(self, eta=0.001, beta=(0.9, 0.999), epsilon=1e-8):
         self.eta, self.beta, self.epsilon = eta, tuple(beta), epsilon

@@ -305,3 +305,23 @@ def test_repr_is_readable():
 def test_kernels_compiled_once_per_dtype():
     step(Adam(), X0, DX), step(Adam(), X0.astype(np.float32), DX)
     assert len(optim.Adam.kernel.signatures) <= 2
+
+
+def test_adam_powers_of_beta_underflow_to_zero_not_to_a_stuck_subnormal():
+    """A running product 0.9^t sticks at the least subnormal (its product with 0.9 rounds
+    back up), where every multiply takes the processor's slow path; Adam's state holds 0.0
+    instead, which changes no step (1 - p is 1.0 either way): the parameters equal the
+    plain running product's bit for bit."""
+    stuck = 0.9
+    for _ in range(8000):
+        stuck *= 0.9
+    assert 0.0 < stuck < np.finfo(np.float64).tiny and stuck * 0.9 == stuck
+    rng = np.random.default_rng(4)
+    x0 = rng.normal(size=5)
+    grads = [rng.normal(size=5) for _ in range(7000)]    # 0.9^t underflows at t = 6720
+    s = setup(Adam(), x0.copy())
+    x = x0.copy()
+    for g in grads:
+        update(s, x, g.copy())
+    assert s.state[2][0] == 0.0 and s.state[2][1] >= np.finfo(np.float64).tiny
+    np.testing.assert_array_equal(x, _adam_in(np.float64, x0, grads))
