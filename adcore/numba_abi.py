@@ -328,8 +328,9 @@ def unresolved_targets(module):
 
 
 # -- machine code only when asked for -------------------------------------------------------
-# Numba finalises the library of every overload it compiles (``np.dot``'s, ``np.zeros``'s):
-# module optimisation, then machine code from MCJIT.  Called from compiled code only (no
+# Numba finalises the library of every overload it compiles (``np.dot``'s, ``np.zeros``'s)
+# and of every subroutine its lowering compiles (broadcasting, array expressions): module
+# optimisation, then machine code from MCJIT.  Called from compiled code only (no
 # Python wrapper), such a library is only ever linked into its callers as IR, which
 # optimise it again with themselves; its own optimisation and machine code are needed only
 # if something asks for the address of a function it defines.
@@ -449,6 +450,15 @@ def keep_unoptimised_modules():
                                           env, (library,))
 
         context.get_executable = get_executable
+
+        links = cls.add_linking_library
+
+        def add_linking_library(self, library):     # a subroutine's library is finalised here
+            if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
+                library._adcore_defer = True
+            return links(self, library)
+
+        cls.add_linking_library = add_linking_library
 
         function_compiler = _dispatcher._FunctionCompiler
         customised = function_compiler._customize_flags
