@@ -342,7 +342,9 @@ def machine_code_deferred():
     """While active (the global compiler lock held), a library Numba finalises that has no
     Python wrapper and reads no process state is only linked: its module optimisation and
     machine code wait until the address of a function it defines is asked for (then they
-    run as Numba would have run them), and its environment is set then."""
+    run as Numba would have run them), and its environment is set then.  Numba's own
+    overloads get no C wrapper (used only by first-class function values, which Numba's
+    overloads never are)."""
     before = getattr(_deferring, "on", False)
     _deferring.on = True
     try:
@@ -463,9 +465,10 @@ def keep_unoptimised_modules():
         function_compiler = _dispatcher._FunctionCompiler
         customised = function_compiler._customize_flags
 
-        def _customize_flags(self, flags):         # no C wrapper where there is no Python one
+        def _customize_flags(self, flags):    # Numba's own overloads: no C wrapper (no Python one)
             flags = customised(self, flags)
-            if getattr(_deferring, "on", False) and flags.no_cpython_wrapper:
+            if getattr(_deferring, "on", False) and flags.no_cpython_wrapper and \
+                    getattr(self.py_func, "__module__", "").startswith("numba."):
                 flags.no_cfunc_wrapper = True
             return flags
 
