@@ -14,7 +14,7 @@ import weakref
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import cgutils, codegen as _codegen, compiler, ir as numba_ir, types
+from numba.core import cgutils, codegen as _codegen, compiler, dispatcher as _dispatcher, ir as numba_ir, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import lookup_environment
 from numba.core.extending import _Intrinsic
@@ -207,8 +207,10 @@ def lowered(dispatcher, argtypes):
     """Numba's compile result of ``dispatcher``'s Python function for ``argtypes``, lowered
     to an LLVM module and taken no further: no Python or C wrapper, no module
     optimisation, no machine code, no overload added to ``dispatcher`` (its library is
-    left unfinalised; the njit functions it calls are compiled as usual).  Kept on the
-    dispatcher: a kernel is lowered once per argument types."""
+    left unfinalised; the njit functions it calls are compiled as usual, except that Numba's
+    own overloads get their machine code only when asked for it:
+    :func:`machine_code_deferred`).  Kept on the dispatcher: a kernel is lowered once per
+    argument types.  (Recursive calls type as in a compile.)"""
     argtypes = tuple(argtypes)
     done = dispatcher.__dict__.setdefault("_adcore_lowered", {})
     if argtypes not in done:
@@ -217,7 +219,7 @@ def lowered(dispatcher, argtypes):
         function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
         flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
         flags.dbg_directives_only = flags.debuginfo    # line info without debug's noinline
-        with global_compiler_lock, dispatcher._compiling_counter:   # recursive calls type as in a compile
+        with global_compiler_lock, dispatcher._compiling_counter, machine_code_deferred():
             done[argtypes] = compiler.compile_extra(
                 dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func, args=argtypes,
                 return_type=None, flags=flags, locals=dispatcher.locals,
@@ -325,9 +327,76 @@ def unresolved_targets(module):
             if gv.is_declaration and gv.name.startswith(UNRESOLVED_PREFIX)]
 
 
+# -- machine code only when asked for -------------------------------------------------------
+# Numba finalises the library of every overload it compiles (``np.dot``'s, ``np.zeros``'s)
+# and of every subroutine its lowering compiles (broadcasting, array expressions): module
+# optimisation, then machine code from MCJIT.  Called from compiled code only (no
+# Python wrapper), such a library is only ever linked into its callers as IR, which
+# optimise it again with themselves; its own optimisation and machine code are needed only
+# if something asks for the address of a function it defines.
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def machine_code_deferred():
+    """While active (the global compiler lock held), a library Numba finalises that has no
+    Python wrapper and reads no process state is only linked: its module optimisation and
+    machine code wait until the address of a function it defines is asked for (then they
+    run as Numba would have run them), and its environment is set then.  Numba's own
+    overloads get no C wrapper (used only by first-class function values, which Numba's
+    overloads never are)."""
+    before = getattr(_deferring, "on", False)
+    _deferring.on = True
+    try:
+        yield
+    finally:
+        _deferring.on = before
+
+
+def _deferrable(library):
+    """Whether the library of a function Numba compiled may wait for its machine code."""
+    module = library._final_module
+    return not any(fn.name.startswith(_WRAPPERS[0]) and not fn.is_declaration for fn in module.functions) \
+        and not uses_process_state(module)
+
+
+def _link_only(library):
+    """Numba's ``finalize`` up to its module optimisation: link the libraries it links."""
+    seen = set()
+    for linked in library._linking_libraries:
+        if linked not in seen:
+            library._reload_init.update(linked._reload_init)
+            seen.add(linked)
+            library._final_module.link_in(linked._get_module_for_linking(), preserve=True)
+
+
+def _complete(library):
+    """The rest of Numba's ``finalize`` for a deferred library, and its environments."""
+    if not getattr(library, "_adcore_deferred", False):
+        return
+    with global_compiler_lock:
+        if not getattr(library, "_adcore_deferred", False):
+            return
+        library._adcore_deferred = False
+        library._finalized = False
+        library._optimize_final_module()
+        library._final_module.verify()
+        library._finalize_final_module()
+        for name, env in library.__dict__.pop("_adcore_environments", ()):
+            library.codegen.set_env(name, env)
+
+
+def _defines(library, name):
+    try:
+        return not library._final_module.get_function(name).is_declaration
+    except NameError:
+        return False
+
+
 def keep_unoptimised_modules():
     """From now on every code library Numba finalises keeps a clone of its module as it
-    was before Numba's module optimisation, and the list of libraries it links."""
+    was before Numba's module optimisation, and the list of libraries it links; and
+    :func:`machine_code_deferred` takes effect."""
     cls = _codegen.CPUCodeLibrary
     with _hook_lock:
         if getattr(cls.finalize, "_adcore_hook", False):
@@ -340,10 +409,77 @@ def keep_unoptimised_modules():
             for fn in self._adcore_own.functions:
                 if not fn.is_declaration:
                     _defining_library[fn.name] = self
+            if self.__dict__.pop("_adcore_defer", False):
+                self._raise_if_finalized()
+                _link_only(self)
+                self._adcore_deferred = self._finalized = True
+                return None
             return original(self)
 
         finalize._adcore_hook = True
         cls.finalize = finalize
+
+        jit = _codegen.JITCodeLibrary
+        pointer = jit.get_pointer_to_function
+
+        def get_pointer_to_function(self, name):
+            self._ensure_finalized()
+            if getattr(self, "_adcore_deferred", False) and _defines(self, name):
+                _complete(self)
+            return pointer(self, name)
+
+        jit.get_pointer_to_function = get_pointer_to_function
+
+        for name in ("get_asm_str", "serialize_using_object_code", "get_disasm_cfg", "get_function_cfg"):
+            method = getattr(jit, name, None)
+            if method is not None:
+                setattr(jit, name, _completing(method))
+
+        context = type(target_context())
+        executable = context.get_executable
+
+        def get_executable(self, library, fndesc, env):    # a compiled function's library is finalised here
+            if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
+                library._adcore_defer = True
+            library._ensure_finalized()
+            if not getattr(library, "_adcore_deferred", False):
+                return executable(self, library, fndesc, env)
+            from numba import _dynfunc          # Numba's own steps, the environment kept for later
+            library.__dict__.setdefault("_adcore_environments", []).append((self.get_env_name(fndesc), env))
+            return _dynfunc.make_function(fndesc.lookup_module(), fndesc.qualname.split(".")[-1],
+                                          f"compiled wrapper for {fndesc.qualname!r}",
+                                          library.get_pointer_to_function(fndesc.llvm_cpython_wrapper_name),
+                                          env, (library,))
+
+        context.get_executable = get_executable
+
+        links = cls.add_linking_library
+
+        def add_linking_library(self, library):     # a subroutine's library is finalised here
+            if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
+                library._adcore_defer = True
+            return links(self, library)
+
+        cls.add_linking_library = add_linking_library
+
+        function_compiler = _dispatcher._FunctionCompiler
+        customised = function_compiler._customize_flags
+
+        def _customize_flags(self, flags):    # Numba's own overloads: no C wrapper (no Python one)
+            flags = customised(self, flags)
+            if getattr(_deferring, "on", False) and flags.no_cpython_wrapper and \
+                    getattr(self.py_func, "__module__", "").startswith("numba."):
+                flags.no_cfunc_wrapper = True
+            return flags
+
+        function_compiler._customize_flags = _customize_flags
+
+
+def _completing(method):
+    def completed_first(self, *args, **kwargs):
+        _complete(self)
+        return method(self, *args, **kwargs)
+    return completed_first
 
 
 def has_unoptimised_module(library):

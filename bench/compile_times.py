@@ -9,7 +9,9 @@ process from the disk cache.  Each row names where adcore's CPU time went (every
 reports the call made, ``adcore.timings.compile_reports()``, and the time outside them:
 staging a ``Duplicated`` program, the run itself) and divides by references, each also the first call
 in a fresh process: Numba's compile of the primal, JAX's ``jit`` of its gradient (when
-installed), the tape engine's first gradient (``x ref`` is the first reference).  Numba's
+installed), the tape engine's first gradient (``x ref`` is the first reference); for a
+``Duplicated`` model, Numba's primal is the same forward pass and loss written as one njit
+function.  Numba's
 own cache of adcore's BLAS rules (``cache=True``) is warm after the first run ever.
 
     python -m bench compile
@@ -47,6 +49,16 @@ def jax_mlp(sizes, x, y, loss):
             h = jnp.tanh(h) if k < len(ps) - 1 else h
         return loss(h, y)
     return lambda: jax.block_until_ready(jax.jit(jax.grad(f))(ps, x, y))
+def numba_mlp(sizes, x, y, loss):
+    # the same forward pass and loss written as one njit function, compiled and run once
+    import numba
+    rng = np.random.default_rng(0)
+    ps = [(rng.standard_normal((a, b)).astype(np.float32) * 0.1, np.zeros(b, np.float32))
+          for a, b in zip(sizes, sizes[1:])]
+    @numba.njit
+    def f(w0, b0, w1, b1, x, y):
+        return loss(np.tanh(x @ w0 + b0) @ w1 + b1, y)
+    return lambda: f(*ps[0], *ps[1], x, y)
 """
 
 # case -> (script, {reference name: what it is}); each script defines ``gradient()`` and
@@ -73,7 +85,11 @@ tape = lambda: layers.gradient(loss, model, x, y)
 gradient = lambda: layers.gradient(loss, Duplicated(model), x, y)
 def jax_jit():
     return jax_mlp([1, 23, 1], x, y, lambda h, y: ((h - y) ** 2).mean())()
-""", {"tape": "the tape engine's first gradient", "jax_jit": "JAX's jit of its gradient"}),
+def numba_primal():
+    import numba
+    return numba_mlp([1, 23, 1], x, y, numba.njit(lambda h, y: ((h - y) ** 2).mean()))()
+""", {"tape": "the tape engine's first gradient", "numba_primal": "Numba's compile of the primal",
+      "jax_jit": "JAX's jit of its gradient"}),
     "docs MLP 784-32-10, Duplicated": (MODELS + """
 model = mlp([784, 32, 10], layers.tanh)
 x = np.random.rand(128, 784).astype(np.float32)
@@ -85,7 +101,18 @@ def jax_jit():
     import jax
     xent = lambda h, y: -(y * jax.nn.log_softmax(h, axis=1)).sum(axis=1).mean()
     return jax_mlp([784, 32, 10], x, y, xent)()
-""", {"tape": "the tape engine's first gradient", "jax_jit": "JAX's jit of its gradient"}),
+def numba_primal():
+    import numba
+    @numba.njit
+    def xent(h, y):
+        total = 0.0
+        for i in range(h.shape[0]):
+            m = h[i].max()
+            total += np.sum(y[i] * (h[i] - m - np.log(np.sum(np.exp(h[i] - m)))))
+        return -total / h.shape[0]
+    return numba_mlp([784, 32, 10], x, y, xent)()
+""", {"tape": "the tape engine's first gradient", "numba_primal": "Numba's compile of the primal",
+      "jax_jit": "JAX's jit of its gradient"}),
     "seed model train loop (41 items), Duplicated": (MODELS + """
 model = layers.Chain(layers.Dense(1, 23, layers.tanh, rng=0), layers.Dense(23, 1, rng=1), layers.only)
 data = [(np.array([v], np.float32), np.float32(2 * v - v ** 3)) for v in np.arange(-2, 2.0001, 0.1)]

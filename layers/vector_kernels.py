@@ -60,7 +60,7 @@ def _vector_op(op, dtype, callee=None):
     return intrinsic(typer)
 
 
-def _map(op, dtype, callee=None):
+def _map(op, dtype, callee=None, inline="never"):
     vector, width = _vector_op(op, dtype, callee), lanes(dtype)
 
     def kernel(out, oo, x, xo, n):
@@ -71,10 +71,12 @@ def _map(op, dtype, callee=None):
         if i < n:                     # the last vector again, ending at n
             vector(out, oo + n - width, x, xo + n - width)
     kernel.__name__ = f"map_{op}_{np.dtype(dtype).name}"
-    return numba.njit(cache=False, error_model="numpy")(kernel)
+    return numba.njit(cache=False, error_model="numpy", inline=inline)(kernel)
 
 
-_KERNELS = {(op, np.dtype(t)): _map(op, t) for op in OPS for t in (np.float32, np.float64)}
+# inlined by Numba where a staged program calls them: a kernel called with constant offsets
+# would otherwise be compiled (wrappers and machine code) once per distinct set of them
+_KERNELS = {(op, np.dtype(t)): _map(op, t, inline="always") for op in OPS for t in (np.float32, np.float64)}
 
 
 def map_kernel(op, dtype):
