@@ -480,3 +480,25 @@ def test_arrays_that_share_memory_train_as_python_steps():
     plan = next(p for p in program.lookup(seed_loss, (d1,) + data[0])[0].plans.values()
                 if p.marks[0][1].__class__ is _TowardsItself)
     assert plan.checked is None            # the native loop never ran
+
+
+def test_losses_whose_loops_differ_only_in_the_gradient_get_loops_of_their_own():
+    """The loop inlines its gradient: two losses with the same arrays, shapes and optimiser
+    (the same loop but for the gradient) are keyed apart, in memory and on disk."""
+    def scaled(m, x, y):
+        return 3.0 * (m(x) - y) ** 2
+
+    data = seed_data()[::4]
+    for loss in (seed_loss, scaled):
+        d1, d2 = Duplicated(seed_model()), Duplicated(seed_model())
+        s1, s2 = setup(Adam(0.01), d1), setup(Adam(0.01), d2)
+        losses = train(loss, d1, data, s1)
+        expected = []
+        for x, y in data:
+            val, _ = L.withgradient(loss, d2, x, y)
+            update(s2, d2)
+            expected.append(float(val))
+        np.testing.assert_allclose(losses, expected, rtol=1e-6)
+        assert native_loop_ran(loss)
+    first, second = (program.lookup(f, (d1,) + data[0])[0] for f in (seed_loss, scaled))
+    assert {spec for spec, _ in first.loops} & {spec for spec, _ in second.loops}   # same specs

@@ -1,18 +1,19 @@
 """``train`` with a ``Duplicated`` model as one native loop.
 
 When every data item has the same shapes, the inputs are stacked along a new first
-axis and a generated ``@njit`` loop runs, per item: zero the shadows (as
-``program.ZEROING`` says), call adcore's gradient (the compiled program's stub), stop
-on a non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public
-API) to each parameter, stopping with a step's ``check`` message when the value it
-checks is not finite.  Python runs once per call, stacking the items into buffers kept
-from call to call (for the very item objects of the last call, only their arrays are
-copied again); every array reaches the loop as one array of addresses
-(``program._Caller``).
+axis and one native loop (LLVM IR written by :mod:`loop_ir`) runs, per item: zero the
+shadows (as ``program.ZEROING`` says), run adcore's gradient (its IR inlined), stop on a
+non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public API,
+lowered by Numba and inlined) to each parameter, stopping with a step's ``check``
+message when the value it checks is not finite.  Python runs once per call, stacking the
+items into buffers kept from call to call (for the very item objects of the last call,
+only their arrays are copied again) and checking that no two arrays share memory; every
+array reaches the loop as one array of addresses (``program._Caller``).
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
 import copy
+import hashlib
 import operator
 
 import llvmlite.binding as llvm
@@ -174,17 +175,13 @@ class _Plan:
         key = (spec, tuple(kernels))
         if key not in staged.loops:      # None: it cannot be compiled (not tried again)
             try:
-                staged.loops[key] = _compile_loop(spec, kernels)
+                staged.loops[key] = _compile_loop(spec, kernels, staged.grad)
             except NotImplementedError:
                 staged.loops[key] = None
                 raise
         loop = staged.loops[key]
         if loop is None:
             raise NotImplementedError("the loop cannot be compiled")
-        self.gradient = llvm.address_of_symbol(staged.grad.symbol)
-        if not self.gradient:
-            raise NotImplementedError("the gradient has no native code in this process")
-        values.append(self.gradient)   # last: where the loop calls the gradient
         self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
 
     def disjoint(self, values):
@@ -278,12 +275,17 @@ def _loop_spec(staged, samples, plan, values, fixed):
     return spec, list(kernels)
 
 
-def _compile_loop(spec, kernels):
-    """The loop's entry call ``call(total, n, table, gradient address)``,
-    compiled with the kernels' code linked in (Numba lowers each once per argument types)
-    and kept in adcore's disk cache (keyed by ``spec`` and the kernels' code)."""
+def _compile_loop(spec, kernels, grad):
+    """The loop's entry call ``call(total, n, table)``, compiled with the kernels' code
+    and the gradient's optimised IR linked in (Numba lowers each kernel once per argument
+    types), so that LLVM inlines them, and kept in adcore's disk cache (keyed by ``spec``,
+    the kernels' code and the gradient's IR)."""
+    gradient_ir = grad.optimised_ir
+    if gradient_ir is None:
+        raise NotImplementedError("the gradient's IR is not at hand")
     try:
-        parts = (repr(spec), tuple(disk_cache.key_of(kernel) for kernel, _ in kernels))
+        parts = (repr(spec), tuple(disk_cache.key_of(kernel) for kernel, _ in kernels),
+                 hashlib.sha256(gradient_ir.encode()).hexdigest())
     except disk_cache.Uncacheable:
         parts = None
 
@@ -302,18 +304,37 @@ def _compile_loop(spec, kernels):
                 results.append((name, str(cres.target_context.get_value_type(restype)), value))
                 modules.append(module)
         with stage("generate"):
-            module = llvm.parse_assembly(loop_ir.loop_ir(symbol, spec, results))
-            for part in modules:
+            gradient = f"{symbol}.gradient"
+            module = llvm.parse_assembly(loop_ir.loop_ir(symbol, spec, results, gradient))
+            for part in modules + [_inlined(gradient_ir, grad.symbol, gradient)]:
                 module.link_in(part)
             text = numba_abi.bind_environments(str(module))
         with stage("compile"):
-            compiled = native.compile_ir(text, symbol, python_entry=(loop_ir.FLAT, [None] * 4, ()))
+            compiled = native.compile_ir(text, symbol, python_entry=(loop_ir.FLAT, [None] * 3, ()))
         compiled.holds_process_addresses = text != str(module)
         return compiled
     try:
         return disk_cache.native_function(parts, loop_ir.FLAT, ["i64", "i64"], compile_, "train loop")
     except LinkError as err:
         raise NotImplementedError(str(err)) from None
+
+
+def _inlined(ir, symbol, name):
+    """The module of ``ir`` with its function ``symbol`` renamed ``name`` and always
+    inlined, everything else it defines private to it."""
+    module = llvm.parse_assembly(ir)
+    for fn in module.functions:
+        if fn.is_declaration:
+            continue
+        if fn.name == symbol:
+            fn.name = name
+            fn.add_function_attribute("alwaysinline")
+        else:
+            fn.linkage = "internal"
+    for g in module.global_variables:
+        if not g.is_declaration:
+            g.linkage = "internal"
+    return module
 
 
 def compiled_train(loss, dup, data, state, error, epochs=1):
@@ -344,8 +365,7 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         if stack is None:
             return None
         losses = plan.losses(n * epochs)
-        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail, losses,
-                  plan.gradient)
+        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail, losses)
         if not plan.disjoint(values):
             return None
         stop, code = plan.call.run(n * epochs, n, values)

@@ -1,10 +1,9 @@
 """``train``'s loop written as LLVM IR: no Numba compile of a loop of its own.
 
-``loop(total, n, table, gradient) -> (steps done, code)`` follows Numba's calling
-convention (so adcore's entry from Python calls it, :mod:`adcore.python_entry`).
-``table`` is the address of an int64 array of the addresses of every array the loop
-reaches, ``gradient`` the address of the gradient's native code.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
-calls the gradient, stores the loss and stops on a non-finite one (code 1), gathers each
+``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
+adcore's entry from Python calls it, :mod:`adcore.python_entry`).  ``table`` is the
+address of an int64 array of the addresses of every array the loop reaches.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
+calls the gradient (its IR linked in and inlined), stores the loss and stops on a non-finite one (code 1), gathers each
 parameter's gradient from its shadows, calls the optimiser's kernels (``rule.steps``,
 lowered by Numba and linked in: LLVM inlines them with every size known) and subtracts
 the step; the ``k``-th checked step's non-finite value stops it with code ``2 + k``.
@@ -62,12 +61,11 @@ class Group(NamedTuple):
 
 
 class LoopSpec(NamedTuple):
-    """``loop(total, n, table, gradient)``: the gradient's Numba argument types and result
-    type, how each argument is passed, the shadows zeroed before the loop and at every
-    step (``(table entry, bytes)``), the parameter groups, the table entries of the
+    """``loop(total, n, table)``: the gradient's Numba argument types and result type, how
+    each argument is passed, the shadows zeroed before the loop and at every step
+    (``(table entry, bytes)``), the parameter groups, the table entries of the
     hyperparameters (float64) and of the losses (float64, one per step) and the table's
-    length; ``gradient`` is the gradient's address.  Its ``repr`` is part of the disk
-    cache's key."""
+    length.  Its ``repr`` is part of the disk cache's key."""
     grad_types: tuple
     grad_result: object
     args: tuple
@@ -79,7 +77,7 @@ class LoopSpec(NamedTuple):
     entries: int
 
 
-FLAT = [["i64"]] * 4       # the LLVM types of the loop's parameters, one list per parameter
+FLAT = [["i64"]] * 3       # the LLVM types of the loop's parameters, one list per parameter
 
 
 def kernel_types(dtype, state_dtypes, n_hyper):
@@ -212,14 +210,14 @@ class _Writer:
         return ret
 
 
-def loop_ir(symbol, spec, kernels):
+def loop_ir(symbol, spec, kernels, gradient):
     """The IR of function ``symbol`` running ``spec``; ``kernels[k]`` is ``(name, result
-    type, float type of the result or None)`` of kernel ``k``, a function of a module
-    linked in; NotImplementedError when a checked step's kernel returns no float."""
+    type, float type of the result or None)`` of kernel ``k``, and ``gradient`` names the
+    gradient, functions of modules linked in; NotImplementedError when a checked step's
+    kernel returns no float."""
     context = target_context()
     w = _Writer()
     w.emit("%table = inttoptr i64 %arg.table to ptr")
-    w.emit("%grad = inttoptr i64 %arg.grad to ptr")
     addr = [w.load("ptr", w.gep("i64", "%table", q)) for q in range(spec.entries)]
     for q, nbytes in spec.zero_before:
         w.memset(addr[q], nbytes)
@@ -232,7 +230,7 @@ def loop_ir(symbol, spec, kernels):
     w.emit("%last = icmp eq i64 %it.next, %arg.total")
     for q, nbytes in spec.zero_each:
         w.memset(addr[q], nbytes)
-    ret = w.call("%grad", str(context.get_value_type(spec.grad_result)),
+    ret = w.call(f"@{gradient}", str(context.get_value_type(spec.grad_result)),
                  _gradient_params(w, spec, addr, context))
     loss_type = LLVM_FLOATS[str(spec.grad_result.types[0])]
     loss = w.load(loss_type, ret)
@@ -262,7 +260,7 @@ def loop_ir(symbol, spec, kernels):
     w.emit(f"%failure = phi i32 {incoming}")
     w.emit("ret i32 %failure")
     head = [f"define i32 @{symbol}(ptr noalias %retp, ptr noalias %excp, i64 %arg.total, "
-            f"i64 %arg.n, i64 %arg.table, i64 %arg.grad) {{", "entry:"] + w.allocas
+            f"i64 %arg.n, i64 %arg.table) {{", "entry:"] + w.allocas
     declarations = ["declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
                     "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
                     "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
