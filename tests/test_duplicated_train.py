@@ -54,16 +54,16 @@ def test_seed_example_same_losses_as_tape_and_converges():
     assert np.mean(losses) < 0.2 and np.mean(losses) < 0.1 * first
 
 
-def trained_both_ways(model, rule, data):
-    """``(d1, d2)``: two ``Duplicated`` copies of ``model()`` trained over ``data`` with
-    ``rule``, one by ``train`` (the compiled loop), one by gradient calls and updates in
-    Python; their losses and parameters are checked equal."""
+def trained_both_ways(model, rule, data, loss=seed_loss):
+    """``(d1, d2)``: two ``Duplicated`` copies of ``model()`` trained on ``loss`` over
+    ``data`` with ``rule``, one by ``train`` (the compiled loop), one by gradient calls and
+    updates in Python; their losses and parameters are checked equal."""
     d1, d2 = Duplicated(model()), Duplicated(model())
     s1, s2 = setup(rule, d1), setup(rule, d2)
-    losses = train(seed_loss, d1, data, s1)
+    losses = train(loss, d1, data, s1)
     expected = []
     for x, y in data:
-        val, _ = L.withgradient(seed_loss, d2, x, y)
+        val, _ = L.withgradient(loss, d2, x, y)
         update(s2, d2)
         expected.append(float(val))
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
@@ -490,15 +490,7 @@ def test_losses_whose_loops_differ_only_in_the_gradient_get_loops_of_their_own()
 
     data = seed_data()[::4]
     for loss in (seed_loss, scaled):
-        d1, d2 = Duplicated(seed_model()), Duplicated(seed_model())
-        s1, s2 = setup(Adam(0.01), d1), setup(Adam(0.01), d2)
-        losses = train(loss, d1, data, s1)
-        expected = []
-        for x, y in data:
-            val, _ = L.withgradient(loss, d2, x, y)
-            update(s2, d2)
-            expected.append(float(val))
-        np.testing.assert_allclose(losses, expected, rtol=1e-6)
+        d1, _ = trained_both_ways(seed_model, Adam(0.01), data, loss)
         assert native_loop_ran(loss)
     first, second = (program.lookup(f, (d1,) + data[0])[0] for f in (seed_loss, scaled))
     assert {spec for spec, _ in first.loops} & {spec for spec, _ in second.loops}   # same specs
