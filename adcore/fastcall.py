@@ -248,26 +248,31 @@ _BOXES = {"float32": ("float", "PyFloat_FromDouble", "double"),
           "int64": ("i64", "PyLong_FromLongLong", "i64")}
 
 
-def numba_caller(target, argtypes, restype, slots, zero=False, watched=()):
+def numba_caller(target, argtypes, restype, slots, zero=False, watched=(), busy=None):
     """A :class:`NumbaCaller` of native ``target`` (a symbol or an address; Numba's
     calling convention, arguments of Numba types ``argtypes``, result ``restype``: a float
     or int64, or a tuple whose first item is one) for Python arguments ``(zero,)*args``
     described by ``slots`` (one per argument of the function; ``zero`` leads when
     ``zero``), or None when an argument or the result cannot be passed this way.  The
     arrays ``watched`` (kept alive by the caller's holder) are refused unless they still
-    have the shape, dtype, flags and data they have now."""
+    have the shape, dtype, flags and data they have now.  ``busy``, an int64 array the
+    caller keeps alive: every call is refused while its first item is not 0 (a lock's
+    holder raises it, see ``layers.staging.program.Exclusive``)."""
     address = target if isinstance(target, int) else llvm.address_of_symbol(target)
     result, _ = _result(restype)
     if not address or str(result) not in _BOXES or not supported(slots) or not all(
             type(a) is np.ndarray and a.flags.c_contiguous and a.flags.aligned for a in watched):
         return None
+    if busy is not None and not (type(busy) is np.ndarray and busy.dtype == np.int64):
+        raise TypeError("busy must be an int64 array")
     try:
-        return _numba_caller(address, argtypes, restype, slots, zero, watched)
+        return _numba_caller(address, argtypes, restype, slots, zero, watched,
+                             None if busy is None else busy.ctypes.data)
     except _Unpassable:
         return None
 
 
-def _numba_caller(address, argtypes, restype, slots, zero, watched):
+def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
     result, _ = _result(restype)
     context = target_context()
     ret_type = str(context.get_value_type(restype))
@@ -342,13 +347,23 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched):
         f"  %ret = alloca {ret_type}",
         "  %exc = alloca ptr",
         "  store ptr null, ptr %exc",
-        f"  %count = icmp eq i64 %nargs, {passed}",
-        "  br i1 %count, label %args.ok, label %refuse.count",
+        f"  %count = icmp eq i64 %nargs, {passed}"] + _free(busy) + [
+        "  br i1 %free, label %args.ok, label %refuse.count",
         "refuse.count:",
         f"  store i32 {REFUSED}, ptr @status",
         "  br label %none",
         "args.ok:"] + e.lines + ["}", ""])
     return NumbaCaller(*_compile(ir, name, box), len(slots) + len(watched))
+
+
+def _free(busy):
+    """The lines setting ``%free``: the argument count is right and (with a ``busy``
+    address) the int64 there is 0."""
+    if busy is None:
+        return ["  %free = and i1 %count, true"]
+    return [f"  %busy = load volatile i64, ptr inttoptr (i64 {busy} to ptr)",
+            "  %idle = icmp eq i64 %busy, 0",
+            "  %free = and i1 %count, %idle"]
 
 
 def _compile(ir, name, box):

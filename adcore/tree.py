@@ -16,6 +16,22 @@ import copy
 import numpy as np
 
 
+class FrozenDict(dict):
+    """A dict that cannot be changed: the node of a gradient mirror that the compiled path
+    returns again from call to call (like Flux's NamedTuples; ``dict(g)`` or
+    ``copy.copy(g)`` is a plain dict to change)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a gradient's dict is returned again by the next call and cannot "
+                        "be changed; change dict(g) instead")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return dict, (dict(self),)
+
+
 def is_node(obj):
     """True when ``obj`` is an object whose class declares ``__tree_fields__``."""
     return hasattr(type(obj), "__tree_fields__")

@@ -2,10 +2,12 @@
 
 ``get(name)`` returns the module or None; ``why(name)`` says why a peer is missing;
 ``engines(f, params, consts)`` runs one numpy-style function on every installed peer.
-Install them with ``pip install -e ".[peers]"``. PyTorch runs on one thread, like the Numba
-kernels (on a shared 2-core machine its spinning thread pool made timings erratic).
+Install them with ``pip install -e ".[peers]"``. PyTorch and JAX run on one thread, like
+the Numba kernels (on a shared 2-core machine PyTorch's spinning thread pool made timings
+erratic, and XLA's Eigen pool otherwise spreads a product over both cores).
 """
 import importlib
+import os
 
 import numpy as np
 
@@ -19,6 +21,7 @@ def get(name):
     if name not in _loaded:
         try:
             if name == "jax":
+                _one_thread_xla()
                 jax = importlib.import_module("jax")
                 jax.config.update("jax_platforms", "cpu")
                 jax.config.update("jax_enable_x64", True)
@@ -35,6 +38,15 @@ def get(name):
             _loaded[name] = None
             _errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     return _loaded[name]
+
+
+def _one_thread_xla():
+    """XLA's CPU backend runs on one thread, like the others (by default its Eigen pool
+    spreads a product over every core); set before JAX is imported."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false "
+                                   "intra_op_parallelism_threads=1").strip()
 
 
 def why(name):

@@ -129,6 +129,21 @@ def test_watched_and_fixed_arrays_are_checked_as_they_were():
     assert caller.call(1.0, 0) == 24.0
 
 
+def test_a_busy_flag_refuses_every_call_while_it_is_raised():
+    busy = np.zeros(1, np.int64)
+    address, restype = native_function(_axpy, AXPY)
+    out = np.zeros(6)
+    slots = [ScalarArg(1.0), ArrayArg(np.ones(6), True), ArrayArg(np.ones(6), True),
+             ArrayArg(out, True, written=True), ConstArg(0)]
+    caller = numba_caller(address, AXPY, restype, slots, busy=busy)
+    args = (1.0, np.ones(6), np.ones(6), out, 0)
+    assert caller.call(*args) == 12.0
+    busy[0] = 1
+    assert caller.call(*args) is None and caller.error() is None and out[0] == 2.0
+    busy[0] = 0
+    assert caller.call(*args) == 24.0
+
+
 def _model():
     return Chain(Dense(3, 5, tanh, rng=1), Dense(5, 1, rng=2))
 
@@ -204,3 +219,66 @@ def test_update_after_a_dtype_set_in_place_does_what_the_python_path_does():
     for dup in (fused, python):
         dup.val.layers[0].bias.dtype = np.int32
     step()
+
+
+def test_repeat_calls_return_the_same_read_only_gradient_until_the_shadow_changes():
+    m = _model()
+    dup = Duplicated(m)
+    first = gradient(_loss, dup, X)
+    second = gradient(_loss, dup, X)
+    assert second is first and second[0]["layers"][1]["weight"] is dup.dval.layers[1].weight
+    with pytest.raises(TypeError, match="cannot be changed"):
+        second[0]["layers"][0]["weight"] = np.zeros((5, 3), np.float32)
+    with pytest.raises(TypeError):
+        second[0]["layers"][0].pop("bias")
+    mine = dict(second[0])                   # a copy to change
+    mine["layers"] = None
+    dup.dval.layers[0].weight = np.zeros((5, 3), np.float32)   # a new shadow array
+    third = gradient(_loss, dup, X)
+    assert third is not first and third[0]["layers"][0]["weight"] is dup.dval.layers[0].weight
+    want = gradient(_loss, m, X)[0]["layers"][0]["weight"]
+    np.testing.assert_allclose(third[0]["layers"][0]["weight"], want, rtol=2e-5, atol=1e-6)
+
+
+def test_a_strided_input_is_copied_on_the_slow_path():
+    dup = Duplicated(_model())
+    wide = np.zeros((4, 6), np.float32)
+    wide[:, ::2] = X
+    want = [a.copy() for a in (gradient(_loss, dup, X)[0]["layers"][0]["weight"],)]
+    got = gradient(_loss, dup, wide[:, ::2])[0]["layers"][0]["weight"]
+    np.testing.assert_allclose(got, want[0], rtol=1e-6)
+
+
+def test_a_repeat_call_waits_while_another_thread_holds_the_program():
+    """The native repeat call needs no lock of its own: while another thread holds the
+    program's lock (its buffers are in use), the call is refused natively and waits for
+    the lock on the slow path."""
+    import threading
+    dup = Duplicated(_model())
+    want = gradient(_loss, dup, X)[0]["layers"][0]["weight"].copy()
+    staged = program._cache[_loss.__code__][0]
+    done = threading.Event()
+
+    def other():
+        gradient(_loss, dup, X)
+        done.set()
+    with staged.lock:
+        thread = threading.Thread(target=other)
+        thread.start()
+        assert not done.wait(0.3)            # it waits while the lock is held
+    thread.join(10)
+    assert done.is_set()
+    np.testing.assert_allclose(dup.dval.layers[0].weight, want, rtol=1e-6)
+
+
+def _dict_loss(p):
+    return np.sum(p["v99"] ** 2) + np.sum(np.sin(p["a1"]))
+
+
+def test_a_dict_model_whose_keys_look_like_the_guard_s_names():
+    params = {"v99": np.arange(3, dtype=np.float64), "a1": np.ones(2)}
+    dup = Duplicated(params)
+    for _ in range(3):
+        got = gradient(_dict_loss, dup)[0]
+    np.testing.assert_allclose(got["v99"], 2 * params["v99"])
+    np.testing.assert_allclose(got["a1"], np.cos(params["a1"]))

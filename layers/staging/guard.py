@@ -9,12 +9,14 @@ and equality checks on ints and other plain values.  The generated ``gather(fn, 
 or the tuple of values the driver needs; a variant returns the driver's call on them
 (``program.gradients``).
 """
+import re
+
 import numpy as np
 
 from adcore.annotations import Const, Duplicated
 from adcore.code_reads import library
 from adcore.errors import ActivityError
-from adcore.tree import child, is_node
+from adcore.tree import FrozenDict, child, is_node
 
 from .reads import _contiguous
 
@@ -31,7 +33,7 @@ class GuardWriter:
         self.nargs = nargs
         self.lines, self.pending = [], []   # lines, and each pending check as (cond, array)
         self.env = {"ndarray": np.ndarray, "Duplicated": Duplicated, "Const": Const,
-                    "_contiguous": _contiguous}
+                    "_contiguous": _contiguous, "FrozenDict": FrozenDict}
         self.n = 0
 
     def name(self, prefix="v"):
@@ -74,34 +76,55 @@ class GuardWriter:
         self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
                    f"{var}.dtype is {self.const(value.dtype)}", var)
 
-    def _body(self, checked_natively):
+    def _body(self, checked_natively, ret):
+        lines = []
         for line in self.lines:
             if isinstance(line, str):
-                yield line
+                lines.append(line)
                 continue
             conds = [c for c, array in line if array is None or array not in checked_natively]
             if conds:
-                yield f"    if not ({' and '.join(conds)}): return None"
+                lines.append(f"    if not ({' and '.join(conds)}): return None")
+        return _used(lines, ret)
 
-    def source(self, ret, lead=(), locked=False, checked_natively=()):
+    def source(self, ret, lead=(), locked=False, checked_natively=(), tail=None):
         """``def gather(*lead, fn, a0, ...)`` returning ``ret`` when every check passes
         (evaluated holding ``LOCK`` when ``locked``), else ``None``; the checks of the
-        arrays named in ``checked_natively`` are left out (``ret`` checks them)."""
+        arrays named in ``checked_natively`` are left out (``ret`` checks them).  ``tail``,
+        when given, is the function's last statements instead (lines of source)."""
         self.flush()
         args = ", ".join(list(lead) + ["fn"] + [f"a{k}" for k in range(self.nargs)])
-        body = "\n".join(self._body(set(checked_natively)))
-        result = f"    with LOCK:\n        return {ret}\n" if locked else f"    return {ret}\n"
+        if tail is None:
+            tail = ["with LOCK:", f"    return {ret}"] if locked else [f"return {ret}"]
+        body = "\n".join(self._body(set(checked_natively), "\n".join(tail)))
         return (f"def gather({args}):\n    try:\n" +
                 "\n".join("    " + line for line in body.splitlines()) +
                 f"\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
-                f"        return None\n" + result)
+                f"        return None\n" + "".join(f"    {line}\n" for line in tail))
 
-    def compile(self, ret, lead=(), lock=None, checked_natively=(), **names):
+    def compile(self, ret, lead=(), lock=None, checked_natively=(), tail=None, **names):
         """``source``'s function; ``lock`` is its ``LOCK``, ``names`` more globals ``ret``
-        uses."""
+        or ``tail`` use."""
         scope = dict(self.env, LOCK=lock, **names)
-        exec(self.source(ret, lead, lock is not None, checked_natively), scope)
+        exec(self.source(ret, lead, lock is not None, checked_natively, tail), scope)
         return scope["gather"]
+
+
+_BINDING = re.compile(r"    (v\d+) = ")
+_NAME = re.compile(r"\b[va]\d+\b")
+
+
+def _used(lines, ret):
+    """``lines`` without the bindings ``v = ...`` that nothing after them reads (a shadow's
+    field the gradient has no array for, say), dropped from the last line up."""
+    kept, needed = [], set(_NAME.findall(ret))
+    for line in reversed(lines):
+        bound = _BINDING.match(line)
+        if bound and bound.group(1) not in needed:
+            continue
+        needed.update(_NAME.findall(line))
+        kept.append(line)
+    return kept[::-1]
 
 
 def emit_state(w, reads, var, value, sink, path):
@@ -124,8 +147,8 @@ def emit_tree(w, reads, var, value, dvar, dvalue, sink, path=()):
     ``sink(path, var, dvar, value, False)``, each layer's state array (``emit_state``) to
     ``sink(path, var, None, value, True)``; everything else (static attributes of nodes,
     other objects) is walked by ``reads`` (a ``layers.staging.reads.Reads``).  Returns the
-    expression of the gradient mirror (dicts for nodes, tuples, the shadow arrays at
-    float array leaves, else ``None``)."""
+    expression of the gradient mirror (FrozenDicts for nodes and dicts, tuples, the shadow
+    arrays at float array leaves, else ``None``)."""
     where = ".".join(map(str, path)) or "argument"
     if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
         w.array(var, value)
@@ -162,12 +185,12 @@ def emit_tree(w, reads, var, value, dvar, dvalue, sink, path=()):
             elif k not in fields:
                 reads.item(d, k, f"{var}.__dict__[{k!r}]", f"{where}.{k}")
         items = [f"{k!r}: {sub(k, True)}" for k in fields]
-        return "{" + ", ".join(items) + "}"
+        return "FrozenDict({" + ", ".join(items) + "})"
     if isinstance(value, (tuple, list)):
         w.check(f"type({var}) is {w.const(type(value))} and len({var}) == {len(value)}")
         return "(" + "".join(f"{sub(i, False)}, " for i in range(len(value))) + ")"
     if isinstance(value, dict):
         w.check(f"type({var}) is dict and tuple({var}) == {w.const(tuple(value))}")
-        return "{" + ", ".join(f"{k!r}: {sub(k, False)}" for k in value) + "}"
+        return "FrozenDict({" + ", ".join(f"{k!r}: {sub(k, False)}" for k in value) + "})"
     reads.value(value, var, where)
     return "None"

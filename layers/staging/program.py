@@ -75,11 +75,27 @@ def _zero(a):
         a[i] = 0
 
 
+class Exclusive:
+    """The lock of a compiled program's buffers; while it is held, ``busy[0]`` is 1, and
+    the native repeat call (which never waits, see ``adcore.fastcall``) refuses to run."""
+
+    def __init__(self):
+        self._lock, self.busy = threading.Lock(), np.zeros(1, np.int64)
+
+    def __enter__(self):
+        self._lock.acquire()
+        self.busy[0] = 1
+
+    def __exit__(self, *exc):
+        self.busy[0] = 0
+        self._lock.release()
+
+
 class Staged:
     """The compiled gradient of ``f`` for arguments like ``args`` (see the module doc)."""
 
     def __init__(self, f, args, float_inputs=True):
-        self.lock = threading.Lock()
+        self.lock = Exclusive()
         w = GuardWriter(len(args))
         t = tape.Tape()
         reads = Reads(w, t, float_inputs)
@@ -118,7 +134,8 @@ class Staged:
         self.source = low.source(loss_id, loss)
         self.out, self.views = out, low.views
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
-        self._compile(low, w, exprs, grads)
+        self._compile(low, w, exprs, grads, [leaf[2] for _, found in walked for leaf in found
+                                             if leaf[2] is not None])
 
     @staticmethod
     def _arg(w, j, a):
@@ -175,7 +192,9 @@ class Staged:
             for v in out.values():
                 self._check_output(v)
 
-    def _compile(self, low, w, exprs, grads):
+    def _compile(self, low, w, exprs, grads, mirrored):
+        """Compile the program and the calls; ``mirrored``: the guard's variables of the
+        shadow arrays in the gradient mirror."""
         scope = dict(low.globals)
         exec(self.source, scope)
         program = numba.njit(cache=False, error_model="numpy")(scope["program"])
@@ -242,7 +261,8 @@ class Staged:
         fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
         fast = fastcall.numba_caller(
             self.grad.symbol, *self.grad.stub_spec[:2],
-            _fast_slots(low.args, samples, dsamples, flat, dflat, self.zeroing), zero=True)
+            _fast_slots(low.args, samples, dsamples, flat, dflat, self.zeroing), zero=True,
+            busy=self.lock.busy)
         if fast is not None:
             self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed, promote=False)
             self.call = _FastCaller(fast, self.driver)
@@ -261,12 +281,17 @@ class Staged:
         # The repeat gradient call: the guard that also runs the driver, returning
         # ``(loss, grads)``.
         if fast is not None:
-            # The builtin checks the arrays it is passed (so the guard does not) and returns
-            # the loss as a float, else a status: a refusal is a miss (``None``).
+            # The builtin checks the arrays it is passed (so the guard does not; an input
+            # that is not C-contiguous is refused, and copied on the slow path) and returns
+            # the loss as a float, else a status: a refusal (also while another thread holds
+            # the lock) is a miss (``None``).  It runs no Python and holds the GIL, so it
+            # needs no lock of its own.
+            passed = [_CONTIGUOUS.sub(r"\1", x) for x in gather + shadows]
             self.call_gradient = w.compile(
-                f"(r, {mirror}) if (r := FAST(True if zero else False, {items})) is not None "
-                f"else MISS()", ("zero",), self.lock, _passed_arrays(gather + shadows),
-                FAST=fast.call, MISS=self.call.miss)
+                None, ("zero",), None, _passed_arrays(passed),
+                _fast_tail(f"FAST(True if zero else False, {', '.join(passed)})", mirror,
+                           mirrored),
+                FAST=fast.call, MISS=self.call.miss, LAST=(None,) * (1 + len(mirrored)))
         else:
             self.call_gradient = w.compile(f"CALL(zero, {items}), {mirror}", ("zero",),
                                            self.lock, CALL=self.call.call)
@@ -440,6 +465,27 @@ class _FastCaller:
             raise error
 
 
+def _fast_tail(call, mirror, names):
+    """The repeat call's last statements: ``call`` the builtin, then return the loss and
+    the gradient ``mirror``, whose arrays are the variables ``names``.  The mirror of the
+    last call, kept in ``LAST`` with those arrays, is returned again when they are the
+    same objects (its dicts are ``FrozenDict``s: nobody changed it), so a repeat call
+    builds no containers."""
+    if not names:
+        return [f"r = {call}", "return MISS() if r is None else (r, " + mirror + ")"]
+    same = " and ".join(f"{v} is {v}_" for v in names)
+    return ["global LAST",
+            f"r = {call}",
+            "if r is None:",
+            "    return MISS()",
+            f"m, {', '.join(v + '_' for v in names)}, = LAST",
+            f"if {same}:",
+            "    return r, m",
+            f"m = {mirror}",
+            f"LAST = (m, {', '.join(names)},)",
+            "return r, m"]
+
+
 def _passed_arrays(items):
     """The guard's variables that are driver arguments themselves among ``items``
     (expressions: an input made contiguous, ``_contiguous(v)``, keeps its check)."""
@@ -447,6 +493,7 @@ def _passed_arrays(items):
 
 
 _VARIABLE = re.compile(r"[va]\d+")
+_CONTIGUOUS = re.compile(r"_contiguous\(([va]\d+)\)")
 
 
 class _DirectCaller:
