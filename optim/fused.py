@@ -18,6 +18,7 @@ import numba
 import numpy as np
 
 from adcore.fastcall import FixedArray, numba_caller
+from adcore.guard_code import used_bindings
 from adcore.numba_abi import native_function
 from adcore.tree import child, children, is_float_array, is_node
 
@@ -48,7 +49,10 @@ class Plan:
         self.kernels, self.rules, self.leaves, self.n = {}, {}, set(), 0
         self._walk("s", "x", "g", state, model, grad)
         scope = dict(self.env)
-        exec("def ok(s, x, g):\n" + "\n".join(self.lines) + "\n    return True\n", scope)
+        exec("def ok(s, x, g):\n    try:\n" +
+             "".join(f"    {line}\n" for line in used_bindings(self.lines, "")) +
+             "    except (AttributeError, KeyError, IndexError, TypeError):\n"
+             "        return False\n    return True\n", scope)
         self.ok = scope["ok"]
         self.native = self._native()
         self.addresses = np.array([a.__array_interface__["data"][0] for a in self.arrays],
@@ -113,8 +117,8 @@ class Plan:
         if is_node(value):
             self._check(f"type({var}) is {t}")
             return lambda k: f"{var}.{k}"
-        if isinstance(value, dict):
-            self._check(f"type({var}) is {t} and tuple({var}) == {self._const('K', tuple(value))}")
+        if isinstance(value, dict):     # its keys: each is looked up below (a KeyError fails)
+            self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
         else:
             self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
         return lambda k: f"{var}[{k!r}]"

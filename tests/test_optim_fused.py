@@ -80,3 +80,17 @@ def test_clipnorm_nonfinite_raises():
     d1.dval.layers[0].weight[0, 0] = np.nan
     with pytest.raises(FloatingPointError, match="gradient norm"):
         optim.update(s1, d1)
+
+
+def test_a_state_dict_with_other_keys_of_the_same_number_is_not_the_plan_s():
+    """The plan's guard checks a dict's length and looks up each of its keys (no tuple
+    of the keys built per call): a key renamed in place fails the lookup."""
+    (state, dup), _ = _pair(optim.Adam())
+    optim.update(state, dup)
+    plan = fused._plans[id(state)][1]
+    assert plan.ok(state, dup.val, dup.dval)
+    layer = state["layers"][0]
+    layer["other"] = layer.pop("weight")
+    assert len(layer) == 2 and not plan.ok(state, dup.val, dup.dval)
+    layer["weight"] = layer.pop("other")
+    assert plan.ok(state, dup.val, dup.dval)

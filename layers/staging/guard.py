@@ -9,12 +9,11 @@ and equality checks on ints and other plain values.  The generated ``gather(fn, 
 or the tuple of values the driver needs; a variant returns the driver's call on them
 (``program.gradients``).
 """
-import re
-
 import numpy as np
 
 from adcore.annotations import Const, Duplicated
 from adcore.code_reads import library
+from adcore.guard_code import used_bindings
 from adcore.errors import ActivityError
 from adcore.tree import FrozenDict, child, is_node
 
@@ -85,7 +84,7 @@ class GuardWriter:
             conds = [c for c, array in line if array is None or array not in checked_natively]
             if conds:
                 lines.append(f"    if not ({' and '.join(conds)}): return None")
-        return _used(lines, ret)
+        return used_bindings(lines, ret)
 
     def source(self, ret, lead=(), locked=False, checked_natively=(), tail=None):
         """``def gather(*lead, fn, a0, ...)`` returning ``ret`` when every check passes
@@ -108,23 +107,6 @@ class GuardWriter:
         scope = dict(self.env, LOCK=lock, **names)
         exec(self.source(ret, lead, lock is not None, checked_natively, tail), scope)
         return scope["gather"]
-
-
-_BINDING = re.compile(r"    (v\d+) = ")
-_NAME = re.compile(r"\b[va]\d+\b")
-
-
-def _used(lines, ret):
-    """``lines`` without the bindings ``v = ...`` that nothing after them reads (a shadow's
-    field the gradient has no array for, say), dropped from the last line up."""
-    kept, needed = [], set(_NAME.findall(ret))
-    for line in reversed(lines):
-        bound = _BINDING.match(line)
-        if bound and bound.group(1) not in needed:
-            continue
-        needed.update(_NAME.findall(line))
-        kept.append(line)
-    return kept[::-1]
 
 
 def emit_state(w, reads, var, value, sink, path):
