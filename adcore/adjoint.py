@@ -100,6 +100,7 @@ class AdjointGenerator(GeneratorBase):
         self.e = Emitter(taken)
         self.allocas = []            # lines of the entry block
         self.slots = {}              # active value -> adjoint alloca ref
+        self.unchanged_shadows = set()   # loads whose shadow the reverse leaves (read_modify_write)
         self.stack_types = set()     # types pushed on the value stack
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.inverted = {}           # phi -> InductionVariable, set once registers are known

@@ -4,6 +4,7 @@ custom rules, calls differentiated as calls, and everything the rule table of
 from .emit import SUM, Expr, alignment, float_const
 from .ir import Operand, is_float_type
 from .memory import is_memory_intrinsic
+from .read_modify_write import unchanged_shadow_load
 from .rule_calls import reverse_rule_call
 from .rules import rule_for
 from .values import Lazy
@@ -27,7 +28,11 @@ def reverse_instruction(gen, instr):
         if is_float_type(t):
             if value.defn in act.active:
                 gen.accumulate(value.defn, gen.e(f"load {t}, ptr {sp}{align}"))
-            gen.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}{align}")
+            kept = unchanged_shadow_load(act, instr, act.is_pure_call)
+            if kept is not None:
+                gen.unchanged_shadows.add(kept)
+            else:
+                gen.e.line(f"store {t} {float_const(t, 0)}, ptr {sp}{align}")
         elif value.is_const and t.startswith("i"):
             gen.e.line(f"store {t} 0, ptr {sp}{align}")
         else:
@@ -49,6 +54,8 @@ def reverse_instruction(gen, instr):
     if instr not in act.active or instr.opcode == "phi":
         return
     dy = gen.take_adjoint(instr)
+    if instr in gen.unchanged_shadows:      # what it adds back is what the store left
+        return
     if instr.opcode == "load":
         t = act.value_type(instr)
         sp, align = gen.shadow(instr.operands[0]), alignment(instr)
