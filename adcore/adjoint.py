@@ -730,16 +730,6 @@ def pred_type(block):
 def gradient_module(module, gen):
     """IR text of ``module`` (the cleaned primal) plus the gradient function built by ``gen``
     and the augmented forward and reverse functions of the calls it differentiates."""
-    texts = [gen.build()]
-    gens = [gen]
-    if gen.callees is not None:
-        texts += gen.callees.generate()
-        gens += gen.callees.generators
-    existing = {f.name for f in module.functions}
-    decls = dict(runtime.DECLARATIONS)
-    for g in gens:
-        decls.update(g.e.declarations)
-    extra = [d for name, d in decls.items() if name not in existing]
-    helpers = runtime.helpers(set().union({"ptr"}, *(g.stack_types for g in gens)),
-                              set().union(*(g.memory_types for g in gens)))
-    return str(module) + "\n" + "".join(texts) + helpers + "\n" + "\n".join(extra) + "\n"
+    return runtime.with_generated(module, gen, lambda gens: runtime.helpers(
+        set().union({"ptr"}, *(g.stack_types for g in gens)),
+        set().union(*(g.memory_types for g in gens))))

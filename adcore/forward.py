@@ -505,14 +505,5 @@ def _is_zero(op):
 def tangent_module(module, gen):
     """IR text of ``module`` (the cleaned primal) plus the tangent function built by ``gen``
     and those of the functions it differentiates as calls."""
-    texts, gens = [gen.build()], [gen]
-    if gen.callees is not None:
-        texts += gen.callees.generate()
-        gens += gen.callees.generators
-    existing = {f.name for f in module.functions}
-    decls = dict(runtime.DECLARATIONS)
-    for g in gens:
-        decls.update(g.e.declarations)
-    extra = [d for name, d in decls.items() if name not in existing]
-    helpers = runtime.helpers(set().union(*(g.stack_types for g in gens)))
-    return str(module) + "\n" + "\n".join(texts) + helpers + "\n" + "\n".join(extra) + "\n"
+    return runtime.with_generated(
+        module, gen, lambda gens: runtime.helpers(set().union(*(g.stack_types for g in gens))))

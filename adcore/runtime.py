@@ -35,6 +35,22 @@ def type_tag(type_):
     return re.sub(r"[<>\s]", "", type_).replace("x", "", 1) if type_.startswith("<") else type_
 
 
+def with_generated(module, gen, helpers_of):
+    """IR text of ``module`` (the cleaned primal) plus the functions built by generator
+    ``gen`` and by those of the calls it differentiates, the runtime declarations they use
+    that ``module`` lacks, and ``helpers_of(generators)``, the runtime helpers' text."""
+    texts, gens = [gen.build()], [gen]
+    if gen.callees is not None:
+        texts += gen.callees.generate()
+        gens += gen.callees.generators
+    existing = {f.name for f in module.functions}
+    decls = dict(DECLARATIONS)
+    for g in gens:
+        decls.update(g.e.declarations)
+    extra = [d for name, d in decls.items() if name not in existing]
+    return str(module) + "\n" + "\n".join(texts) + helpers_of(gens) + "\n" + "\n".join(extra) + "\n"
+
+
 def helpers(types, copy_types=()):
     """IR text of the stack helpers (grow, push/pop for each type in ``types``), of the
     arena (zeroed 16-byte aligned memory in chunks freed with the deferred frees: the
