@@ -77,7 +77,4 @@ def _matrix(v, start):
     """The expression of the 2-D array viewing the matrix of ``v`` at the flat offset
     expression ``start``."""
     r, c = v.shape[-2:]
-    flat = f"{v.base}[{start}:{start} + {r * c}]"
-    if _order(v) == "C":
-        return f"{flat}.reshape(({r}, {c}))"
-    return f"{flat}.reshape(({c}, {r})).T"
+    return f"K.matrix_{_order(v).lower()}({v.base}, {start}, {r}, {c})"
