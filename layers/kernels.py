@@ -14,10 +14,9 @@ import types
 import numba
 import numpy as np
 from numba.core import types as nbtypes
-from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
-from numba.np.arrayobj import make_array, populate_array
 
+from adcore import numba_abi
 from adcore.tape import scalars
 
 
@@ -100,15 +99,10 @@ def _matrix_view(layout):
         r, c = rows.literal_value, cols.literal_value
 
         def codegen(context, builder, sig, args):
-            src = make_array(sig.args[0])(context, builder, args[0])
-            view = make_array(sig.return_type)(context, builder)
-            itemsize = context.get_abi_sizeof(context.get_data_type(sig.return_type.dtype))
+            itemsize = np.dtype(str(sig.return_type.dtype)).itemsize
             steps = (c * itemsize, itemsize) if layout == "C" else (itemsize, r * itemsize)
-            intp = context.get_value_type(nbtypes.intp)
-            populate_array(view, data=builder.gep(src.data, [args[1]]),
-                           shape=[intp(r), intp(c)], strides=[intp(s) for s in steps],
-                           itemsize=intp(itemsize), meminfo=src.meminfo, parent=src.parent)
-            return impl_ret_borrowed(context, builder, sig.return_type, view._getvalue())
+            return numba_abi.array_view(context, builder, sig.args[0], args[0], args[1],
+                                        sig.return_type, (r, c), steps)
         return nbtypes.Array(flat.dtype, 2, layout)(flat, start, rows, cols), codegen
     typer.__name__ = f"matrix_{layout.lower()}"
     return intrinsic(typer)

@@ -227,3 +227,24 @@ def test_layer_kernels_are_inlined_into_the_program():
     assert "_line(" not in source and "gemm(" not in source
     for kernel in (kernels.sigmoid_float64, kernels.S.softplus):
         assert not kernel.overloads, kernel
+
+
+def test_matrix_views_of_flat_buffers_are_the_reshaped_slices():
+    """``kernels.matrix_c`` / ``matrix_f`` (the operands of staged BLAS products) view the
+    same memory as ``flat[start:start + r * c].reshape((r, c))`` (``.reshape((c, r)).T``),
+    and a write through the view lands in the flat buffer."""
+    from layers import kernels
+
+    @numba.njit
+    def views(flat):
+        c, f = kernels.matrix_c(flat, 3, 2, 5), kernels.matrix_f(flat, 4, 5, 2)
+        c[1, 2] = -1.0
+        return c.copy(), f.copy(), c.flags.c_contiguous, f.flags.f_contiguous
+    flat = np.arange(20.0)
+    want_c, want_f = flat[3:13].reshape((2, 5)).copy(), flat[4:14].reshape((2, 5)).T.copy()
+    want_c[1, 2] = -1.0
+    want_f[1, 1] = -1.0      # the same element (flat[10] = flat[4 + 1 + 5 * 1]) seen through the F view
+    got_c, got_f, c_order, f_order = views(flat)
+    np.testing.assert_array_equal(got_c, want_c)
+    np.testing.assert_array_equal(got_f, want_f)
+    assert c_order and f_order and flat[10] == -1.0
