@@ -254,7 +254,7 @@ def recompiled(dispatcher, **options):
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
 
 
-def array_view(context, builder, flat_type, flat, start, view_type, shape, strides):
+def flat_matrix_view(context, builder, flat_type, flat, start, view_type, shape, strides):
     """In an intrinsic's code generation: an array of ``view_type`` viewing the memory of
     array ``flat`` (of ``flat_type``) from element ``start`` (an LLVM value) with constant
     ``shape`` and ``strides`` (bytes), sharing its owner (a new reference, as a view)."""

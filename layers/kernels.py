@@ -115,7 +115,7 @@ def _matrix_view(layout):
         def codegen(context, builder, sig, args):
             itemsize = np.dtype(str(sig.return_type.dtype)).itemsize
             steps = (c * itemsize, itemsize) if layout == "C" else (itemsize, r * itemsize)
-            return numba_abi.array_view(context, builder, sig.args[0], args[0], args[1],
+            return numba_abi.flat_matrix_view(context, builder, sig.args[0], args[0], args[1],
                                         sig.return_type, (r, c), steps)
         return nbtypes.Array(flat.dtype, 2, layout)(flat, start, rows, cols), codegen
     typer.__name__ = f"matrix_{layout.lower()}"
