@@ -61,37 +61,23 @@ sigmoid_float32, sigmoid_float64 = _sigmoid_in(np.float32), _sigmoid_in(np.float
 # (0.02-0.05 s a call in a first gradient), and a callee compiled on its own costs a compile
 # per distinct set of the constant sizes it is passed.  Each callee variable of the njit
 # kernels they replace is a variable of its own, so Numba types them alike.
-def _index(start, *terms):
-    """The flat index expression ``start + i * s + ...`` for ``terms`` ``(i, s)``, without the
-    terms that are zero (an index ``"0"``, a stride 0) and unit factors."""
-    parts = [str(start)] if str(start) != "0" else []     # a sum: left-associative as before
-    for i, stride in terms:
-        if i != "0" and stride != 0:
-            parts.append(i if stride == 1 else f"{i} * {stride}")
-    return " + ".join(parts) or "0"
-
-
-def _loop(fresh, lines, depth, n):
-    """Open a loop of ``n`` trips at ``depth`` (none when ``n`` is 1): ``(index, depth inside)``."""
-    if n == 1:
-        return "0", depth
-    i = fresh("g")
-    lines.append("    " * depth + f"for {i} in range({n}):")
-    return i, depth + 1
+def _p(e):
+    """Expression ``e`` parenthesised unless it is a name or a number."""
+    e = str(e)
+    return e if re.fullmatch(r"-?[\w.]+", e) else f"({e})"
 
 
 def gemm(fresh, out, oo, os0, os1, a, ao, as0, as1, b, bo, bs0, bs1, n, k, m):
     """``out[i, j] = sum_l a[i, l] b[l, j]`` for ``(n, k) @ (k, m)`` strided views of flat
     buffers (offsets and strides in elements), accumulated in float64."""
-    lines, acc = [], fresh("acc")
-    i, depth = _loop(fresh, lines, 0, n)
-    j, depth = _loop(fresh, lines, depth, m)
-    lines.append("    " * depth + f"{acc} = 0.0")
-    l, inner = _loop(fresh, lines, depth, k)
-    lines.append("    " * inner + f"{acc} += {a}[{_index(ao, (i, as0), (l, as1))}] * "
-                                   f"{b}[{_index(bo, (l, bs0), (j, bs1))}]")
-    lines.append("    " * depth + f"{out}[{_index(oo, (i, os0), (j, os1))}] = {acc}")
-    return lines
+    i, j, l, acc = fresh("g"), fresh("g"), fresh("g"), fresh("acc")
+    return [f"for {i} in range({n}):",
+            f"    for {j} in range({m}):",
+            f"        {acc} = 0.0",
+            f"        for {l} in range({k}):",
+            f"            {acc} += {a}[{_p(ao)} + {i} * {_p(as0)} + {l} * {_p(as1)}] * "
+            f"{b}[{_p(bo)} + {l} * {_p(bs0)} + {j} * {_p(bs1)}]",
+            f"        {out}[{_p(oo)} + {i} * {_p(os0)} + {j} * {_p(os1)}] = {acc}"]
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -129,9 +115,9 @@ matrix_c, matrix_f = _matrix_view("C"), _matrix_view("F")
 def _line_max(fresh, shift, x, xo, xs, n):
     """``shift`` = the maximum of the line, 0 when it is not finite (for a stable ``exp``)."""
     m, i, v = fresh("m"), fresh("l"), fresh("v")
-    return [f"{m} = {x}[{_index(xo)}]",
+    return [f"{m} = {x}[{xo}]",
             f"for {i} in range(1, {n}):",
-            f"    {v} = {x}[{_index(xo, (i, xs))}]",
+            f"    {v} = {x}[{_p(xo)} + {i} * {_p(xs)}]",
             f"    if {v} > {m}:",
             f"        {m} = {v}",
             f"{shift} = {m} if math.isfinite({m}) else 0.0"]
@@ -142,7 +128,7 @@ def _sum_exp(fresh, s, shift, x, xo, xs, n):
     i = fresh("l")
     return [f"{s} = 0.0",
             f"for {i} in range({n}):",
-            f"    {s} += math.exp({x}[{_index(xo, (i, xs))}] - {shift})"]
+            f"    {s} += math.exp({x}[{_p(xo)} + {i} * {_p(xs)}] - {shift})"]
 
 
 def logsumexp_line(fresh, result, x, xo, xs, n):
@@ -157,7 +143,7 @@ def softmax_line(fresh, out, oo, os, x, xo, xs, n):
     shift, s, i = fresh("shift"), fresh("s"), fresh("l")
     return (_line_max(fresh, shift, x, xo, xs, n) + _sum_exp(fresh, s, shift, x, xo, xs, n) +
             [f"for {i} in range({n}):",
-             f"    {out}[{_index(oo, (i, os))}] = math.exp({x}[{_index(xo, (i, xs))}] - {shift}) / {s}"])
+             f"    {out}[{_p(oo)} + {i} * {_p(os)}] = math.exp({x}[{_p(xo)} + {i} * {_p(xs)}] - {shift}) / {s}"])
 
 
 def logsoftmax_line(fresh, out, oo, os, x, xo, xs, n):
@@ -165,4 +151,4 @@ def logsoftmax_line(fresh, out, oo, os, x, xo, xs, n):
     lse, i = fresh("lse"), fresh("l")
     return (logsumexp_line(fresh, lse, x, xo, xs, n) +
             [f"for {i} in range({n}):",
-             f"    {out}[{_index(oo, (i, os))}] = {x}[{_index(xo, (i, xs))}] - {lse}"])
+             f"    {out}[{_p(oo)} + {i} * {_p(os)}] = {x}[{_p(xo)} + {i} * {_p(xs)}] - {lse}"])

@@ -95,19 +95,11 @@ def map_lines(fresh, vector, dtype, out, oo, x, xo, n):
     i, width = fresh("e"), lanes(dtype)
     lines = [f"{i} = 0",
              f"while {i} + {width} <= {n}:",
-             f"    {vector}({out}, {_plus(oo, i)}, {x}, {_plus(xo, i)})",
+             f"    {vector}({out}, {oo} + {i}, {x}, {xo} + {i})",
              f"    {i} += {width}"]
     if n % width:                     # the last vector again, ending at n
-        lines.append(f"{vector}({out}, {_plus(oo, n - width)}, {x}, {_plus(xo, n - width)})")
+        lines.append(f"{vector}({out}, {oo} + {n - width}, {x}, {xo} + {n - width})")
     return lines
-
-
-def _plus(offset, k):
-    """``offset + k`` (expressions), added up when both are numbers; ``k`` alone when
-    ``offset`` is 0."""
-    if isinstance(offset, int) and isinstance(k, int):
-        return str(offset + k)
-    return str(k) if offset == 0 else f"{offset} + {k}"
 
 
 def libmvec_map_kernel(op, dtype):

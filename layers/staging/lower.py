@@ -181,13 +181,8 @@ class Lowering:
             self.emit(line)
 
     def open_loops(self, shape):
-        """A loop per dimension of ``shape``, none for a dimension of 1 (Numba types and
-        lowers less): the index expressions, ``"0"`` for those."""
         idx = []
         for n in shape:
-            if n == 1:
-                idx.append("0")
-                continue
             v = self.fresh("i")
             self.emit(f"for {v} in range({n}):")
             self.depth += 1
@@ -195,7 +190,7 @@ class Lowering:
         return idx
 
     def close_loops(self, idx):
-        self.depth -= sum(v != "0" for v in idx)
+        self.depth -= len(idx)
 
     def store(self, out, template, operands):
         """``out[...] = template(operands[...])`` elementwise, operands broadcast to ``out``;
