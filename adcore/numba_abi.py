@@ -254,6 +254,22 @@ def recompiled(dispatcher, **options):
     return numba.njit(**{**kept, **options})(dispatcher.py_func)
 
 
+def flat_matrix_view(context, builder, flat_type, flat, start, view_type, shape, strides):
+    """In an intrinsic's code generation: an array of ``view_type`` viewing the memory of
+    array ``flat`` (of ``flat_type``) from element ``start`` (an LLVM value) with constant
+    ``shape`` and ``strides`` (bytes), sharing its owner (a new reference, as a view)."""
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.np.arrayobj import make_array, populate_array
+    src = make_array(flat_type)(context, builder, flat)
+    view = make_array(view_type)(context, builder)
+    intp = context.get_value_type(types.intp)
+    itemsize = context.get_abi_sizeof(context.get_data_type(view_type.dtype))
+    populate_array(view, data=builder.gep(src.data, [start]), shape=[intp(n) for n in shape],
+                   strides=[intp(s) for s in strides], itemsize=intp(itemsize),
+                   meminfo=src.meminfo, parent=src.parent)
+    return impl_ret_borrowed(context, builder, view_type, view._getvalue())
+
+
 def intrinsic_definition(value):
     """The Python function an ``@intrinsic`` was made from, or None for other values."""
     return value._defn if isinstance(value, _Intrinsic) else None

@@ -1,12 +1,12 @@
 """Elementwise math on contiguous slices in explicit vectors, for the compiled path.
 
 LLVM fully unrolls a short loop of ``math.tanh`` (the seed model's 23 units) before its
-vectorisers run, and then keeps the calls scalar.  ``map_kernel(op, dtype)`` is an njit
-``kernel(out, oo, x, xo, n)``: ``out[oo + i] = op(x[xo + i])`` for ``i < n`` (``n`` at
-least one vector's lanes; ``out`` and ``x`` distinct), in blocks of one 256-bit vector
-through LLVM's vector intrinsic (``llvm.tanh.v8f32``), the last block ending at ``n``
-(overlapping the one before: its values are written again, and in the reverse pass the
-later store takes their adjoints).  adcore differentiates the intrinsics with its rule
+vectorisers run, and then keeps the calls scalar.  ``map_lines`` writes into a staged
+program the loop ``out[oo + i] = op(x[xo + i])`` for ``i < n`` (``n`` at least one
+vector's lanes; ``out`` and ``x`` distinct), in blocks of one 256-bit vector through
+LLVM's vector intrinsic (``llvm.tanh.v8f32``; ``vector_op(op, dtype)``), the last block
+ending at ``n`` (overlapping the one before: its values are written again, and in the
+reverse pass the later store takes their adjoints).  adcore differentiates the intrinsics with its rule
 table, and maps them to libmvec in the gradient (:mod:`adcore.vector_math`); elsewhere
 they are LLVM's.
 """
@@ -60,7 +60,7 @@ def _vector_op(op, dtype, callee=None):
     return intrinsic(typer)
 
 
-def _map(op, dtype, callee=None, inline="never"):
+def _map(op, dtype, callee=None):
     vector, width = _vector_op(op, dtype, callee), lanes(dtype)
 
     def kernel(out, oo, x, xo, n):
@@ -71,28 +71,43 @@ def _map(op, dtype, callee=None, inline="never"):
         if i < n:                     # the last vector again, ending at n
             vector(out, oo + n - width, x, xo + n - width)
     kernel.__name__ = f"map_{op}_{np.dtype(dtype).name}"
-    return numba.njit(cache=False, error_model="numpy", inline=inline)(kernel)
+    return numba.njit(cache=False, error_model="numpy")(kernel)
 
 
-# inlined by Numba where a staged program calls them: a kernel called with constant offsets
-# would otherwise be compiled (wrappers and machine code) once per distinct set of them
-_KERNELS = {(op, np.dtype(t)): _map(op, t, inline="always") for op in OPS for t in (np.float32, np.float64)}
+_VECTOR_OPS = {(op, np.dtype(t)): _vector_op(op, t) for op in OPS for t in (np.float32, np.float64)}
 
 
-def map_kernel(op, dtype):
-    """The kernel of ``op`` on ``dtype`` slices, or None."""
-    return _KERNELS.get((op, np.dtype(dtype)))
+def vector_op(op, dtype):
+    """The intrinsic ``f(out, oo, x, xo)`` computing one vector of ``op`` on ``dtype``, or None."""
+    return _VECTOR_OPS.get((op, np.dtype(dtype)))
+
+
+def vector_name(op, dtype):
+    """The intrinsic's name in generated programs."""
+    return f"vector_{op}_{np.dtype(dtype).name}"
+
+
+def map_lines(fresh, vector, dtype, out, oo, x, xo, n):
+    """The lines of a staged program computing ``out[oo + i] = op(x[xo + i])`` for
+    ``i < n`` (``n`` a constant of at least one vector) through ``vector`` (the name of
+    :func:`vector_op`'s intrinsic), as the njit kernel of :func:`libmvec_map_kernel` does:
+    written into the program, it costs Numba no inlining or compile of a callee."""
+    i, width = fresh("e"), lanes(dtype)
+    lines = [f"{i} = 0",
+             f"while {i} + {width} <= {n}:",
+             f"    {vector}({out}, {oo} + {i}, {x}, {xo} + {i})",
+             f"    {i} += {width}"]
+    if n % width:                     # the last vector again, ending at n
+        lines.append(f"{vector}({out}, {oo} + {n - width}, {x}, {xo} + {n - width})")
+    return lines
 
 
 def libmvec_map_kernel(op, dtype):
-    """The same kernel calling glibc's libmvec function itself, for Numba code that adcore
+    """An njit ``kernel(out, oo, x, xo, n)`` running :func:`map_lines`' loop with glibc's
+    libmvec function itself, for Numba code that adcore
     does not compile (Numba's code generator would split LLVM's vector intrinsic into
     scalar libm calls): the fastest hand-written code one can write in Numba.  None
     without libmvec."""
     callee = vector_math.libmvec_name(_intrinsic_name(op, dtype))
     return None if callee is None else _map(op, dtype, callee)
 
-
-def kernel_name(op, dtype):
-    """The kernel's name in generated programs."""
-    return f"map_{op}_{np.dtype(dtype).name}"

@@ -114,4 +114,4 @@ def test_staged_math_in_vectors_matches_the_tape_engine(dtype, n):
     source = program._cache[_elementwise_loss.__code__][0].source
     wide = n >= 32 // np.dtype(dtype).itemsize
     for op in ("tanh", "exp", "log", "sin", "cos"):
-        assert (f"map_{op}_" in source) == wide and (f"math.{op}(" in source) != wide, op
+        assert (f"vector_{op}_" in source) == wide and (f"math.{op}(" in source) != wide, op

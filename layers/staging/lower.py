@@ -174,6 +174,12 @@ class Lowering:
     def emit(self, line):
         self.lines.append("    " * self.depth + line)
 
+    def emit_kernel(self, kernel, *args):
+        """The lines of a loop kernel (:mod:`layers.kernels`, :mod:`layers.vector_kernels`)
+        for ``args`` (expressions), written into the program."""
+        for line in kernel(self.fresh, *args):
+            self.emit(line)
+
     def open_loops(self, shape):
         idx = []
         for n in shape:
@@ -226,9 +232,10 @@ class Lowering:
                                value.shape, value.dtype)
             elif self._in_vectors(rec, value, operands):
                 out = self.buffer(value.shape, value.dtype)
-                x, name = operands[0], vector_kernels.kernel_name(rec.op, value.dtype)
-                self.globals[name] = vector_kernels.map_kernel(rec.op, value.dtype)
-                self.emit(f"{name}({out.base}, {out.off}, {x.base}, {x.off}, {value.size})")
+                x, name = operands[0], vector_kernels.vector_name(rec.op, value.dtype)
+                self.globals[name] = vector_kernels.vector_op(rec.op, value.dtype)
+                self.emit_kernel(vector_kernels.map_lines, name, value.dtype, out.base, out.off,
+                                 x.base, x.off, value.size)
             else:
                 out = self.buffer(value.shape, value.dtype)
                 self.store(out, template, operands)
@@ -244,7 +251,7 @@ class Lowering:
         """Whether ``rec`` (a ``tanh``, ``exp``, ... of one contiguous operand of its dtype
         and shape) is computed by :mod:`layers.vector_kernels`: only when adcore maps
         vector math to libmvec, and for at least one vector of elements."""
-        if not (vector_math.ENABLED and vector_kernels.map_kernel(rec.op, value.dtype) and
+        if not (vector_math.ENABLED and vector_kernels.vector_op(rec.op, value.dtype) and
                 len(operands) == 1 and value.size >= vector_kernels.lanes(value.dtype)):
             return False
         x = operands[0]
@@ -318,8 +325,8 @@ class Lowering:
         axis = rec.attrs.get("axis", -1) % max(len(x.shape), 1)
         out = self.buffer(value.shape, value.dtype)
         idx, at = self._lines(x, axis)
-        self.emit(f"K.{rec.op}_line({out.base}, {out.offset(at)}, {out.strides[axis]}, "
-                  f"{x.base}, {x.offset(at)}, {x.strides[axis]}, {x.shape[axis]})")
+        self.emit_kernel(getattr(kernels, f"{rec.op}_line"), out.base, out.offset(at), out.strides[axis],
+                         x.base, x.offset(at), x.strides[axis], x.shape[axis])
         self.close_loops(idx)
         return out
 
@@ -339,8 +346,8 @@ class Lowering:
         o = [v for d, v in enumerate(at) if d != axis]
         if rec.attrs.get("keepdims"):
             o = at
-        self.emit(f"{out.at(o)} = K.logsumexp_line({x.base}, {x.offset(at)}, "
-                  f"{x.strides[axis]}, {x.shape[axis]})")
+        self.emit_kernel(kernels.logsumexp_line, out.at(o), x.base, x.offset(at), x.strides[axis],
+                         x.shape[axis])
         self.close_loops(idx)
         return out
 

@@ -1,18 +1,19 @@
 """Matrix products in the generated program: BLAS for large ones, loops for small ones.
 
 A product of at least ``BLAS_MIN_WORK`` multiply-adds per matrix becomes ``np.dot`` of 2-D
-arrays made from the flat buffers (a slice reshaped, transposed when the view is
+arrays viewing the flat buffers (``kernels.matrix_c``, ``matrix_f`` when the view is
 column-major) into a fresh slice of the workspace, through ``kernels.dot_into``, which
 Numba keeps in its cache (its compile of ``np.dot`` for new layouts is 0.1 s of a first
 gradient); adcore differentiates the BLAS call
 with its own rules (``adcore.blas_rules``), so forward and reverse run at BLAS speed.
-Smaller products (the seed model's 1x23 layers) stay loops (``kernels.gemm``), which
+Smaller products (the seed model's 1x23 layers) stay loops (``kernels.gemm``, written into the program), which
 LLVM specialises on their static sizes and which cost no call overhead.  An operand
 that is not a plain C- or F-ordered matrix (broadcast, strided slice, other dtype) is
 first copied into the workspace.
 """
 import numpy as np
 
+from .. import kernels
 from .views import View
 
 # Multiply-adds of one (n, k) @ (k, m) product from which np.dot is used: the seed's
@@ -47,10 +48,9 @@ def lower_matmul(low, a, b, value):
         a, b = a.broadcast(batch + (n, k)), b.broadcast(batch + (k, m))
         idx = low.open_loops(batch)
         z = ["0", "0"]
-        low.emit(f"K.gemm({full.base}, {full.offset(idx + z)}, {full.strides[-2]}, "
-                 f"{full.strides[-1]}, {a.base}, {a.offset(idx + z)}, {a.strides[-2]}, "
-                 f"{a.strides[-1]}, {b.base}, {b.offset(idx + z)}, {b.strides[-2]}, "
-                 f"{b.strides[-1]}, {n}, {k}, {m})")
+        low.emit_kernel(kernels.gemm, full.base, full.offset(idx + z), full.strides[-2], full.strides[-1],
+                        a.base, a.offset(idx + z), a.strides[-2], a.strides[-1],
+                        b.base, b.offset(idx + z), b.strides[-2], b.strides[-1], n, k, m)
         low.close_loops(idx)
     return full.reshape(value.shape)
 
@@ -77,7 +77,4 @@ def _matrix(v, start):
     """The expression of the 2-D array viewing the matrix of ``v`` at the flat offset
     expression ``start``."""
     r, c = v.shape[-2:]
-    flat = f"{v.base}[{start}:{start} + {r * c}]"
-    if _order(v) == "C":
-        return f"{flat}.reshape(({r}, {c}))"
-    return f"{flat}.reshape(({c}, {r})).T"
+    return f"K.matrix_{_order(v).lower()}({v.base}, {start}, {r}, {c})"
