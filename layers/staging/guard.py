@@ -98,8 +98,8 @@ class GuardWriter:
         body = "\n".join(self._body(set(checked_natively), "\n".join(tail)))
         return (f"def gather({args}):\n    try:\n" +
                 "\n".join("    " + line for line in body.splitlines()) +
-                f"\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
-                f"        return None\n" + "".join(f"    {line}\n" for line in tail))
+                "\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
+                "        return None\n" + "".join(f"    {line}\n" for line in tail))
 
     def compile(self, ret, lead=(), lock=None, checked_natively=(), tail=None, **names):
         """``source``'s function; ``lock`` is its ``LOCK``, ``names`` more globals ``ret``
