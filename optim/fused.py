@@ -117,10 +117,9 @@ class Plan:
         if is_node(value):
             self._check(f"type({var}) is {t}")
             return lambda k: f"{var}.{k}"
-        if isinstance(value, dict):     # its keys: each is looked up below (a KeyError fails)
-            self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
-        else:
-            self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
+        # a dict's keys: each one the plan reads is looked up (a KeyError fails the guard);
+        # one it never reads may differ, as it may for the Python path
+        self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
         return lambda k: f"{var}[{k!r}]"
 
     def _walk(self, s, x, g, sv, xv, gv):

@@ -259,13 +259,15 @@ class Staged:
         # A gradient from the disk cache runs a Python driver over its ctypes call first.
         fixed = {k: anns[k].val for k, a in enumerate(low.args) if a.kind not in VARYING}
         fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
-        fast = fastcall.numba_caller(
-            self.grad.symbol, *self.grad.stub_spec[:2],
-            _fast_slots(low.args, samples, dsamples, flat, dflat, self.zeroing), zero=True,
-            busy=self.lock.busy)
+        slots = _fast_slots(low.args, samples, dsamples, flat, dflat, self.zeroing)
+
+        def builtin(busy):
+            return fastcall.numba_caller(self.grad.symbol, *self.grad.stub_spec[:2], slots,
+                                         zero=True, busy=busy)
+        fast = builtin(self.lock.busy)
         if fast is not None:
             self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed, promote=False)
-            self.call = _FastCaller(fast, self.driver)
+            self.call = _FastCaller(fast, lambda: builtin(None), self.driver)
         elif self.grad.from_disk:
             self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed)
             self.call = _DirectCaller(self.driver)
@@ -440,22 +442,27 @@ def _fast_slots(args, samples, dsamples, flat, dflat, zeroing):
 
 
 class _FastCaller:
-    """Calls the gradient through its builtin ``fast`` (:mod:`adcore.fastcall`); when that
-    refuses the arguments (one not C-contiguous, say), through the Python ``driver``,
-    which copes or raises the error."""
+    """The gradient's builtins (:mod:`adcore.fastcall`): ``fast``, which the repeat call
+    calls without the program's lock and which refuses while the lock is held, and, for
+    ``run`` under the lock, one that does not look at the lock's flag (``make_held()``,
+    compiled at the first such call).  When a builtin refuses the arguments (one not
+    C-contiguous, say), the Python ``driver`` runs, which copes or raises the error."""
 
-    def __init__(self, fast, driver):
+    def __init__(self, fast, make_held, driver):
         self.fast, self.driver = fast, driver
-
-    def call(self, zero, *dargs):
-        r = self.fast.call(True if zero else False, *dargs)
-        if r is None:
-            self.miss()
-            return self.driver(zero, *dargs)
-        return r
+        self._make_held, self._held = make_held, None
 
     def run(self, zero, dargs):
-        return self.call(zero, *dargs)
+        """The gradient of ``dargs``; the caller holds the program's lock."""
+        if self._held is None:
+            self._held = self._make_held()
+        r = self._held.call(True if zero else False, *dargs)
+        if r is None:
+            error = self._held.error()
+            if error is not None:
+                raise error
+            return self.driver(zero, *dargs)
+        return r
 
     def miss(self):
         """None when the builtin refused the arguments; else raises the gradient's
