@@ -450,15 +450,15 @@ class _FastCaller:
 
     def __init__(self, fast, make_held, driver):
         self.fast, self.driver = fast, driver
-        self._make_held, self._held = make_held, None
+        self.make_held, self.held = make_held, None
 
     def run(self, zero, dargs):
         """The gradient of ``dargs``; the caller holds the program's lock."""
-        if self._held is None:
-            self._held = self._make_held()
-        r = self._held.call(True if zero else False, *dargs)
+        if self.held is None:
+            self.held = self.make_held()
+        r = self.held.call(True if zero else False, *dargs)
         if r is None:
-            error = self._held.error()
+            error = self.held.error()
             if error is not None:
                 raise error
             return self.driver(zero, *dargs)
