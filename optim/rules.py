@@ -53,11 +53,18 @@ def power_step(power, base):
 
 class Step(NamedTuple):
     """One kernel call ``kernel(x, g, *state, *hyper)``; ``check``, when set, names the
-    value the kernel returns, which must be finite (``"ClipNorm: the gradient norm"``)."""
+    value the kernel returns, which must be finite (``"ClipNorm: the gradient norm"``).
+    ``per_element``, for a kernel computing entry ``i`` of ``g`` and of its states from
+    entry ``i`` of ``x``, ``g`` and those states alone, says of each state whether it has
+    an entry per element (``True``) or is the array's own record, updated without reading
+    the arrays (``False``: Adam's powers of beta); ``None`` when entries mix (ClipNorm's
+    norm).  A compiled training loop runs a step with ``per_element`` once over all the
+    parameters laid end to end."""
     kernel: object
     state: tuple
     hyper: tuple
     check: str = ""
+    per_element: tuple = None
 
 
 class Rule:
@@ -120,7 +127,7 @@ class Descent(Rule):
         self.eta = eta
 
     def steps(self, state):
-        return [Step(self.kernel, (), (float(self.eta),))]
+        return [Step(self.kernel, (), (float(self.eta),), per_element=())]
 
 
 class Momentum(Rule):
@@ -143,7 +150,8 @@ class Momentum(Rule):
         return _zeros(x)
 
     def steps(self, state):
-        return [Step(self.kernel, (state,), (float(self.eta), float(self.rho)))]
+        return [Step(self.kernel, (state,), (float(self.eta), float(self.rho)),
+                     per_element=(True,))]
 
 
 class Nesterov(Rule):
@@ -168,7 +176,8 @@ class Nesterov(Rule):
         return _zeros(x)
 
     def steps(self, state):
-        return [Step(self.kernel, (state,), (float(self.eta), float(self.rho)))]
+        return [Step(self.kernel, (state,), (float(self.eta), float(self.rho)),
+                     per_element=(True,))]
 
 
 class RMSProp(Rule):
@@ -193,7 +202,7 @@ class RMSProp(Rule):
 
     def steps(self, state):
         return [Step(self.kernel, (state,),
-                     (float(self.eta), float(self.rho), float(self.epsilon)))]
+                     (float(self.eta), float(self.rho), float(self.epsilon)), per_element=(True,))]
 
 
 class Adam(Rule):
@@ -233,7 +242,8 @@ class Adam(Rule):
     def steps(self, state):
         b1, b2 = self.beta
         return [Step(self.kernel, tuple(state), (float(self.eta), float(b1), float(b2),
-                                                  float(self.epsilon), float(self._lambda())))]
+                                                  float(self.epsilon), float(self._lambda())),
+                     per_element=(True, True, False))]
 
 
 class AdamW(Adam):
@@ -271,7 +281,8 @@ class AdaGrad(Rule):
         return np.full(x.size, self.epsilon, dtype=x.dtype)
 
     def steps(self, state):
-        return [Step(self.kernel, (state,), (float(self.eta), float(self.epsilon)))]
+        return [Step(self.kernel, (state,), (float(self.eta), float(self.epsilon)),
+                     per_element=(True,))]
 
 
 class ClipGrad(Rule):
@@ -290,7 +301,7 @@ class ClipGrad(Rule):
         self.delta = delta
 
     def steps(self, state):
-        return [Step(self.kernel, (), (float(self.delta),))]
+        return [Step(self.kernel, (), (float(self.delta),), per_element=())]
 
 
 class ClipNorm(Rule):
@@ -342,7 +353,7 @@ class WeightDecay(Rule):
         self.lambda_ = lambda_
 
     def steps(self, state):
-        return [Step(self.kernel, (), (float(self.lambda_),))]
+        return [Step(self.kernel, (), (float(self.lambda_),), per_element=())]
 
 
 class OptimiserChain(Rule):

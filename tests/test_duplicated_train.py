@@ -381,8 +381,8 @@ def test_a_layer_used_twice_is_trained_as_python_steps_train_it():
     data = [(np.array([v, -v, 0.5 * v], np.float32), np.float32(v * v)) for v in np.linspace(-1, 1, 7)]
     d1, _ = trained_both_ways(model, Adam(0.01), data)
     staged = program.lookup(seed_loss, (d1,) + data[0])[0]
-    assert any(len(g.shadows) == 2 for (spec, _), loop in staged.loops.items() if loop
-               for g in spec.groups)     # two shadows, one gradient
+    assert any(len(shadows) == 2 for (spec, _), loop in staged.loops.items() if loop
+               for g in spec.groups for _, _, shadows in g.parts)     # two shadows, one gradient
 
 
 def test_float64_models_train_in_the_native_loop_as_python_steps_do():
@@ -494,3 +494,50 @@ def test_losses_whose_loops_differ_only_in_the_gradient_get_loops_of_their_own()
         assert native_loop_ran(loss)
     first, second = (program.lookup(f, (d1,) + data[0])[0] for f in (seed_loss, scaled))
     assert {spec for spec, _ in first.loops} & {spec for spec, _ in second.loops}   # same specs
+
+
+def _trained_exactly_as_python_steps(rule, data, diverge=None):
+    """Train two seed models with ``rule``, by ``train`` and by gradient + update calls;
+    their parameters, optimiser states and losses agree exactly.  ``diverge(state)``
+    changes both states the same way first.  The plan ``train`` used."""
+    d1, d2 = Duplicated(seed_model()), Duplicated(seed_model())
+    s1, s2 = setup(rule, d1), setup(rule, d2)
+    for s in (s1, s2):
+        if diverge:
+            diverge(s)
+    for _ in range(2):
+        losses = train(seed_loss, d1, data, s1)
+        expected = []
+        for x, y in data:
+            val, _ = L.withgradient(seed_loss, d2, x, y)
+            update(s2, d2)
+            expected.append(float(val))
+        assert losses == expected
+    for a, b in zip(params(d1.val), params(d2.val)):
+        np.testing.assert_array_equal(a, b)
+    assert s1 == s2
+    return program.lookup(seed_loss, (d1,) + data[0])[0].plans[id(s1)]
+
+
+@pytest.mark.parametrize("rule, packed", [
+    (Adam(0.01), True), (Descent(0.05), True), (Momentum(0.01, 0.9), True),
+    (OptimiserChain(WeightDecay(1e-3), Adam(0.01)), True),
+    (OptimiserChain(ClipNorm(0.5), Adam(0.01)), False),    # ClipNorm mixes an array's entries
+], ids=["adam", "descent", "momentum", "decay-adam", "clipnorm-adam"])
+def test_parameters_whose_steps_are_per_element_take_them_at_once(rule, packed):
+    """The three parameters of the seed model laid end to end take one run of Adam's
+    kernel per step (its powers of beta the first parameter's, copied to the others):
+    the same numbers as a step per array."""
+    plan = _trained_exactly_as_python_steps(rule, seed_data()[::4])
+    assert plan.packed == packed
+
+
+def test_records_that_differ_between_parameters_keep_the_steps_apart():
+    """One leaf's Adam powers of beta a step ahead of the others' (its own ``update``):
+    the packed loop refuses natively before touching anything and each parameter takes
+    its own steps."""
+    def diverge(state):
+        leaf = state["layers"][1]["weight"]
+        leaf.state[2][:] = leaf.state[2] * np.array(leaf.rule.beta)
+    plan = _trained_exactly_as_python_steps(Adam(0.01), seed_data()[::4], diverge)
+    assert not plan.packed and plan.call is not None

@@ -1,11 +1,13 @@
 """optim: every rule's step against its formula, convergence, and the state tree API."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import optim
 from optim import (Descent, Momentum, Nesterov, RMSProp, Adam, AdamW, AdaGrad, ClipGrad,
                    ClipNorm, WeightDecay, OptimiserChain, setup, update, adjust, freeze, thaw)
 from adcore import Duplicated
+from optim.rules import Step
 
 RNG = np.random.default_rng(0)
 X0 = RNG.normal(size=(3, 4))
@@ -325,3 +327,42 @@ def test_adam_powers_of_beta_underflow_to_zero_not_to_a_stuck_subnormal():
         update(s, x, g.copy())
     assert s.state[2][0] == 0.0 and s.state[2][1] >= np.finfo(np.float64).tiny
     np.testing.assert_array_equal(x, _adam_in(np.float64, x0, grads))
+
+_PER_ELEMENT = [Descent(0.1), Momentum(0.01, 0.9), Nesterov(0.01, 0.9), RMSProp(0.01),
+                Adam(0.01), AdamW(0.01, lambda_=0.1), AdaGrad(0.1), ClipGrad(0.3),
+                WeightDecay(0.1), OptimiserChain(WeightDecay(0.1), Adam(0.01))]
+
+
+@pytest.mark.parametrize("rule", _PER_ELEMENT, ids=lambda r: type(r).__name__)
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=2, max_size=3), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_a_per_element_step_over_arrays_end_to_end_is_the_steps_of_each(rule, sizes, seed, dtype):
+    """``Step.per_element``'s claim, which lets a compiled training loop run a step once
+    over all parameters: the kernels over the arrays laid end to end, their records
+    (``per_element`` False) the first array's, give exactly the steps of each array."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(n).astype(dtype) for n in sizes]
+    gs = [rng.standard_normal(n).astype(dtype) for n in sizes]
+    states = [rule.init(x) for x in xs]
+    for _ in range(2):                              # a step from a state that is not the initial one
+        for x, g, s in zip(xs, gs, states):
+            rule.apply(s, x, g.copy())
+    steps_each = [rule.steps(s) for s in states]
+    assert all(step.per_element is not None for steps in steps_each for step in steps)
+    joined_x, joined_g = np.concatenate(xs), np.concatenate(gs)
+    joined_steps = [Step(step.kernel, tuple(np.concatenate([steps[k].state[m] for steps in steps_each])
+                                                 if each else steps_each[0][k].state[m].copy()
+                                                 for m, each in enumerate(step.per_element)), step.hyper)
+                    for k, step in enumerate(steps_each[0])]
+    for st_ in joined_steps:
+        st_.kernel(joined_x, joined_g, *st_.state, *st_.hyper)
+    for x, g, steps in zip(xs, gs, steps_each):
+        for st_ in steps:
+            st_.kernel(x, g, *st_.state, *st_.hyper)
+    np.testing.assert_array_equal(joined_g, np.concatenate(gs))
+    for k, st_ in enumerate(joined_steps):
+        for m, each in enumerate(steps_each[0][k].per_element):
+            expected = (np.concatenate([steps[k].state[m] for steps in steps_each]) if each
+                        else steps_each[0][k].state[m])
+            np.testing.assert_array_equal(st_.state[m], expected)

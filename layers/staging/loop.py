@@ -5,7 +5,10 @@ axis and one native loop (LLVM IR written by :mod:`loop_ir`) runs, per item: zer
 shadows (as ``program.ZEROING`` says), run adcore's gradient (its IR inlined), stop on a
 non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public API,
 lowered by Numba and inlined) to each parameter, stopping with a step's ``check``
-message when the value it checks is not finite.  Python runs once per call, stacking the
+message when the value it checks is not finite.  Parameters whose steps are the same and
+per element (``optim.Step.per_element``: Adam, not ClipNorm) take them at once, laid end
+to end in buffers of the loop's own (PyTorch's fused Adam, Optimisers.jl's
+``destructure``): one kernel run per step over all of them instead of one per array.  Python runs once per call, stacking the
 items into buffers kept from call to call (for the very item objects of the last call,
 only their arrays are copied again) and checking that no two arrays share memory; every
 array reaches the loop as one array of addresses (``program._Caller``).
@@ -149,7 +152,7 @@ class _Plan:
     state arrays and hyperparameters, the messages of the steps' checks (``Step.check``),
     the gradient workspaces and the stacked items (a ``_Stack``)."""
 
-    def __init__(self, staged, state, samples, dargs):
+    def __init__(self, staged, state, samples, dargs, pack=True):
         self.state = state
         self.groups = _groups(staged, state)
         self.marks = [(leaf, leaf.rule, copy.deepcopy(leaf.rule.__dict__), leaf.state,
@@ -164,14 +167,21 @@ class _Plan:
                 states.extend(st.state)
                 hyper.extend(st.hyper)
         self.checks = [st.check for _, steps in plan for st in steps if st.check]
-        grads = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
-        self.tail = (*grads, *states, np.array(hyper, dtype=np.float64))
+        self.packed = pack and _packable(plan, dargs)
+        if self.packed:   # the loop's own: the gradient, the parameters and states end to end
+            x, total = dargs[plan[0][0][0]], sum(dargs[pos[0]].size for pos, _ in plan)
+            own = [np.empty(total, x.dtype), np.empty(total, x.dtype)]
+            own += [np.empty(total, s.dtype) for st in plan[0][1]
+                    for s, each in zip(st.state, st.per_element) if each]
+        else:             # a gradient buffer per group
+            own = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
+        self.tail = (*own, *states, np.array(hyper, dtype=np.float64))
         self.samples, self.stack, self.loss_buffer = samples, None, np.empty(0)
         values = [samples.get(k, v) for k, v in enumerate(dargs)] + list(self.tail)
         values.append(np.empty(0))   # the losses
         fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
         self.fixed, self.checked = fixed, None
-        spec, kernels = _loop_spec(staged, samples, plan, values, fixed)
+        spec, kernels = _loop_spec(staged, samples, plan, values, fixed, self.packed)
         key = (spec, tuple(kernels))
         if key not in staged.loops:      # None: it cannot be compiled (not tried again)
             try:
@@ -221,13 +231,36 @@ class _Plan:
         return self.loss_buffer
 
 
-def _loop_spec(staged, samples, plan, values, fixed):
+def _packable(plan, dargs):
+    """Whether the parameter groups of ``plan`` can take their steps at once, laid end to
+    end: several groups of parameters of one dtype, with the same kernels and
+    hyperparameters, each step per element (``Step.per_element``), their states alike."""
+    def signature(positions, steps):
+        x = dargs[positions[0]]
+        return x.dtype, [(st.kernel, st.hyper, st.check, st.per_element,
+                          [(s.dtype, s.size if not each else None)
+                           for s, each in zip(st.state, st.per_element)])
+                         for st in steps]
+    if len(plan) < 2 or any(st.per_element is None or st.check or
+                            len(st.per_element) != len(st.state) for _, steps in plan for st in steps):
+        return False
+    if any(s.size != dargs[pos[0]].size for pos, steps in plan for st in steps
+           for s, each in zip(st.state, st.per_element) if each):
+        return False
+    first = signature(*plan[0])
+    return all(signature(*group) == first for group in plan[1:])
+
+
+def _loop_spec(staged, samples, plan, values, fixed, packed):
     """The :class:`loop_ir.LoopSpec` of the loop over ``values`` (``(*args, *shadows,
     *grads, *states, hyper, losses)``; those at the positions ``fixed`` come through the
     table), with the kernels it calls (``[(kernel, argument types)]``).  The per-item inputs, at the positions of ``samples``, are the rows of a
-    ``_Stack``.  NotImplementedError for what the loop does not pass."""
+    ``_Stack``.  When ``packed`` (:func:`_packable`), ``grads`` is one gradient buffer, one
+    for the parameters and one per per-element state, each of them all laid end to end,
+    and the groups become one.  NotImplementedError for what the loop does not pass."""
     na, nd = len(staged.flat), len(staged.dflat)
     q_of = {k: q for q, k in enumerate(fixed)}
+    packing = _Packing(plan, values, q_of, na + nd) if packed else None
     grad_types, grad_result = staged.grad.stub_spec[:2]
     args = []
     for k, t in enumerate(grad_types):
@@ -242,7 +275,8 @@ def _loop_spec(staged, samples, plan, values, fixed):
             shape = (values[k].size,) if flat else values[k].shape
             if not (isinstance(t, types.Array) and t.ndim == len(shape)):
                 raise NotImplementedError("an array the gradient takes with other axes")
-            args.append(loop_ir.Arg("array", q_of[k], shape))
+            q, offset = packing.at.get(k, (q_of[k], 0)) if packing else (q_of[k], 0)
+            args.append(loop_ir.Arg("array", q, shape, offset))
         else:
             raise NotImplementedError("an argument that is neither an array nor a stacked input")
     checked = any(st.check for _, steps in plan for st in steps)
@@ -251,7 +285,8 @@ def _loop_spec(staged, samples, plan, values, fixed):
     read = set() if checked else {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
     shadow = [(q_of[na + j], values[na + j].nbytes) for j in range(nd)]
     zero_each = tuple(shadow[j] for j, z in enumerate(staged.zeroing) if z != Zeroing.NEVER and j not in read)
-    kernels, groups, si, hi = {}, [], na + nd + len(plan), 0
+    kernels, groups, hi = {}, [], 0
+    si = na + nd + (packing.grads if packing else len(plan))
     hyper = len(values) - 2
     for q, (positions, steps) in enumerate(plan):
         x = values[positions[0]]
@@ -266,13 +301,66 @@ def _loop_spec(staged, samples, plan, values, fixed):
             specs.append(loop_ir.StepSpec(kernels.setdefault((st.kernel, argtypes), len(kernels)),
                                           states, tuple(range(hi, hi + len(st.hyper))), bool(st.check)))
             hi += len(st.hyper)
-        groups.append(loop_ir.Group(q_of[positions[0]], q_of[na + nd + q],
-                                    tuple(q_of[na + staged.shadow_of.index(pos)] for pos in positions),
-                                    x.size, x.dtype.name, bool(read), tuple(specs)))
+        groups.append(loop_ir.Group(q_of[positions[0]], q_of[na + nd + (0 if packing else q)], ((0, x.size, tuple(
+            q_of[na + staged.shadow_of.index(pos)] for pos in positions)),),
+            x.size, x.dtype.name, bool(read), tuple(specs)))
+    copies = {}
+    if packing:
+        groups, copies = packing.group(groups), packing.copies(groups)
     spec = loop_ir.LoopSpec(tuple(grad_types), grad_result, tuple(args),
                             tuple(shadow[j] for j in sorted(read)), zero_each, tuple(groups),
-                            q_of[hyper], q_of[hyper + 1], len(fixed))
+                            q_of[hyper], q_of[hyper + 1], len(fixed), **copies)
     return spec, list(kernels)
+
+
+class _Packing:
+    """Where packed groups put things (:func:`_loop_spec`): the table entries of the
+    gradient buffer (``g``), of the parameters (``x``) and of each per-element state
+    (``states[step, state]``) laid end to end, each group's offset in them (items), and
+    each parameter's driver position's ``(entry, byte offset)`` in ``x`` (``at``)."""
+
+    def __init__(self, plan, values, q_of, first):
+        self.itemsize, self.offsets, at = values[plan[0][0][0]].itemsize, [], 0
+        for positions, _ in plan:
+            self.offsets.append(at)
+            at += values[positions[0]].size
+        self.total = at
+        self.g, self.x = q_of[first], q_of[first + 1]
+        self.per_element = [step.per_element for step in plan[0][1]]
+        each = [(k, m) for k, per in enumerate(self.per_element) for m, e in enumerate(per) if e]
+        self.states = {km: q_of[first + 2 + j] for j, km in enumerate(each)}
+        self.grads = 2 + len(each)
+        self.at = {pos: (self.x, off * self.itemsize)
+                   for (positions, _), off in zip(plan, self.offsets) for pos in positions}
+
+    def group(self, groups):
+        """The one group running ``groups``' steps over everything at once."""
+        first = groups[0]
+        steps = tuple(loop_ir.StepSpec(step.kernel, tuple(
+            (self.states[k, m], self.total, dtype) if (k, m) in self.states else (q, size, dtype)
+            for m, (q, size, dtype) in enumerate(step.states)), step.hyper, step.check)
+            for k, step in enumerate(first.steps))
+        parts = tuple((off, g.size, g.parts[0][2]) for off, g in zip(self.offsets, groups))
+        return [loop_ir.Group(self.x, self.g, parts, self.total, first.dtype, first.zero_as_read, steps)]
+
+    def copies(self, groups):
+        """``copy_in``, ``copy_out`` and ``same`` of :class:`loop_ir.LoopSpec`: the
+        parameters and per-element states copied in and out, the other groups' records
+        made the first group's at the exits, and checked equal to them at the start."""
+        copy_in, records, same = [], [], []
+        for group, off in zip(groups, self.offsets):
+            copy_in.append((self.x, off * self.itemsize, group.x, 0, group.size * self.itemsize))
+            for k, step in enumerate(group.steps):
+                for m, (q, size, dtype) in enumerate(step.states):
+                    itemsize = np.dtype(dtype).itemsize
+                    if (k, m) in self.states:
+                        copy_in.append((self.states[k, m], off * itemsize, q, 0, size * itemsize))
+                    elif group is not groups[0]:
+                        kept = groups[0].steps[k].states[m][0]
+                        records.append((q, 0, kept, 0, size * itemsize))
+                        same.append((kept, q, size * itemsize))
+        copy_out = [(src, src_at, to, at, n) for to, at, src, src_at, n in copy_in] + records
+        return {"copy_in": tuple(copy_in), "copy_out": tuple(copy_out), "same": tuple(same)}
 
 
 def _compile_loop(spec, kernels, grad):
@@ -369,6 +457,11 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         if not plan.disjoint(values):
             return None
         stop, code = plan.call.run(n * epochs, n, values)
+        if code == -1:       # the groups' records differ: each group takes its own steps
+            packed, plan = plan, _Plan(staged, state, plan.samples, dargs, pack=False)
+            plan.stack, staged.plans[id(state)] = packed.stack, plan
+            values = (*values[:len(dargs)], *plan.tail, losses)
+            stop, code = plan.call.run(n * epochs, n, values)
         losses = losses.tolist()
     if code == 1:
         raise error(losses[stop], stop % n, items[stop % n], stop // n)

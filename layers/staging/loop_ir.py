@@ -2,7 +2,8 @@
 
 ``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
 adcore's entry from Python calls it, :mod:`adcore.python_entry`).  ``table`` is the
-address of an int64 array of the addresses of every array the loop reaches.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
+address of an int64 array of the addresses of every array the loop reaches.  Parameters and states of groups whose steps run once over them all (``LoopSpec.copy_in``)
+are copied into buffers of the loop's own at the start and back at every exit.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
 calls the gradient (its IR linked in and inlined), stores the loss and stops on a non-finite one (code 1), gathers each
 parameter's gradient from its shadows, calls the optimiser's kernels (``rule.steps``,
 lowered by Numba and linked in: LLVM inlines them with every size known) and subtracts
@@ -30,11 +31,13 @@ LLVM_FLOATS = {"float32": "float", "float64": "double"}
 
 class Arg(NamedTuple):
     """How the loop passes one gradient argument: ``how`` is ``"array"`` (the array at
-    table entry ``q``, of ``shape``), ``"row"`` (row ``it % n`` of the stacked array at
-    ``q``; ``shape`` is the row's) or ``"scalar"`` (item ``it % n`` of the array at ``q``)."""
+    table entry ``q``, ``offset`` bytes in, of ``shape``), ``"row"`` (row ``it % n`` of the
+    stacked array at ``q``; ``shape`` is the row's) or ``"scalar"`` (item ``it % n`` of the
+    array at ``q``)."""
     how: str
     q: int
     shape: tuple = ()
+    offset: int = 0
 
 
 class StepSpec(NamedTuple):
@@ -48,12 +51,13 @@ class StepSpec(NamedTuple):
 
 
 class Group(NamedTuple):
-    """One parameter array (table entry ``x``, ``size`` items of ``dtype``): its gradient
-    buffer ``g`` gathers the shadows ``shadows`` (zeroing them, but at the last step, when
+    """Parameters (table entry ``x``, ``size`` items of ``dtype``) whose steps run at once:
+    their gradient buffer ``g`` gathers, per part ``(offset, items, shadows)``, the sum of
+    the part's shadows at ``offset`` (zeroing them, but at the last step, when
     ``zero_as_read``), then ``steps`` run and ``x -= g``."""
     x: int
     g: int
-    shadows: tuple
+    parts: tuple
     size: int
     dtype: str
     zero_as_read: bool
@@ -64,8 +68,11 @@ class LoopSpec(NamedTuple):
     """``loop(total, n, table)``: the gradient's Numba argument types and result type, how
     each argument is passed, the shadows zeroed before the loop and at every step
     (``(table entry, bytes)``), the parameter groups, the table entries of the
-    hyperparameters (float64) and of the losses (float64, one per step) and the table's
-    length.  Its ``repr`` is part of the disk cache's key."""
+    hyperparameters (float64) and of the losses (float64, one per step), the table's
+    length, the copies made at the start and at every exit (``(to entry, byte offset,
+    from entry, byte offset, bytes)``), and the pairs ``(entry, entry, bytes)`` that must
+    hold equal bytes at the start, else the loop returns code -1 having done nothing.
+    Its ``repr`` is part of the disk cache's key."""
     grad_types: tuple
     grad_result: object
     args: tuple
@@ -75,6 +82,9 @@ class LoopSpec(NamedTuple):
     hyper: int
     losses: int
     entries: int
+    copy_in: tuple = ()
+    copy_out: tuple = ()
+    same: tuple = ()
 
 
 FLAT = [["i64"]] * 3       # the LLVM types of the loop's parameters, one list per parameter
@@ -144,6 +154,10 @@ class _Writer:
         v = self.tmp()
         self.emit(f"{v} = load {ty}, ptr {ptr}")
         return v
+
+    def memcpy(self, dst, src, nbytes):
+        if nbytes:
+            self.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {nbytes}, i1 false)")
 
     def memset(self, ptr, nbytes):
         if nbytes:
@@ -219,13 +233,16 @@ def loop_ir(symbol, spec, kernels, gradient):
     w = _Writer()
     w.emit("%table = inttoptr i64 %arg.table to ptr")
     addr = [w.load("ptr", w.gep("i64", "%table", q)) for q in range(spec.entries)]
+    _check_same(w, spec.same, addr)
+    _copies(w, spec.copy_in, addr)
     for q, nbytes in spec.zero_before:
         w.memset(addr[q], nbytes)
     w.emit("%any = icmp sgt i64 %arg.total, 0")
     w.branch("%any", "step", "done")
+    start = w.block
     w.label("step")
-    w.emit("%it = phi i64 [ 0, %entry ], [ %it.next, %step.end ]")
-    w.emit("%row = phi i64 [ 0, %entry ], [ %row.next, %step.end ]")   # it % n
+    w.emit(f"%it = phi i64 [ 0, %{start} ], [ %it.next, %step.end ]")
+    w.emit(f"%row = phi i64 [ 0, %{start} ], [ %row.next, %step.end ]")   # it % n
     w.emit("%it.next = add nuw nsw i64 %it, 1")
     w.emit("%last = icmp eq i64 %it.next, %arg.total")
     for q, nbytes in spec.zero_each:
@@ -251,19 +268,26 @@ def loop_ir(symbol, spec, kernels, gradient):
     w.emit("%row.next = select i1 %wrapped, i64 0, i64 %row.up")
     w.branch("%last", "done", "step")
     w.label("done")
+    _copies(w, spec.copy_out, addr)
     _returned(w, "%arg.total", "0", "done")
     for code in stops:
         w.label(f"stop.{code}")
+        _copies(w, spec.copy_out, addr)
         _returned(w, "%it", code, code)
+    if spec.same:
+        w.label("differ")
+        _returned(w, "0", "-1", "differ")
     w.label("failed")
     incoming = ", ".join(f"[ {s}, %{b} ]" for s, b in w.failures)
     w.emit(f"%failure = phi i32 {incoming}")
+    _copies(w, spec.copy_out, addr)
     w.emit("ret i32 %failure")
     head = [f"define i32 @{symbol}(ptr noalias %retp, ptr noalias %excp, i64 %arg.total, "
             f"i64 %arg.n, i64 %arg.table) {{", "entry:"] + w.allocas
     declarations = ["declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
                     "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
                     "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
+                    "declare i32 @memcmp(ptr, ptr, i64)",
                     *w.declared.values()]
     return "\n".join(declarations + head + w.lines + ["}"] + w.metadata + [""])
 
@@ -276,6 +300,8 @@ def _gradient_params(w, spec, addr, context):
             params.append(f"{ptypes[0]} {w.load(ptypes[0], w.gep(ptypes[0], addr[arg.q], '%row'))}")
         else:
             itemsize, data = t.dtype.bitwidth // 8, addr[arg.q]
+            if arg.offset:
+                data = w.gep("i8", data, arg.offset)
             if arg.how == "row":
                 data = w.gep(f"[{_count(arg.shape) * itemsize} x i8]", data, "%row")
             fields = array_fields(arg.shape, itemsize, data)
@@ -288,17 +314,19 @@ def _update(w, spec, group, addr, kernels, context, code):
     """Gather ``group``'s gradient, run its steps, subtract; the stop codes it adds
     (from ``code`` on)."""
     ty, itemsize = LLVM_FLOATS[group.dtype], np.dtype(group.dtype).itemsize
-    nbytes, g = group.size * itemsize, addr[group.g]
-    w.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr {g}, ptr {addr[group.shadows[0]]}, "
-           f"i64 {nbytes}, i1 false)")
-    for q in group.shadows[1:]:
-        w.elementwise("fadd", ty, g, addr[q], group.size)
+    g = addr[group.g]
+    for offset, items, shadows in group.parts:
+        at = w.gep(ty, g, offset) if offset else g
+        w.memcpy(at, addr[shadows[0]], items * itemsize)
+        for q in shadows[1:]:
+            w.elementwise("fadd", ty, at, addr[q], items)
     if group.zero_as_read:
         keep = w.tmp("kept")[1:]
         w.branch("%last", keep, f"{keep}.zero")
         w.label(f"{keep}.zero")
-        for q in group.shadows:
-            w.memset(addr[q], nbytes)
+        for _, items, shadows in group.parts:
+            for q in shadows:
+                w.memset(addr[q], items * itemsize)
         w.emit(f"br label %{keep}")
         w.label(keep)
     stops = []
@@ -323,6 +351,23 @@ def _update(w, spec, group, addr, kernels, context, code):
             w.label(checked)
     w.elementwise("fsub", ty, addr[group.x], g, group.size)
     return stops
+
+
+def _check_same(w, same, addr):
+    """Branch to ``differ`` unless each pair of ``same`` holds equal bytes."""
+    for a, b, nbytes in same:
+        c, equal = w.tmp(), w.tmp("c")
+        w.emit(f"{c} = call i32 @memcmp(ptr {addr[a]}, ptr {addr[b]}, i64 {nbytes})")
+        w.emit(f"{equal} = icmp eq i32 {c}, 0")
+        following = w.tmp("same")[1:]
+        w.branch(equal, following, "differ")
+        w.label(following)
+
+
+def _copies(w, copies, addr):
+    for to, at, src, src_at, nbytes in copies:
+        w.memcpy(w.gep("i8", addr[to], at) if at else addr[to],
+                 w.gep("i8", addr[src], src_at) if src_at else addr[src], nbytes)
 
 
 def _returned(w, steps, code, tag):
