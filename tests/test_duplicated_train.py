@@ -102,6 +102,7 @@ def test_nan_stops_the_compiled_loop_without_applying_that_update():
         train(seed_loss, dup, data, setup(Descent(0.1), dup))
     assert info.value.index == 3
     assert native_loop_ran(seed_loss)
+    assert np.isnan(params(dup.dval)[0]).all()     # item 3's gradient, as after a gradient call
     train(seed_loss, ref, data[:3], setup(Descent(0.1), ref))       # items 0-2 applied, 3 not
     for a, b in zip(params(model), params(ref)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -513,8 +514,8 @@ def _trained_exactly_as_python_steps(rule, data, diverge=None):
             update(s2, d2)
             expected.append(float(val))
         assert losses == expected
-    for a, b in zip(params(d1.val), params(d2.val)):
-        np.testing.assert_array_equal(a, b)
+    for a, b in zip(params(d1.val) + params(d1.dval), params(d2.val) + params(d2.dval)):
+        np.testing.assert_array_equal(a, b)      # the last item's gradient too
     assert s1 == s2
     return program.lookup(seed_loss, (d1,) + data[0])[0].plans[id(s1)]
 

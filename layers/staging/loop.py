@@ -260,7 +260,7 @@ def _loop_spec(staged, samples, plan, values, fixed, packed):
     and the groups become one.  NotImplementedError for what the loop does not pass."""
     na, nd = len(staged.flat), len(staged.dflat)
     q_of = {k: q for q, k in enumerate(fixed)}
-    packing = _Packing(plan, values, q_of, na + nd) if packed else None
+    packing = _Packing(plan, values, q_of, na + nd, na, staged.shadow_of) if packed else None
     grad_types, grad_result = staged.grad.stub_spec[:2]
     args = []
     for k, t in enumerate(grad_types):
@@ -285,6 +285,10 @@ def _loop_spec(staged, samples, plan, values, fixed, packed):
     read = set() if checked else {staged.shadow_of.index(pos) for positions, _ in plan for pos in positions}
     shadow = [(q_of[na + j], values[na + j].nbytes) for j in range(nd)]
     zero_each = tuple(shadow[j] for j, z in enumerate(staged.zeroing) if z != Zeroing.NEVER and j not in read)
+    if packing and packing.in_place:     # the gradient accumulates into the loop's buffer
+        zero_each = tuple(z for z in zero_each if z[0] not in packing.shadows) + \
+            ((packing.g, packing.total * packing.itemsize),)
+        read = set()
     kernels, groups, hi = {}, [], 0
     si = na + nd + (packing.grads if packing else len(plan))
     hyper = len(values) - 2
@@ -319,7 +323,7 @@ class _Packing:
     (``states[step, state]``) laid end to end, each group's offset in them (items), and
     each parameter's driver position's ``(entry, byte offset)`` in ``x`` (``at``)."""
 
-    def __init__(self, plan, values, q_of, first):
+    def __init__(self, plan, values, q_of, first, na, shadow_of):
         self.itemsize, self.offsets, at = values[plan[0][0][0]].itemsize, [], 0
         for positions, _ in plan:
             self.offsets.append(at)
@@ -332,6 +336,13 @@ class _Packing:
         self.grads = 2 + len(each)
         self.at = {pos: (self.x, off * self.itemsize)
                    for (positions, _), off in zip(plan, self.offsets) for pos in positions}
+        # with one shadow each, the gradient accumulates into the gradient buffer itself
+        self.in_place = all(len(positions) == 1 for positions, _ in plan)
+        self.shadows = set()
+        if self.in_place:
+            for (positions, _), off in zip(plan, self.offsets):
+                self.at[na + shadow_of.index(positions[0])] = (self.g, off * self.itemsize)
+                self.shadows.add(q_of[na + shadow_of.index(positions[0])])
 
     def group(self, groups):
         """The one group running ``groups``' steps over everything at once."""
@@ -341,12 +352,14 @@ class _Packing:
             for m, (q, size, dtype) in enumerate(step.states)), step.hyper, step.check)
             for k, step in enumerate(first.steps))
         parts = tuple((off, g.size, g.parts[0][2]) for off, g in zip(self.offsets, groups))
-        return [loop_ir.Group(self.x, self.g, parts, self.total, first.dtype, first.zero_as_read, steps)]
+        return [loop_ir.Group(self.x, self.g, parts, self.total, first.dtype,
+                              first.zero_as_read and not self.in_place, steps, self.in_place)]
 
     def copies(self, groups):
-        """``copy_in``, ``copy_out`` and ``same`` of :class:`loop_ir.LoopSpec`: the
-        parameters and per-element states copied in and out, the other groups' records
-        made the first group's at the exits, and checked equal to them at the start."""
+        """``copy_in``, ``copy_out``, ``same`` and ``gradient_out`` of
+        :class:`loop_ir.LoopSpec`: the parameters and per-element states copied in and
+        out, the other groups' records made the first group's at the exits and checked
+        equal to them at the start, the gradient copied to the shadows."""
         copy_in, records, same = [], [], []
         for group, off in zip(groups, self.offsets):
             copy_in.append((self.x, off * self.itemsize, group.x, 0, group.size * self.itemsize))
@@ -360,7 +373,11 @@ class _Packing:
                         records.append((q, 0, kept, 0, size * itemsize))
                         same.append((kept, q, size * itemsize))
         copy_out = [(src, src_at, to, at, n) for to, at, src, src_at, n in copy_in] + records
-        return {"copy_in": tuple(copy_in), "copy_out": tuple(copy_out), "same": tuple(same)}
+        gradient_out = tuple((q, 0, self.g, off * self.itemsize, group.size * self.itemsize)
+                             for group, off in zip(groups, self.offsets)
+                             for q in group.parts[0][2]) if self.in_place else ()
+        return {"copy_in": tuple(copy_in), "copy_out": tuple(copy_out), "same": tuple(same),
+                "gradient_out": gradient_out}
 
 
 def _compile_loop(spec, kernels, grad):

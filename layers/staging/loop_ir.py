@@ -54,7 +54,8 @@ class Group(NamedTuple):
     """Parameters (table entry ``x``, ``size`` items of ``dtype``) whose steps run at once:
     their gradient buffer ``g`` gathers, per part ``(offset, items, shadows)``, the sum of
     the part's shadows at ``offset`` (zeroing them, but at the last step, when
-    ``zero_as_read``), then ``steps`` run and ``x -= g``."""
+    ``zero_as_read``), then ``steps`` run and ``x -= g``.  ``in_place``: the gradient
+    accumulates into ``g`` itself (``LoopSpec.gradient_out`` copies it to the shadows)."""
     x: int
     g: int
     parts: tuple
@@ -62,6 +63,7 @@ class Group(NamedTuple):
     dtype: str
     zero_as_read: bool
     steps: tuple
+    in_place: bool = False
 
 
 class LoopSpec(NamedTuple):
@@ -70,8 +72,10 @@ class LoopSpec(NamedTuple):
     (``(table entry, bytes)``), the parameter groups, the table entries of the
     hyperparameters (float64) and of the losses (float64, one per step), the table's
     length, the copies made at the start and at every exit (``(to entry, byte offset,
-    from entry, byte offset, bytes)``), and the pairs ``(entry, entry, bytes)`` that must
-    hold equal bytes at the start, else the loop returns code -1 having done nothing.
+    from entry, byte offset, bytes)``), the pairs ``(entry, entry, bytes)`` that must
+    hold equal bytes at the start, else the loop returns code -1 having done nothing, and
+    the copies of an ``in_place`` group's gradient to its shadows, made at the last step
+    and at a stop on a non-finite loss (where the shadows hold that step's gradient).
     Its ``repr`` is part of the disk cache's key."""
     grad_types: tuple
     grad_result: object
@@ -85,6 +89,7 @@ class LoopSpec(NamedTuple):
     copy_in: tuple = ()
     copy_out: tuple = ()
     same: tuple = ()
+    gradient_out: tuple = ()
 
 
 FLAT = [["i64"]] * 3       # the LLVM types of the loop's parameters, one list per parameter
@@ -272,6 +277,8 @@ def loop_ir(symbol, spec, kernels, gradient):
     _returned(w, "%arg.total", "0", "done")
     for code in stops:
         w.label(f"stop.{code}")
+        if code == "1":
+            _copies(w, spec.gradient_out, addr)
         _copies(w, spec.copy_out, addr)
         _returned(w, "%it", code, code)
     if spec.same:
@@ -315,7 +322,14 @@ def _update(w, spec, group, addr, kernels, context, code):
     (from ``code`` on)."""
     ty, itemsize = LLVM_FLOATS[group.dtype], np.dtype(group.dtype).itemsize
     g = addr[group.g]
-    for offset, items, shadows in group.parts:
+    if group.in_place:
+        kept = w.tmp("kept")[1:]
+        w.branch("%last", f"{kept}.copy", kept)
+        w.label(f"{kept}.copy")
+        _copies(w, spec.gradient_out, addr)
+        w.emit(f"br label %{kept}")
+        w.label(kept)
+    for offset, items, shadows in () if group.in_place else group.parts:
         at = w.gep(ty, g, offset) if offset else g
         w.memcpy(at, addr[shadows[0]], items * itemsize)
         for q in shadows[1:]:
