@@ -35,9 +35,10 @@ from .cfg import InductionVariable, step_of
 from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
-from .ir import Operand, Synthetic, label, local, rename, strip_metadata
+from .ir import Operand, Synthetic, label, local, rename, strip_metadata, vector_shape
 from .replays import find_replays
 from .reverse import reverse_instruction
+from .rules import Lane
 from .shadows import arena_alloca, shadow_pointers
 from .snapshots import Snapshots
 from .values import Values
@@ -185,9 +186,15 @@ class AdjointGenerator(GeneratorBase):
         return self.slots[value]
 
     def accumulate(self, value, contribution):
-        """d(value) += contribution."""
+        """d(value) += contribution (a :class:`rules.Lane`: to one lane of it)."""
         s, t = self.slot(value), self.act.value_type(value)
         old = self.e(f"load {t}, ptr {s}")
+        if isinstance(contribution, Lane):
+            elem = vector_shape(t)[1]
+            lane = self.e(f"extractelement {t} {old}, {contribution.index}")
+            lane = self.e(f"fadd {SUM} {elem} {lane}, {contribution.value}")
+            self.e.line(f"store {t} {self.e(f'insertelement {t} {old}, {elem} {lane}, {contribution.index}')}, ptr {s}")
+            return
         self.e.line(f"store {t} {self.e(f'fadd {SUM} {t} {old}, {contribution}')}, ptr {s}")
 
     def take_adjoint(self, value):

@@ -3,8 +3,9 @@
 A rule receives ``X`` (an :class:`adcore.emit.Expr` in the instruction's float type),
 the operands ``a, b, c...`` and the result ``y`` (lazy: materialised in the reverse pass
 only when the rule uses them) and the adjoint ``dy``; it returns, for each operand, a
-thunk computing that operand's adjoint contribution (``None`` where there is none).
-Thunks run only for active operands, so nothing is materialised for the others.
+thunk computing that operand's adjoint contribution (``None`` where there is none), or a
+:class:`Lane` (a contribution to one lane of a vector).  Thunks run only for active
+operands, so nothing is materialised for the others.
 
 **Singular points.** A zero adjoint stays zero: where a partial derivative is infinite
 or undefined (log at 0, asin at ±1, pow with a zero base, a division by zero, overflow, a product
@@ -25,6 +26,7 @@ float operands and carry their tangent: the same operation applied to the tangen
 """
 import math
 import re
+from typing import NamedTuple
 
 from .emit import Expr, float_const
 from .ir import Operand, is_float_type, vector_shape
@@ -135,10 +137,18 @@ def _fdiv(X, ops, y, dy):
             lambda: X.unless_zero(dy, X.neg(X.mul(X.div(dy, b), y)))]
 
 
+class Lane(NamedTuple):
+    """A contribution ``value`` to lane ``index`` (an IR operand text) of a vector's
+    adjoint alone: added to that lane, not as a vector with zeros elsewhere (a vector
+    whose lanes are all extracted then gets its adjoint built lane by lane)."""
+    value: str
+    index: str
+
+
 def _extractelement(X, ops, y, dy):
     # y = v[i]                          dv[i] += dy;                        dy = dv[i]
     v, i = ops
-    return [lambda: X.e(f"insertelement {v.type} zeroinitializer, {X.t} {dy}, {i.type} {i}"), None]
+    return [lambda: Lane(dy, f"{i.type} {i}"), None]
 
 
 def _insertelement(X, ops, y, dy):

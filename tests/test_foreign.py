@@ -65,6 +65,12 @@ def test_vector_ir():
     check(fn("vector.ll", "vscale"), rand(2), 0.7)
 
 
+def test_lanes_extracted_from_a_vector_add_to_their_own_lanes():
+    """extractelement's adjoint goes to its lane (a lane extracted twice gets both, one
+    never extracted none), with a variable and a constant index type."""
+    check(fn("vector.ll", "vlanes"), rand(4), np.zeros(3), 0.7)
+
+
 @pytest.mark.parametrize("offset", range(4))
 def test_unaligned_wide_vectors_and_a_vector_math_call(offset):
     """256-bit loads and stores at every 4-byte offset from a 16-byte boundary, through
