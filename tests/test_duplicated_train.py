@@ -54,6 +54,16 @@ def test_seed_example_same_losses_as_tape_and_converges():
     assert np.mean(losses) < 0.2 and np.mean(losses) < 0.1 * first
 
 
+def python_steps(loss, dup, data, state):
+    """The losses of ``data``'s items, each one ``withgradient`` call and ``update``."""
+    losses = []
+    for x, y in data:
+        val, _ = L.withgradient(loss, dup, x, y)
+        update(state, dup)
+        losses.append(float(val))
+    return losses
+
+
 def trained_both_ways(model, rule, data, loss=seed_loss):
     """``(d1, d2)``: two ``Duplicated`` copies of ``model()`` trained on ``loss`` over
     ``data`` with ``rule``, one by ``train`` (the compiled loop), one by gradient calls and
@@ -61,12 +71,7 @@ def trained_both_ways(model, rule, data, loss=seed_loss):
     d1, d2 = Duplicated(model()), Duplicated(model())
     s1, s2 = setup(rule, d1), setup(rule, d2)
     losses = train(loss, d1, data, s1)
-    expected = []
-    for x, y in data:
-        val, _ = L.withgradient(loss, d2, x, y)
-        update(s2, d2)
-        expected.append(float(val))
-    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    np.testing.assert_allclose(losses, python_steps(loss, d2, data, s2), rtol=1e-6)
     for a, b in zip(params(d1.val), params(d2.val)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     return d1, d2
@@ -507,13 +512,7 @@ def _trained_exactly_as_python_steps(rule, data, diverge=None):
         if diverge:
             diverge(s)
     for _ in range(2):
-        losses = train(seed_loss, d1, data, s1)
-        expected = []
-        for x, y in data:
-            val, _ = L.withgradient(seed_loss, d2, x, y)
-            update(s2, d2)
-            expected.append(float(val))
-        assert losses == expected
+        assert train(seed_loss, d1, data, s1) == python_steps(seed_loss, d2, data, s2)
     for a, b in zip(params(d1.val) + params(d1.dval), params(d2.val) + params(d2.dval)):
         np.testing.assert_array_equal(a, b)      # the last item's gradient too
     assert s1 == s2
