@@ -37,6 +37,7 @@ from .python_entry import _DATA, _DESCR, _DIMS, _FLAGS, _NDIM, kernel_exception
 REFUSED = -1000                          # status REFUSED - k: argument k is not as compiled
 _TYPE = 8                                # PyObject's ob_type
 _VALUE = 16                              # the value of a float or numpy scalar object
+_TUPLE_SIZE, _TUPLE_ITEMS = 16, 24       # PyTupleObject's ob_size and ob_item
 _WRITEABLE = 0x400                       # NPY_ARRAY_WRITEABLE
 _CARRAY = 0x1 | 0x100 | _WRITEABLE       # NPY_ARRAY_C_CONTIGUOUS | ALIGNED | WRITEABLE
 _METH_FASTCALL = 0x80
@@ -354,6 +355,63 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
         "  br label %none",
         "args.ok:"] + e.lines + ["}", ""])
     return NumbaCaller(*_compile(ir, name, box), len(slots) + len(watched))
+
+
+def row_copier(columns):
+    """A builtin ``copy(*tuples)`` for ``columns``, ``[(sample, buffer)]``: its argument
+    ``k`` must be a tuple of ``len(buffer)`` arrays, each of the shape and dtype of
+    column ``k``'s ``sample``, C-contiguous and aligned; it copies them into the rows of
+    ``buffer`` (C-contiguous, whoever holds the builtin keeps it alive) and returns True,
+    or copies nothing and returns None when one is not so."""
+    e = _Emitter()
+    e.lines += [f"  %count = icmp eq i64 %nargs, {len(columns)}",
+                "  br i1 %count, label %check0, label %refuse0"]
+    for k, (sample, buffer) in enumerate(columns):
+        e.lines += [f"check{k}:", f"  %col{k}.p = getelementptr ptr, ptr %args, i64 {k}",
+                    f"  %col{k} = load ptr, ptr %col{k}.p"]
+        e.refuse_unless(_is(e, e.field(f"%col{k}", _TYPE, "ptr"), id(tuple)), k)
+        e.refuse_unless(_eq(e, e.field(f"%col{k}", _TUPLE_SIZE, "i64"), len(buffer), "i64"), k)
+        _over_items(e, k, "checked", len(buffer), lambda item, i: _checked(e, item, k, sample, False))
+        e.lines.append(f"  br label %{'check' if k + 1 < len(columns) else 'copy'}{k + 1}")
+    e.lines.append(f"copy{len(columns)}:")
+    for k, (sample, buffer) in enumerate(columns):
+        def copy(item, i, buffer=buffer, nbytes=sample.nbytes):
+            row = e.tmp("row")
+            e.lines += [f"  {row} = getelementptr [{nbytes} x i8], ptr inttoptr (i64 {buffer.ctypes.data} to ptr), i64 {i}",
+                        f"  call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {e.field(item, _DATA, 'ptr')}, i64 {nbytes}, i1 false)"]
+        _over_items(e, k, "copied", len(buffer), copy)
+    e.lines += [f"  call void @Py_IncRef(ptr inttoptr (i64 {id(True)} to ptr))",
+                f"  ret ptr inttoptr (i64 {id(True)} to ptr)"]
+    for k in range(len(columns)):
+        e.lines += [f"refuse{k}:", "  br label %none"]
+    e.lines += ["none:", f"  call void @Py_IncRef(ptr inttoptr (i64 {id(None)} to ptr))",
+                f"  ret ptr inttoptr (i64 {id(None)} to ptr)"]
+    name = f"adcore_rows_{next(_names)}"
+    ir = "\n".join(["declare void @Py_IncRef(ptr)",
+                    "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+                    "@excinfo = internal global ptr null", "@status = internal global i32 0",
+                    f"define ptr @{name}.state() {{\n  ret ptr @status\n}}",
+                    f"define ptr @{name}.excinfo() {{\n  ret ptr @excinfo\n}}",
+                    f"define ptr @{name}(ptr %self, ptr %args, i64 %nargs) {{", "entry:"] +
+                   e.lines + ["}", ""])
+    builtin, method, _, _ = _compile(ir, name, "Py_IncRef")
+    return builtin, method
+
+
+def _over_items(e, k, tag, n, body):
+    """A loop over the ``n`` items of tuple ``%col{k}``: ``body(item, index)`` for each."""
+    head = f"{tag}{k}"
+    e.lines += [f"  br label %{head}.before", f"{head}.before:", f"  br label %{head}", f"{head}:",
+                f"  %{head}.i = phi i64 [ 0, %{head}.before ], [ %{head}.next, %{head}.latch ]"]
+    item = e.tmp("item")
+    e.lines += [f"  {item}.p = getelementptr i8, ptr %col{k}, i64 {_TUPLE_ITEMS}",
+                f"  {item}.q = getelementptr ptr, ptr {item}.p, i64 %{head}.i",
+                f"  {item} = load ptr, ptr {item}.q"]
+    body(item, f"%{head}.i")
+    e.lines += [f"  br label %{head}.latch", f"{head}.latch:",
+                f"  %{head}.next = add nuw nsw i64 %{head}.i, 1",
+                f"  %{head}.done = icmp eq i64 %{head}.next, {n}",
+                f"  br i1 %{head}.done, label %{head}.end, label %{head}", f"{head}.end:"]
 
 
 def _free(busy):

@@ -541,3 +541,17 @@ def test_records_that_differ_between_parameters_keep_the_steps_apart():
         leaf.state[2][:] = leaf.state[2] * np.array(leaf.rule.beta)
     plan = _trained_exactly_as_python_steps(Adam(0.01), seed_data()[::4], diverge)
     assert not plan.packed and plan.call is not None
+
+
+def test_the_same_items_are_copied_again_natively():
+    """A repeat call with the very same items copies their arrays through one builtin
+    (``fastcall.row_copier``) that checks each; a value changed in place is read (what it
+    refuses is in test_the_same_items_changed_in_place_are_checked_again)."""
+    data = seed_data()[::5]
+    d1, d2 = Duplicated(seed_model()), Duplicated(seed_model())
+    s1, s2 = setup(Descent(0.05), d1), setup(Descent(0.05), d2)
+    assert train(seed_loss, d1, data, s1) == python_steps(seed_loss, d2, data, s2)
+    data[2][0][0] = 0.3
+    assert train(seed_loss, d1, data, s1) == python_steps(seed_loss, d2, data, s2)
+    stack = program.lookup(seed_loss, (d1,) + data[0])[0].plans[id(s1)].stack
+    assert len(stack.copiers) == 1

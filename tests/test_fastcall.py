@@ -6,7 +6,7 @@ import pytest
 from numba import types
 
 from adcore import Duplicated
-from adcore.fastcall import ArrayArg, ConstArg, FixedArray, ScalarArg, numba_caller
+from adcore.fastcall import ArrayArg, ConstArg, FixedArray, ScalarArg, numba_caller, row_copier
 from adcore.numba_abi import native_function
 from layers import Chain, Dense, gradient, tanh, withgradient
 from layers.staging import program
@@ -306,3 +306,21 @@ def test_the_slow_path_under_the_lock_calls_a_builtin_not_the_python_driver():
     np.testing.assert_allclose(out, want_out, rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(grad[0]["layers"][0]["weight"], want[0]["layers"][0]["weight"],
                                rtol=2e-5, atol=1e-6)
+
+
+def test_row_copier_checks_every_item_before_copying_any():
+    xs = tuple(np.arange(3, dtype=np.float32) + k for k in range(4))
+    ys = tuple(np.full((2, 2), k, np.float64) for k in range(4))
+    bx, by = np.zeros((4, 3), np.float32), np.zeros((4, 4))
+    copy, _ = row_copier([(xs[0], bx), (ys[0], by)])
+    assert copy(xs, ys) is True
+    np.testing.assert_array_equal(bx, np.stack(xs))
+    np.testing.assert_array_equal(by, np.stack(ys).reshape(4, 4))
+    bx[:] = by[:] = 0
+    for bad in [(xs[:3] + (np.zeros(4, np.float32),), ys),          # another shape
+                (xs[:3] + (xs[3].astype(np.float64),), ys),         # another dtype
+                (xs, ys[:3] + (np.asfortranarray(ys[3]),)),        # not C-contiguous
+                (xs[:3] + (np.float32(1),), ys), (xs[:3] + (None,), ys),
+                (xs[:3], ys), (list(xs), ys), (xs,), (xs, ys, ys)]:
+        assert copy(*bad) is None
+    assert not bx.any() and not by.any()

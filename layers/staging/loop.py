@@ -26,6 +26,7 @@ from numba.core import types
 import optim
 from adcore import disk_cache, native, numba_abi
 from adcore.errors import LinkError
+from adcore.fastcall import row_copier
 from adcore.timings import stage
 from adcore.tree import child
 from optim.addresses import address
@@ -77,10 +78,12 @@ class _Stack:
     the loop takes them as addresses.  ``fill`` copies the items' values in (``False``
     when one differs in type, shape or dtype from the first) and keeps the items;
     ``refresh`` copies again the arrays of those very items (a tuple cannot change, nor
-    can a scalar; an array can, in place, and is checked again)."""
+    can a scalar; an array can, in place, and is checked again), through a builtin that
+    checks and copies them all (``adcore.fastcall.row_copier``, one per layout of the
+    refilled arrays) when they are plain arrays."""
 
     def __init__(self, n, samples):
-        self.n, self.items, self.refill = n, None, {}
+        self.n, self.items, self.refill, self.copiers = n, None, {}, {}
         self.buffers = {k: np.empty((n, s.size), s.dtype) if isinstance(s, np.ndarray)
                         else np.empty(n, np.result_type(s)) for k, s in samples.items()}
 
@@ -94,14 +97,29 @@ class _Stack:
         if not all(_fill(self.buffers[k], col) for k, col in columns.items()):
             return False
         self.items = list(items)
-        self.refill = {k: col for k, col in columns.items() if not isinstance(col[0], _IMMUTABLE)}
+        self.refill = {k: tuple(col) for k, col in columns.items() if not isinstance(col[0], _IMMUTABLE)}
         return True
 
     def refresh(self):
+        copy = self._copier()
+        if copy is not None and copy[0](*self.refill.values()) is not None:
+            return True
         if all(_fill(self.buffers[k], col, typed=True) for k, col in self.refill.items()):
             return True
         self.items = None
         return False
+
+
+    def _copier(self):
+        """The builtin copying the refilled columns (and what keeps it alive), or None
+        when one of them is not of plain arrays."""
+        samples = [col[0] for col in self.refill.values()]
+        if not all(type(a) is np.ndarray for a in samples):
+            return None
+        key = tuple((k, a.shape, a.dtype) for k, a in zip(self.refill, samples))
+        if key not in self.copiers:
+            self.copiers[key] = row_copier([(a, self.buffers[k]) for k, a in zip(self.refill, samples)])
+        return self.copiers[key]
 
 
 def _fill(buf, col, typed=False):
