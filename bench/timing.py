@@ -39,8 +39,12 @@ class Sampler:
     warmup: int = 1
 
     def _calibrate(self, fn, number):
+        """Calls per sample: from a call timed right after another (the callable timed
+        before may have left the caches cold, making one call of a fast callable seem
+        to last a whole sample)."""
         if number is not None:
             return number
+        fn()
         t0 = time.perf_counter()
         fn()
         return max(1, math.ceil(self.min_time / max(time.perf_counter() - t0, 1e-9)))
