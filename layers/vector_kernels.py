@@ -4,11 +4,14 @@ LLVM fully unrolls a short loop of ``math.tanh`` (the seed model's 23 units) bef
 vectorisers run, and then keeps the calls scalar.  ``map_lines`` writes into a staged
 program the loop ``out[oo + i] = op(x[xo + i])`` for ``i < n`` (``n`` at least one
 vector's lanes; ``out`` and ``x`` distinct), in blocks of one 256-bit vector through
-LLVM's vector intrinsic (``llvm.tanh.v8f32``; ``vector_op(op, dtype)``), the last block
-ending at ``n`` (overlapping the one before: its values are written again, and in the
-reverse pass the later store takes their adjoints).  adcore differentiates the intrinsics with its rule
-table, and maps them to libmvec in the gradient (:mod:`adcore.vector_math`); elsewhere
-they are LLVM's.
+LLVM's vector intrinsic (``llvm.tanh.v8f32``; ``vector_op(op, dtype)``), and the
+elements left over in one more vector call whose lanes are read and written one by one
+(``vector_op(op, dtype, count)``, the other lanes zero).  adcore differentiates the
+intrinsics with its rule table, and maps them to libmvec in the gradient
+(:mod:`adcore.vector_math`); elsewhere they are LLVM's.  (Ending with a whole vector that
+overlaps the one before, as :func:`libmvec_map_kernel` does, makes the reverse pass read
+the outputs' shadows in vectors that straddle the narrower stores before them, which the
+processor cannot forward: the seed model's `train` 10% slower.)
 """
 import numba
 import numpy as np
@@ -34,10 +37,11 @@ def _intrinsic_name(op, dtype):
     return f"llvm.{op}.v{lanes(dtype)}{_ELEMENTS[np.dtype(dtype)][1]}"
 
 
-def _vector_op(op, dtype, callee=None):
+def _vector_op(op, dtype, callee=None, count=None):
     """An intrinsic ``f(out, oo, x, xo)``: ``out[oo:oo + L] = op(x[xo:xo + L])`` as one
     call of LLVM's vector intrinsic (``L = lanes(dtype)``), or of ``callee`` (a function of
-    the same vector type)."""
+    the same vector type); with ``count`` (less than ``L``), the first ``count`` elements
+    only, read and written one by one (the other lanes zero)."""
     element, _ = _ELEMENTS[np.dtype(dtype)]
     vector = ir.VectorType(element, lanes(dtype))
     name = callee or _intrinsic_name(op, dtype)
@@ -47,16 +51,26 @@ def _vector_op(op, dtype, callee=None):
             out_v, oo_v, x_v, xo_v = args
             out_a = context.make_array(sig.args[0])(context, builder, out_v)
             x_a = context.make_array(sig.args[2])(context, builder, x_v)
-            src = builder.bitcast(builder.gep(x_a.data, [xo_v]), vector.as_pointer())
-            dst = builder.bitcast(builder.gep(out_a.data, [oo_v]), vector.as_pointer())
+            src, dst = builder.gep(x_a.data, [xo_v]), builder.gep(out_a.data, [oo_v])
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]), name)
-            builder.store(builder.call(fn, [builder.load(src, align=element_bytes)]), dst,
-                          align=element_bytes)
+            if count is None:
+                y = builder.call(fn, [builder.load(builder.bitcast(src, vector.as_pointer()),
+                                                   align=element_bytes)])
+                builder.store(y, builder.bitcast(dst, vector.as_pointer()), align=element_bytes)
+                return context.get_dummy_value()
+            v = ir.Constant(vector, [ir.Constant(element, 0.0)] * lanes(dtype))
+            for k in range(count):
+                v = builder.insert_element(v, builder.load(builder.gep(src, [ir.Constant(ir.IntType(64), k)])),
+                                           ir.Constant(ir.IntType(32), k))
+            y = builder.call(fn, [v])
+            for k in range(count):
+                builder.store(builder.extract_element(y, ir.Constant(ir.IntType(32), k)),
+                              builder.gep(dst, [ir.Constant(ir.IntType(64), k)]))
             return context.get_dummy_value()
         return types.void(out, oo, x, xo), codegen
 
     element_bytes = np.dtype(dtype).itemsize
-    typer.__name__ = f"vector_{op}_{np.dtype(dtype).name}"
+    typer.__name__ = vector_name(op, dtype, count)
     return intrinsic(typer)
 
 
@@ -74,31 +88,34 @@ def _map(op, dtype, callee=None):
     return numba.njit(cache=False, error_model="numpy")(kernel)
 
 
-_VECTOR_OPS = {(op, np.dtype(t)): _vector_op(op, t) for op in OPS for t in (np.float32, np.float64)}
-
-
-def vector_op(op, dtype):
-    """The intrinsic ``f(out, oo, x, xo)`` computing one vector of ``op`` on ``dtype``, or None."""
-    return _VECTOR_OPS.get((op, np.dtype(dtype)))
-
-
-def vector_name(op, dtype):
+def vector_name(op, dtype, count=None):
     """The intrinsic's name in generated programs."""
-    return f"vector_{op}_{np.dtype(dtype).name}"
+    return f"vector_{op}_{np.dtype(dtype).name}" + (f"_first{count}" if count else "")
+
+
+_VECTOR_OPS = {(op, np.dtype(t), count): _vector_op(op, t, count=count)
+               for op in OPS for t in (np.float32, np.float64) for count in (None, *range(1, lanes(t)))}
+
+
+def vector_op(op, dtype, count=None):
+    """The intrinsic ``f(out, oo, x, xo)`` computing one vector of ``op`` on ``dtype`` (its
+    first ``count`` elements), or None."""
+    return _VECTOR_OPS.get((op, np.dtype(dtype), count))
 
 
 def map_lines(fresh, vector, dtype, out, oo, x, xo, n):
     """The lines of a staged program computing ``out[oo + i] = op(x[xo + i])`` for
     ``i < n`` (``n`` a constant of at least one vector) through ``vector`` (the name of
-    :func:`vector_op`'s intrinsic), as the njit kernel of :func:`libmvec_map_kernel` does:
-    written into the program, it costs Numba no inlining or compile of a callee."""
+    :func:`vector_op`'s intrinsic; ``{vector}_first{k}`` computes the ``k`` elements left
+    over, see :func:`vector_name`): written into the program, it costs Numba no inlining
+    or compile of a callee."""
     i, width = fresh("e"), lanes(dtype)
     lines = [f"{i} = 0",
              f"while {i} + {width} <= {n}:",
              f"    {vector}({out}, {oo} + {i}, {x}, {xo} + {i})",
              f"    {i} += {width}"]
-    if n % width:                     # the last vector again, ending at n
-        lines.append(f"{vector}({out}, {oo} + {n - width}, {x}, {xo} + {n - width})")
+    if n % width:                     # the last elements, one by one in one vector
+        lines.append(f"{vector}_first{n % width}({out}, {oo} + {n - n % width}, {x}, {xo} + {n - n % width})")
     return lines
 
 

@@ -100,11 +100,12 @@ def _elementwise_loss(m):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [3, 8, 13, 23])
+@pytest.mark.parametrize("n", [3, 8, 10, 13, 23])
 def test_staged_math_in_vectors_matches_the_tape_engine(dtype, n):
     """``Duplicated`` programs compute tanh, exp, log, sin and cos of contiguous values in
-    vectors (``layers.vector_kernels``; the remainder one by one, and below one vector's
-    width in a scalar loop): the gradient agrees with the tape engine's."""
+    vectors (``layers.vector_kernels``; the elements left over in one more vector read and
+    written one by one, and below one vector's width in a scalar loop): the gradient
+    agrees with the tape engine's."""
     from layers import Dense, gradient
     from layers.staging import program
     m = Dense(n, 1, dtype=dtype, rng=n)

@@ -233,7 +233,9 @@ class Lowering:
             elif self._in_vectors(rec, value, operands):
                 out = self.buffer(value.shape, value.dtype)
                 x, name = operands[0], vector_kernels.vector_name(rec.op, value.dtype)
-                self.globals[name] = vector_kernels.vector_op(rec.op, value.dtype)
+                for count in {None, value.size % vector_kernels.lanes(value.dtype) or None}:
+                    self.globals[vector_kernels.vector_name(rec.op, value.dtype, count)] = \
+                        vector_kernels.vector_op(rec.op, value.dtype, count)
                 self.emit_kernel(vector_kernels.map_lines, name, value.dtype, out.base, out.off,
                                  x.base, x.off, value.size)
             else:
