@@ -212,21 +212,20 @@ class Adam(Rule):
 
     @staticmethod
     @_njit
-    def kernel(x, g, mt, vt, beta_t, eta, b1, b2, eps, lam):
-        """Adam; with ``lam != 0`` PyTorch's (coupled) AdamW: ``eta * (adam_step + lam * x)``.
-        ``mt = b1 mt + (1-b1) dx``, ``vt = b2 vt + (1-b2) dx^2``, step
+    def kernel(x, g, mt, vt, beta_t, eta, b1, b2, eps):
+        """``mt = b1 mt + (1-b1) dx``, ``vt = b2 vt + (1-b2) dx^2``, step
         ``eta mt/c1 / (sqrt(vt/c2) + eps)`` (``c = 1 - beta_t``) computed as
         ``(eta/c1) mt / (sqrt(vt) (1/sqrt(c2)) + eps)``: the scalars taken once (from the
         float64 powers ``beta_t``), one division per element, in ``x``'s precision."""
         step = like(g, eta / (1.0 - beta_t[0]))
         root = like(g, 1.0 / math.sqrt(1.0 - beta_t[1]))
-        decay, eps = like(g, eta * lam), like(g, eps)
+        eps = like(g, eps)
         c1, c2, k1, k2 = like(g, b1), like(g, b2), like(g, 1.0 - b1), like(g, 1.0 - b2)
         for i in range(g.size):
             d = g[i]
             mt[i] = c1 * mt[i] + k1 * d
             vt[i] = c2 * vt[i] + k2 * d * d
-            g[i] = step * mt[i] / (math.sqrt(vt[i]) * root + eps) + decay * x[i]
+            g[i] = step * mt[i] / (math.sqrt(vt[i]) * root + eps)
         beta_t[0] = power_step(beta_t[0], b1)
         beta_t[1] = power_step(beta_t[1], b2)
 
@@ -236,19 +235,17 @@ class Adam(Rule):
     def init(self, x):
         return (_zeros(x), _zeros(x), np.array(self.beta, dtype=np.float64))
 
-    def _lambda(self):
-        return 0.0
-
     def steps(self, state):
         b1, b2 = self.beta
         return [Step(self.kernel, tuple(state), (float(self.eta), float(b1), float(b2),
-                                                  float(self.epsilon), float(self._lambda())),
+                                                  float(self.epsilon)),
                      per_element=(True, True, False))]
 
 
 class AdamW(Adam):
     """Adam with weight decay coupled to the learning rate, as PyTorch's AdamW:
-    step ``eta * (adam_step + lambda_ * x)``."""
+    step ``eta * (adam_step + lambda_ * x)``: Adam's step, then ``WeightDecay``'s kernel
+    adding ``(eta lambda_) x``."""
 
     hyper = ("eta", "beta", "lambda_", "epsilon")
 
@@ -256,8 +253,9 @@ class AdamW(Adam):
         super().__init__(eta, beta, epsilon)
         self.lambda_ = lambda_
 
-    def _lambda(self):
-        return self.lambda_
+    def steps(self, state):
+        return super().steps(state) + [Step(WeightDecay.kernel, (), (float(self.eta * self.lambda_),),
+                                            per_element=())]
 
 
 class AdaGrad(Rule):
