@@ -555,3 +555,16 @@ def test_the_same_items_are_copied_again_natively():
     assert train(seed_loss, d1, data, s1) == python_steps(seed_loss, d2, data, s2)
     stack = program.lookup(seed_loss, (d1,) + data[0])[0].plans[id(s1)].stack
     assert len(stack.copiers) == 1
+
+
+def test_large_parameters_trained_one_item_a_call_are_not_copied_end_to_end():
+    """Packing copies the parameters and states in and out at each call: for a model of
+    8,000 parameters and one item a call, the steps stay per array."""
+    def model():
+        return Chain(Dense(40, 200, L.tanh, rng=3), Dense(200, 1, rng=4), only)
+    data = [(np.linspace(-1, 1, 40, dtype=np.float32), np.float32(0.5))]
+    d1, d2 = Duplicated(model()), Duplicated(model())
+    s1, s2 = setup(Adam(0.01), d1), setup(Adam(0.01), d2)
+    for _ in range(2):
+        assert train(seed_loss, d1, data, s1) == python_steps(seed_loss, d2, data, s2)
+    assert not program.lookup(seed_loss, (d1,) + data[0])[0].plans[id(s1)].packed
