@@ -195,13 +195,14 @@ def _rules():
 def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, keep_primal=True):
     """The hex key of a gradient, or None when the cache is off or the program cannot be
     keyed soundly."""
-    if directory() is None or not numba_abi.is_dispatcher(dispatcher):
+    own_key = getattr(dispatcher, "_adcore_cache_key", None)
+    if directory() is None or not (numba_abi.is_dispatcher(dispatcher) or own_key):
         return None
     rules = _rules()
     if rules is None:
         return None
     try:
-        program = _value(dispatcher, {})
+        program = own_key() if own_key else _value(dispatcher, {})
     except Uncacheable:
         return None
     parts = (_environment(), rules, program, tuple(str(t) for t in argtypes),

@@ -154,6 +154,18 @@ def target_machine():
     return target_context().codegen()._tm
 
 
+def run_function_passes(module):
+    """Run on each function of ``module`` (llvmlite) the per-function passes Numba runs on
+    the code it lowers (``CPUCodeLibrary._optimize_functions``): IR written in Numba's
+    style then reaches adcore as a kernel Numba lowered it would."""
+    codegen = target_context().codegen()
+    module.data_layout = codegen._data_layout
+    for fn in module.functions:
+        if not fn.is_declaration:
+            fpm, pb = codegen._function_pass_manager()
+            fpm.run(fn, pb)
+
+
 def start_runtime():
     """Register Numba's runtime (``NRT_*``) with LLVM; Numba does it on its first compile."""
     rtsys.initialize(target_context())
