@@ -181,6 +181,14 @@ def register_runtime_symbols():
         llvm.add_symbol(name if name.startswith("_") else "NRT_" + name, address)
 
 
+def needs_runtime_library(names):
+    """Whether code declaring the functions ``names`` links against a function of Numba's
+    runtime defined in its IR (``NRT_incref``, ``nrt_atomic_add``...), which only
+    :func:`start_runtime` compiles, rather than its C functions alone."""
+    return any(name.startswith(("NRT_", "nrt_")) and name[len("NRT_"):] not in _nrt.c_helpers
+               for name in names)
+
+
 _WRAPPERS = ("_ZN7cpython", "cfunc.")     # Numba's Python and C wrappers of a function
 _PROCESS_STATE = ("_ZN08NumbaEnv", "numba.dynamic.globals")
 
