@@ -79,7 +79,7 @@ class _Function:
         self.entry, self.body, self.declares = [], [], {}
         self.names = itertools.count()
         self.variables = {}        # name -> (alloca, type)
-        self.arrays, self.scalars = {}, {}
+        self.arrays, self.scalars, self.meminfos = {}, {}, {}
         ctx = numba_abi.target_context()
         params = ["ptr noalias captures(none) %retptr", "ptr noalias captures(none) %excinfo"]
         args = tree.args
@@ -94,6 +94,7 @@ class _Function:
                     t.dtype in _ELEMENTS:
                 self.arrays[a.arg] = (names[numba_abi.DATA], names[numba_abi.shape_field(0)],
                                       _ELEMENTS[t.dtype])
+                self.meminfos[a.arg] = names[numba_abi.MEMINFO]
             elif t in _ELEMENTS and len(flat) == 1:
                 self.scalars[a.arg] = (names[0], _ELEMENTS[t])
             else:
@@ -104,11 +105,17 @@ class _Function:
         if not body or not isinstance(body[-1], ast.Return):
             raise Untranslatable("a program not ending in a return")
         self.block("b0")
-        self.statements(body[:-1])
+        last = _last_uses(body, self.meminfos)
+        self.references("NRT_incref", self.meminfos)
+        self.references("NRT_decref", last.get(None, ()))
+        for k, statement in enumerate(body[:-1]):
+            self.statements([statement])
+            self.references("NRT_decref", last.get(k, ()))
         value, ty = self.expression(body[-1].value)
         if ty == BOOL:
             raise Untranslatable("a boolean result")
         self.restype = ty
+        self.references("NRT_decref", last.get(len(body) - 1, ()))
         self.emit(f"store {ty} {value}, ptr %retptr")
         self.emit("ret i32 0")
 
@@ -138,6 +145,15 @@ class _Function:
 
     def declare(self, name, ret, params, attributes=""):
         self.declares.setdefault(name, f"declare {ret} @{name}({params}){attributes}")
+
+    def references(self, function, arrays):
+        """Numba's reference counting of the array arguments ``arrays``: a reference taken
+        at entry, dropped after the statement of its last use.  The calls are Numba's own
+        (between them, LLVM forwards no stored value to a load, as in Numba's code) until
+        its pass removes them (``translated`` checks that it did)."""
+        for name in arrays:
+            self.declare(function, "void", "ptr noalias captures(none)")
+            self.emit(f"call void @{function}(ptr {self.meminfos[name]})")
 
     # -- statements ------------------------------------------------------------------------
     def statements(self, body):
@@ -456,13 +472,31 @@ class _Function:
         raise Untranslatable(f"a conversion from {src} to {dst}")
 
 
+def _last_uses(body, arrays):
+    """``{index of the top-level statement of its last use (None: unused): [array names]}``,
+    each list in the order the names appear in that statement."""
+    last = {name: None for name in arrays}
+    for k, statement in enumerate(body):
+        for node in sorted((n for n in ast.walk(statement) if isinstance(n, ast.Name)),
+                           key=lambda n: (n.lineno, n.col_offset)):
+            if node.id in last:
+                last[node.id] = k
+    out = {}
+    for k, statement in enumerate(body):
+        seen = [n.id for n in sorted((n for n in ast.walk(statement) if isinstance(n, ast.Name)),
+                                     key=lambda n: (n.lineno, n.col_offset))]
+        out[k] = [name for name in dict.fromkeys(seen) if last.get(name, -1) == k]
+    out[None] = [name for name, k in last.items() if k is None]
+    return out
+
+
 class DirectProgram:
     """A staged program translated to LLVM IR for the argument types ``argtypes``: adcore
     differentiates it through ``_adcore_capture`` (and keys its disk cache on the source)."""
 
     def __init__(self, source, argtypes, symbol, ir_text, restype):
         self.source, self.argtypes, self.symbol = source, tuple(argtypes), symbol
-        self.ir, self.restype = ir_text, restype
+        self.ir, self.restype = ir_text, restype      # after Numba's per-function passes
         self.__name__ = "program"
 
     def __repr__(self):
@@ -471,12 +505,8 @@ class DirectProgram:
     def _adcore_capture(self, argtypes):
         if tuple(argtypes) != self.argtypes:
             raise Untranslatable(f"translated for {self.argtypes}, asked for {tuple(argtypes)}")
-        module = llvm.parse_assembly(self.ir)
-        tm = numba_abi.target_machine()
-        module.triple = tm.triple
-        numba_abi.run_function_passes(module)
-        return Kernel(self.argtypes, self.restype, self.symbol, module, "program",
-                      numba_abi.target_context())
+        return Kernel(self.argtypes, self.restype, self.symbol, llvm.parse_assembly(self.ir),
+                      "program", numba_abi.target_context())
 
     def _adcore_cache_key(self):
         """What the compiled gradient depends on besides adcore's environment."""
@@ -496,8 +526,13 @@ def translated(source, scope, argtypes):
             raise Untranslatable("not one plain function")
         symbol = f"adcore_staged_program_{next(_counter)}"
         fn = _Function(tree.body[0], argtypes, scope, symbol)
-        text = fn.text() + _ATTRIBUTES
-        llvm.parse_assembly(text).verify()
+        module = llvm.parse_assembly(fn.text() + _ATTRIBUTES)
+        module.verify()
     except (Untranslatable, RecursionError):
+        return None
+    module.triple = numba_abi.target_machine().triple
+    numba_abi.run_function_passes(module)
+    text = str(module)
+    if "call void @NRT_" in text:       # a reference count Numba's pass did not remove
         return None
     return DirectProgram(source, argtypes, symbol, text, _NUMBA_TYPES[fn.restype])
