@@ -148,9 +148,9 @@ class _Function:
 
     def references(self, function, arrays):
         """Numba's reference counting of the array arguments ``arrays``: a reference taken
-        at entry, dropped after the statement of its last use.  The calls are Numba's own
-        (between them, LLVM forwards no stored value to a load, as in Numba's code) until
-        its pass removes them (``translated`` checks that it did)."""
+        at entry, dropped after the statement of its last use.  Between these calls LLVM
+        forwards no stored value to a load, as in Numba's code, until Numba's pass removes
+        them (adcore differentiates one it left, as in a Numba kernel)."""
         for name in arrays:
             self.declare(function, "void", "ptr noalias captures(none)")
             self.emit(f"call void @{function}(ptr {self.meminfos[name]})")
@@ -496,7 +496,7 @@ class DirectProgram:
 
     def __init__(self, source, argtypes, symbol, ir_text, restype):
         self.source, self.argtypes, self.symbol = source, tuple(argtypes), symbol
-        self.ir, self.restype = ir_text, restype      # after Numba's per-function passes
+        self.ir, self.restype = ir_text, restype
         self.__name__ = "program"
 
     def __repr__(self):
@@ -505,8 +505,11 @@ class DirectProgram:
     def _adcore_capture(self, argtypes):
         if tuple(argtypes) != self.argtypes:
             raise Untranslatable(f"translated for {self.argtypes}, asked for {tuple(argtypes)}")
-        return Kernel(self.argtypes, self.restype, self.symbol, llvm.parse_assembly(self.ir),
-                      "program", numba_abi.target_context())
+        module = llvm.parse_assembly(self.ir)
+        module.triple = numba_abi.target_machine().triple
+        numba_abi.run_function_passes(module)    # 10-20 ms: not for a gradient from disk
+        return Kernel(self.argtypes, self.restype, self.symbol, module, "program",
+                      numba_abi.target_context())
 
     def _adcore_cache_key(self):
         """What the compiled gradient depends on besides adcore's environment."""
@@ -526,13 +529,8 @@ def translated(source, scope, argtypes):
             raise Untranslatable("not one plain function")
         symbol = f"adcore_staged_program_{next(_counter)}"
         fn = _Function(tree.body[0], argtypes, scope, symbol)
-        module = llvm.parse_assembly(fn.text() + _ATTRIBUTES)
-        module.verify()
+        text = fn.text() + _ATTRIBUTES
+        llvm.parse_assembly(text).verify()
     except (Untranslatable, RecursionError):
-        return None
-    module.triple = numba_abi.target_machine().triple
-    numba_abi.run_function_passes(module)
-    text = str(module)
-    if "call void @NRT_" in text:       # a reference count Numba's pass did not remove
         return None
     return DirectProgram(source, argtypes, symbol, text, _NUMBA_TYPES[fn.restype])
