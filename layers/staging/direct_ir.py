@@ -143,6 +143,11 @@ class _Function:
         self.emit(f"{name} = {instruction}")
         return name
 
+    def slot(self, name, ty):
+        """A stack slot ``name`` for a value of ``ty``, zeroed at entry (as Numba's)."""
+        zero = "0" if ty == I64 else float_const(ty, 0.0)
+        self.entry += [f"{name} = alloca {ty}", f"store {ty} {zero}, ptr {name}"]
+
     def declare(self, name, ret, params, attributes=""):
         self.declares.setdefault(name, f"declare {ret} @{name}({params}){attributes}")
 
@@ -199,7 +204,8 @@ class _Function:
         # Numba's range iterator: a count of the trips left and the next value; each trip
         # takes the value and counts down, then the loop goes on while one was taken
         iterator, count = self.fresh("next"), self.fresh("count")
-        self.entry += [f"{iterator} = alloca i64", f"{count} = alloca i64"]
+        self.slot(iterator, I64)
+        self.slot(count, I64)
         difference = self.value(f"sub i64 {stop}, {start}")
         positive = self.value(f"icmp sgt i64 {difference}, 0")
         self.emit(f"store i64 {self.value(f'select i1 {positive}, i64 {difference}, i64 0')}, "
@@ -265,7 +271,7 @@ class _Function:
             if ty == BOOL:
                 raise Untranslatable("a boolean variable")
             slot = self.fresh("v")
-            self.entry.append(f"{slot} = alloca {ty}")
+            self.slot(slot, ty)
             self.variables[name] = (slot, ty)
         slot, declared = self.variables[name]
         if declared != ty:
@@ -376,7 +382,7 @@ class _Function:
         if ty == BOOL:
             raise Untranslatable("a boolean conditional expression")
         slot = self.fresh("phi")
-        self.entry.append(f"{slot} = alloca {ty}")
+        self.slot(slot, ty)
         for (value, vt), at in reversed(branches):      # the later insertion first
             self.body[at:at] = self.lines_of(
                 lambda: self.emit(f"store {ty} {self.cast(value, vt, ty)}, ptr {slot}"))
