@@ -16,7 +16,7 @@ from layers import vector_kernels
 from layers.staging import direct_ir, program as staged_program
 
 EXAMPLES = min(int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", "25")), 10)
-SCOPE = {"np": np, "math": math,
+SCOPE = {"np": np, "math": math, "K": layers.kernels, "S": layers.kernels.S,
          "vector_tanh_float32": vector_kernels.vector_op("tanh", np.float32),
          "vector_exp_float64": vector_kernels.vector_op("exp", np.float64)}
 
@@ -85,6 +85,13 @@ def program(A, D, W):
             W[i] = 0.0
     return W[0] + W[5]
 """, np.float32, np.float64, np.float32),
+    # njit helpers Numba inlines (a closure's float32 constant)
+    "inlined": ("""
+def program(A, D, W):
+    for i in range(6):
+        W[i] = K.sigmoid_float32(A[i] * 3) + K.sigmoid_float64(D[i])
+    return W[2]
+""", np.float32, np.float64, np.float32),
     # the vector kernels of layers.vector_kernels
     "vectors": ("""
 def program(A, D, W, V):
@@ -118,10 +125,11 @@ def test_each_construct_computes_what_numba_computes(name):
     "def program(A, W):\n    return A[0] ** 2\n",
     "def program(A, W):\n    W[0] = A[0] if A[0] > 0 and A[1] > 0 else 0.0\n    return W[0]\n",
     "def program(A, W):\n    return float('inf')\n",
+    "def program(A, W):\n    return S.sigmoid(A[0])\n",                    # early returns
 ])
 def test_a_construct_outside_the_subset_is_left_to_numba(source):
     arrays = [numba.typeof(np.zeros(4, np.float32))] * 2
-    assert direct_ir.translated(source, dict(SCOPE, K=layers.kernels), arrays) is None
+    assert direct_ir.translated(source, SCOPE, arrays) is None
 
 
 def _mlp(sizes, act, dtype, seed):
@@ -177,7 +185,8 @@ def test_the_seed_model_is_translated_with_numbas_gradient():
 
 
 def test_a_classifier_with_logitcrossentropy_is_translated():
-    model = _mlp([5, 9, 4], layers.relu, np.float64, 3)
+    model = _mlp([5, 9, 7, 4], layers.relu, np.float64, 3)
+    model.layers[1].activation = layers.sigmoid
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((7, 5)), np.eye(4)[rng.integers(0, 4, 7)]
     kind = _check_identical(lambda m, x, y: layers.logitcrossentropy(m(x), y), model, x, y)

@@ -15,8 +15,10 @@ an njit callee, a variable whose type would change) is not translated at all: th
 caller compiles it with Numba, as before.
 """
 import ast
+import inspect
 import itertools
 import math
+import textwrap
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -26,7 +28,7 @@ from adcore import numba_abi
 from adcore.capture import Kernel
 from adcore.emit import float_const
 
-from .. import vector_kernels
+from .. import kernels, vector_kernels
 
 ENABLED = True      # tests turn it off to compare with Numba's compile
 I64, F32, F64, BOOL = "i64", "float", "double", "i1"
@@ -79,6 +81,7 @@ class _Function:
         self.entry, self.body, self.declares = [], [], {}
         self.names = itertools.count()
         self.variables = {}        # name -> (alloca, type)
+        self.frame, self.prefix = {}, ""    # an inlined callee's arguments and constants
         self.arrays, self.scalars, self.meminfos = {}, {}, {}
         ctx = numba_abi.target_context()
         params = ["ptr noalias captures(none) %retptr", "ptr noalias captures(none) %excinfo"]
@@ -265,8 +268,9 @@ class _Function:
         """Store into variable ``name``; each variable keeps the one type it was first
         given (where Numba would give a later assignment another type, its SSA versions
         and their unification are not modelled: untranslatable)."""
-        if name in self.arrays or name in self.scalars or name in self.scope:
+        if name in self.arrays or name in self.scalars or name in self.scope or name in self.frame:
             raise Untranslatable(f"an assignment to the argument or global {name}")
+        name = self.prefix + name
         if name not in self.variables:
             if ty == BOOL:
                 raise Untranslatable("a boolean variable")
@@ -279,8 +283,11 @@ class _Function:
         self.emit(f"store {ty} {value}, ptr {slot}")
 
     def load(self, name):
-        if name in self.scalars:
+        if name in self.frame:
+            return self.frame[name]
+        if name in self.scalars and not self.prefix:
             return self.scalars[name]
+        name = self.prefix + name
         if name not in self.variables:
             raise Untranslatable(f"the name {name}")
         slot, ty = self.variables[name]
@@ -416,6 +423,9 @@ class _Function:
         if module is np and f.attr in ("float32", "float64"):
             target = F32 if f.attr == "float32" else F64
             return self.cast(value, ty, target), target
+        if module is kernels and isinstance(f.attr, str) and \
+                _inlined(getattr(kernels, f.attr, None)):
+            return self.inlined_call(getattr(kernels, f.attr).py_func, value, ty)
         if module is not math:
             raise Untranslatable(f"the call {f.value.id}.{f.attr}")
         if ty == I64:                 # Numba: an integer argument is converted to float64
@@ -430,6 +440,29 @@ class _Function:
             self.declare(name, ty, ty, " #0")
             return self.value(f"call {ty} @{name}({ty} {value})"), ty
         raise Untranslatable(f"math.{f.attr}")
+
+    def inlined_call(self, fn, value, ty):
+        """``fn(value)`` for an njit function Numba inlines where it is called
+        (``inline="always"``): its body written here, with variables of its own, its
+        closure's numbers as constants, and straight-line code ending in one return."""
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+        args = tree.args
+        if not isinstance(tree, ast.FunctionDef) or len(args.args) != 1 or args.vararg or \
+                args.kwarg or args.kwonlyargs or args.defaults or args.posonlyargs or \
+                tree.decorator_list or not body or not isinstance(body[-1], ast.Return) or \
+                any(isinstance(n, ast.Return) for s in body[:-1] for n in ast.walk(s)):
+            raise Untranslatable(f"the callee {fn.__qualname__}")
+        frame = {args.args[0].arg: (value, ty)}
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            frame[name] = _constant(cell.cell_contents)
+        saved = self.scope, self.frame, self.prefix
+        self.scope, self.frame, self.prefix = fn.__globals__, frame, f"{fn.__name__}.{next(self.names)}."
+        try:
+            self.statements(body[:-1])
+            return self.expression(body[-1].value)
+        finally:
+            self.scope, self.frame, self.prefix = saved
 
     def intrinsic(self, name, value, ty):
         full = f"{name}.{_SUFFIX[ty]}"
@@ -476,6 +509,21 @@ class _Function:
         if src == F64 and dst == F32:
             return self.value(f"fptrunc double {value} to float")
         raise Untranslatable(f"a conversion from {src} to {dst}")
+
+
+def _inlined(value):
+    """Whether ``value`` is an njit function Numba inlines where it is called."""
+    return numba_abi.is_dispatcher(value) and value.targetoptions.get("inline") == "always"
+
+
+def _constant(value):
+    """``(LLVM literal, type)`` of a number Numba freezes into the code (a closure's)."""
+    if isinstance(value, np.floating) and value.dtype in (np.float32, np.float64):
+        ty = F32 if value.dtype == np.float32 else F64
+        return float_const(ty, float(value)), ty
+    if type(value) is float:
+        return float_const(F64, value), F64
+    raise Untranslatable(f"the constant {value!r}")
 
 
 def _last_uses(body, arrays):
