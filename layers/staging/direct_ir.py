@@ -3,7 +3,8 @@
 The generated program (``Lowering.source``) is a small subset of Python: loops over
 ``range``, ``while`` and ``if`` on integer and float comparisons, scalar variables,
 loads and stores of 1-D contiguous arrays, arithmetic, ``np.float32``/``np.float64``
-casts, a few ``math`` functions and the vector kernels of :mod:`layers.vector_kernels`.
+casts, a few ``math`` functions, the vector kernels of :mod:`layers.vector_kernels` and
+the helpers of :mod:`layers.kernels` that Numba inlines.
 :func:`translated` reads its syntax tree and writes the function as Numba lowers it,
 construct by construct: Numba's calling convention and array arguments, Numba's types
 (an ``acc = 0.0`` is float64, ``float32 * 2`` float64, ``int / int`` float64, ...),
@@ -11,8 +12,8 @@ its negative-index wraparound, its intrinsics and libm calls, followed by the
 per-function passes Numba runs.  adcore differentiates the result like a captured
 kernel (``_adcore_capture``), and the process never starts Numba's compiler for it
 (its first compile costs 0.25-0.35 s).  A program using anything else (a BLAS product,
-an njit callee, a variable whose type would change) is not translated at all: the
-caller compiles it with Numba, as before.
+an njit callee Numba does not inline, a variable whose type would change) is not
+translated at all: the caller compiles it with Numba, as before.
 """
 import ast
 import inspect
@@ -268,7 +269,8 @@ class _Function:
         """Store into variable ``name``; each variable keeps the one type it was first
         given (where Numba would give a later assignment another type, its SSA versions
         and their unification are not modelled: untranslatable)."""
-        if name in self.arrays or name in self.scalars or name in self.scope or name in self.frame:
+        if name in self.arrays or name in self.scalars or name in self.scope or \
+                name in self.frame:
             raise Untranslatable(f"an assignment to the argument or global {name}")
         name = self.prefix + name
         if name not in self.variables:
@@ -373,7 +375,8 @@ class _Function:
         if ta == tb == I64:
             return self.value(f"icmp {_ICMP[op]} i64 {a}, {b}"), BOOL
         ty = arithmetic(ta, tb)
-        return self.value(f"fcmp {_FCMP[op]} {ty} {self.cast(a, ta, ty)}, {self.cast(b, tb, ty)}"), BOOL
+        a, b = self.cast(a, ta, ty), self.cast(b, tb, ty)
+        return self.value(f"fcmp {_FCMP[op]} {ty} {a}, {b}"), BOOL
 
     def _IfExp(self, e):
         """Both branches store into one variable of the unified type, as Numba's phi."""
@@ -457,7 +460,8 @@ class _Function:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             frame[name] = _constant(cell.cell_contents)
         saved = self.scope, self.frame, self.prefix
-        self.scope, self.frame, self.prefix = fn.__globals__, frame, f"{fn.__name__}.{next(self.names)}."
+        prefix = f"{fn.__name__}.{next(self.names)}."
+        self.scope, self.frame, self.prefix = fn.__globals__, frame, prefix
         try:
             self.statements(body[:-1])
             return self.expression(body[-1].value)
@@ -473,7 +477,8 @@ class _Function:
         """``vector_<op>_<dtype>(out, oo, x, xo)`` (:func:`layers.vector_kernels.vector_op`)
         as its code generator writes it."""
         name = call.func.id
-        op, _, dtype = name[len("vector_"):].rpartition("_") if name.startswith("vector_") else ("", "", "")
+        op, _, dtype = name[len("vector_"):].rpartition("_") if name.startswith("vector_") \
+            else ("", "", "")
         if not op or dtype not in ("float32", "float64") or call.keywords or len(call.args) != 4 or \
                 self.scope.get(name) is not vector_kernels.vector_op(op, dtype):
             raise Untranslatable(f"the call {name}")
@@ -529,17 +534,13 @@ def _constant(value):
 def _last_uses(body, arrays):
     """``{index of the top-level statement of its last use (None: unused): [array names]}``,
     each list in the order the names appear in that statement."""
-    last = {name: None for name in arrays}
-    for k, statement in enumerate(body):
-        for node in sorted((n for n in ast.walk(statement) if isinstance(n, ast.Name)),
-                           key=lambda n: (n.lineno, n.col_offset)):
-            if node.id in last:
-                last[node.id] = k
-    out = {}
-    for k, statement in enumerate(body):
-        seen = [n.id for n in sorted((n for n in ast.walk(statement) if isinstance(n, ast.Name)),
-                                     key=lambda n: (n.lineno, n.col_offset))]
-        out[k] = [name for name in dict.fromkeys(seen) if last.get(name, -1) == k]
+    named = [list(dict.fromkeys(n.id for n in sorted(
+        (n for n in ast.walk(statement) if isinstance(n, ast.Name)),
+        key=lambda n: (n.lineno, n.col_offset)))) for statement in body]
+    last = {name: max((k for k, names in enumerate(named) if name in names), default=None)
+            for name in arrays}
+    out = {k: [name for name in names if name in last and last[name] == k]
+           for k, names in enumerate(named)}
     out[None] = [name for name, k in last.items() if k is None]
     return out
 
@@ -558,7 +559,7 @@ class DirectProgram:
 
     def _adcore_capture(self, argtypes):
         if tuple(argtypes) != self.argtypes:
-            raise Untranslatable(f"translated for {self.argtypes}, asked for {tuple(argtypes)}")
+            raise TypeError(f"translated for {self.argtypes}, asked for {tuple(argtypes)}")
         module = llvm.parse_assembly(self.ir)
         module.triple = numba_abi.target_machine().triple
         numba_abi.run_function_passes(module)    # 10-20 ms: not for a gradient from disk
