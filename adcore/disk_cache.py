@@ -8,7 +8,9 @@ types, activities and seed type, the registered custom rules, the source of adco
 itself, the versions of Python, numpy, Numba and llvmlite, and the CPU.  What cannot be
 keyed soundly is not cached: a kernel reading a user object, a plain user function or a
 class, foreign IR, or compiled code holding addresses of this process (ctypes
-functions, Numba environments) or calling rule reverses compiled in it.
+functions, Numba environments) or calling rule reverses compiled in it.  An object that
+gives adcore its own kernel (``_adcore_capture``) is cached when it names what that
+kernel depends on (``_adcore_cache_key()``: a staged program written as LLVM IR, its source).
 
 One file per entry, ``<ADCORE_CACHE_DIR>/<2 hex>/<key>.adcore``: a line of JSON (what
 rebuilds the :class:`CompiledGradient`) then the object code; the IR of the stages beside

@@ -105,7 +105,8 @@ _NOT_A_USE = re.compile(r"^declare .*$|personality ptr @\S+", re.M)   # unwindin
 def unresolved_symbols(module, text):
     """External functions ``module`` (whose IR is ``text``) uses (calls, or takes the
     address of) that neither LLVM nor this process defines."""
-    _start_engine(numba_abi.needs_runtime_library(f.name for f in module.functions if f.is_declaration))
+    _start_engine(numba_abi.needs_runtime_library(f.name for f in module.functions
+                                                  if f.is_declaration))
     used = set(_REFERENCE.findall(_NOT_A_USE.sub("", text)))
     return sorted(f.name for f in module.functions
                   if f.is_declaration and not f.name.startswith("llvm.") and
