@@ -3,6 +3,9 @@ values and bit-identical gradients as Numba's compile of the same source, for sn
 each construct and for whole staged models; anything outside the subset is left to Numba."""
 import math
 import os
+import pathlib
+import subprocess
+import sys
 
 import numba
 import numpy as np
@@ -15,6 +18,7 @@ from adcore.tree import leaves
 from layers import vector_kernels
 from layers.staging import direct_ir, program as staged_program
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = min(int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", "25")), 10)
 SCOPE = {"np": np, "math": math, "K": layers.kernels, "S": layers.kernels.S,
          "vector_tanh_float32": vector_kernels.vector_op("tanh", np.float32),
@@ -212,3 +216,27 @@ def test_staged_mlps_get_numbas_loss_and_gradient(sizes, act, dtype, batch, loss
     y = rng.standard_normal((batch, sizes[-1])).astype(dtype)
     loss_fn = getattr(layers, loss_name)
     _check_identical(lambda m, x, y: loss_fn(m(x), y), model, x, y, exact=False)
+
+
+FIRST_GRADIENT = """
+import numpy as np, numba, layers
+from adcore import Duplicated
+from numba.core.base import BaseContext
+refreshed = []
+refresh = BaseContext.refresh
+BaseContext.refresh = lambda self: (refreshed.append(1), refresh(self))[1]
+model = layers.Chain(layers.Dense(1, 23, layers.tanh, rng=0), layers.Dense(23, 1, rng=1))
+x, y = np.linspace(-1, 1, 41, dtype=np.float32)[:, None], np.zeros((41, 1), np.float32)
+g = layers.gradient(lambda m, x, y: layers.mse(m(x), y), Duplicated(model), x, y)
+from adcore.tree import leaves
+assert all(np.isfinite(a).all() for _, a in leaves(g[0]))
+assert not refreshed, "Numba's compiler started"
+"""
+
+
+def test_a_translated_programs_first_gradient_starts_no_numba_compile():
+    """Numba's first compile in a process refreshes its target context (0.25-0.35 s)."""
+    run = subprocess.run([sys.executable, "-c", FIRST_GRADIENT], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env=dict(os.environ, ADCORE_CACHE="0",
+                                                         PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr
