@@ -89,11 +89,12 @@ def program(A, D, W):
             W[i] = 0.0
     return W[0] + W[5]
 """, np.float32, np.float64, np.float32),
-    # njit helpers Numba inlines (a closure's float32 constant)
+    # njit helpers Numba inlines (a closure's float32 constant, early returns)
     "inlined": ("""
 def program(A, D, W):
     for i in range(6):
-        W[i] = K.sigmoid_float32(A[i] * 3) + K.sigmoid_float64(D[i])
+        W[i] = K.sigmoid_float32(A[i] * 3) + K.sigmoid_float64(D[i]) + S.softplus(A[i]) \
+            - S.sigmoid(A[i] - 1)
     return W[2]
 """, np.float32, np.float64, np.float32),
     # the vector kernels of layers.vector_kernels
@@ -129,7 +130,7 @@ def test_each_construct_computes_what_numba_computes(name):
     "def program(A, W):\n    return A[0] ** 2\n",
     "def program(A, W):\n    W[0] = A[0] if A[0] > 0 and A[1] > 0 else 0.0\n    return W[0]\n",
     "def program(A, W):\n    return float('inf')\n",
-    "def program(A, W):\n    return S.sigmoid(A[0])\n",                    # early returns
+    "def program(A, W):\n    return S.logaddexp(A[0], A[1])\n",            # two arguments
 ])
 def test_a_construct_outside_the_subset_is_left_to_numba(source):
     arrays = [numba.typeof(np.zeros(4, np.float32))] * 2

@@ -4,7 +4,7 @@ The generated program (``Lowering.source``) is a small subset of Python: loops o
 ``range``, ``while`` and ``if`` on integer and float comparisons, scalar variables,
 loads and stores of 1-D contiguous arrays, arithmetic, ``np.float32``/``np.float64``
 casts, a few ``math`` functions, the vector kernels of :mod:`layers.vector_kernels` and
-the helpers of :mod:`layers.kernels` that Numba inlines.
+the helpers of :mod:`layers.kernels` (and its ``S``) that Numba inlines.
 :func:`translated` reads its syntax tree and writes the function as Numba lowers it,
 construct by construct: Numba's calling convention and array arguments, Numba's types
 (an ``acc = 0.0`` is float64, ``float32 * 2`` float64, ``int / int`` float64, ...),
@@ -16,6 +16,7 @@ an njit callee Numba does not inline, a variable whose type would change) is not
 translated at all: the caller compiles it with Numba, as before.
 """
 import ast
+import functools
 import inspect
 import itertools
 import math
@@ -83,6 +84,7 @@ class _Function:
         self.names = itertools.count()
         self.variables = {}        # name -> (alloca, type)
         self.frame, self.prefix = {}, ""    # an inlined callee's arguments and constants
+        self.returns = None                 # an inlined callee's (exit label, [returns])
         self.arrays, self.scalars, self.meminfos = {}, {}, {}
         ctx = numba_abi.target_context()
         params = ["ptr noalias captures(none) %retptr", "ptr noalias captures(none) %excinfo"]
@@ -426,9 +428,8 @@ class _Function:
         if module is np and f.attr in ("float32", "float64"):
             target = F32 if f.attr == "float32" else F64
             return self.cast(value, ty, target), target
-        if module is kernels and isinstance(f.attr, str) and \
-                _inlined(getattr(kernels, f.attr, None)):
-            return self.inlined_call(getattr(kernels, f.attr).py_func, value, ty)
+        if (module is kernels or module is kernels.S) and _inlined(getattr(module, f.attr, None)):
+            return self.inlined_call(getattr(module, f.attr).py_func, value, ty)
         if module is not math:
             raise Untranslatable(f"the call {f.value.id}.{f.attr}")
         if ty == I64:                 # Numba: an integer argument is converted to float64
@@ -446,27 +447,47 @@ class _Function:
 
     def inlined_call(self, fn, value, ty):
         """``fn(value)`` for an njit function Numba inlines where it is called
-        (``inline="always"``): its body written here, with variables of its own, its
-        closure's numbers as constants, and straight-line code ending in one return."""
+        (``inline="always"``): its body written here, with variables of its own and its
+        closure's numbers as constants; each ``return`` stores into one result variable of
+        the returns' unified type (as Numba's inliner does) and leaves the body."""
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
         body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
         args = tree.args
         if not isinstance(tree, ast.FunctionDef) or len(args.args) != 1 or args.vararg or \
                 args.kwarg or args.kwonlyargs or args.defaults or args.posonlyargs or \
-                tree.decorator_list or not body or not isinstance(body[-1], ast.Return) or \
-                any(isinstance(n, ast.Return) for s in body[:-1] for n in ast.walk(s)):
+                tree.decorator_list or not body or not isinstance(body[-1], ast.Return):
             raise Untranslatable(f"the callee {fn.__qualname__}")
         frame = {args.args[0].arg: (value, ty)}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             frame[name] = _constant(cell.cell_contents)
-        saved = self.scope, self.frame, self.prefix
+        saved = self.scope, self.frame, self.prefix, self.returns
         prefix = f"{fn.__name__}.{next(self.names)}."
         self.scope, self.frame, self.prefix = fn.__globals__, frame, prefix
+        self.returns = (self.label("return"), [])
         try:
-            self.statements(body[:-1])
-            return self.expression(body[-1].value)
+            self.statements(body)
+            exit_label, returns = self.returns
         finally:
-            self.scope, self.frame, self.prefix = saved
+            self.scope, self.frame, self.prefix, self.returns = saved
+        ty = functools.reduce(unify, [t for (_, t), _ in returns])
+        if ty == BOOL:
+            raise Untranslatable("a callee returning a boolean")
+        slot = self.fresh("result")
+        self.slot(slot, ty)
+        for (value, vt), at in reversed(returns):      # the later insertion first
+            self.body[at:at] = self.lines_of(
+                lambda: self.emit(f"store {ty} {self.cast(value, vt, ty)}, ptr {slot}"))
+        self.emit(f"br label %{exit_label}")    # from the block after the last return
+        self.block(exit_label)
+        return self.value(f"load {ty}, ptr {slot}"), ty
+
+    def _Return(self, s):
+        if self.returns is None or s.value is None:
+            raise Untranslatable("a return before the program's end")
+        exit_label, returns = self.returns
+        returns.append((self.expression(s.value), len(self.body)))
+        self.emit(f"br label %{exit_label}")
+        self.block(self.label("unreachable"))     # for what follows in the same block
 
     def intrinsic(self, name, value, ty):
         full = f"{name}.{_SUFFIX[ty]}"
