@@ -8,7 +8,9 @@ types, activities and seed type, the registered custom rules, the source of adco
 itself, the versions of Python, numpy, Numba and llvmlite, and the CPU.  What cannot be
 keyed soundly is not cached: a kernel reading a user object, a plain user function or a
 class, foreign IR, or compiled code holding addresses of this process (ctypes
-functions, Numba environments) or calling rule reverses compiled in it.
+functions, Numba environments) or calling rule reverses compiled in it.  An object that
+gives adcore its own kernel (``_adcore_capture``) is cached when it names what that
+kernel depends on (``_adcore_cache_key()``: a staged program written as LLVM IR, its source).
 
 One file per entry, ``<ADCORE_CACHE_DIR>/<2 hex>/<key>.adcore``: a line of JSON (what
 rebuilds the :class:`CompiledGradient`) then the object code; the IR of the stages beside
@@ -195,13 +197,14 @@ def _rules():
 def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, keep_primal=True):
     """The hex key of a gradient, or None when the cache is off or the program cannot be
     keyed soundly."""
-    if directory() is None or not numba_abi.is_dispatcher(dispatcher):
+    own_key = getattr(dispatcher, "_adcore_cache_key", None)
+    if directory() is None or not (numba_abi.is_dispatcher(dispatcher) or own_key):
         return None
     rules = _rules()
     if rules is None:
         return None
     try:
-        program = _value(dispatcher, {})
+        program = own_key() if own_key else _value(dispatcher, {})
     except Uncacheable:
         return None
     parts = (_environment(), rules, program, tuple(str(t) for t in argtypes),

@@ -105,7 +105,8 @@ _NOT_A_USE = re.compile(r"^declare .*$|personality ptr @\S+", re.M)   # unwindin
 def unresolved_symbols(module, text):
     """External functions ``module`` (whose IR is ``text``) uses (calls, or takes the
     address of) that neither LLVM nor this process defines."""
-    _start_engine()
+    _start_engine(numba_abi.needs_runtime_library(f.name for f in module.functions
+                                                  if f.is_declaration))
     used = set(_REFERENCE.findall(_NOT_A_USE.sub("", text)))
     return sorted(f.name for f in module.functions
                   if f.is_declaration and not f.name.startswith("llvm.") and
@@ -167,9 +168,11 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False,
     if python_entry is not None:          # after O3: the function is not inlined into it
         module.link_in(llvm.parse_assembly(entry_ir(symbol, *python_entry)))
     with _lock:
-        engine = _start_engine()
         externals = sorted(f.name for f in module.functions
                            if f.is_declaration and not f.name.startswith("llvm."))
+        # code calling only the runtime's C functions needs no compile of Numba's runtime
+        # library (20 ms of a first gradient made without Numba)
+        engine = _start_engine(numba_abi.needs_runtime_library(externals))
         if any(f.name.startswith("llvm.powi.") for f in module.functions):
             externals = sorted(externals + list(_BUILTINS))   # what code generation makes of it
         _provide_builtins(engine, externals)

@@ -154,6 +154,18 @@ def target_machine():
     return target_context().codegen()._tm
 
 
+def run_function_passes(module):
+    """Run on each function of ``module`` (llvmlite) the per-function passes Numba runs on
+    the code it lowers (``CPUCodeLibrary._optimize_functions``): IR written in Numba's
+    style then reaches adcore as a kernel Numba lowered it would."""
+    codegen = target_context().codegen()
+    module.data_layout = codegen._data_layout
+    for fn in module.functions:
+        if not fn.is_declaration:
+            fpm, pb = codegen._function_pass_manager()
+            fpm.run(fn, pb)
+
+
 def start_runtime():
     """Register Numba's runtime (``NRT_*``) with LLVM; Numba does it on its first compile."""
     rtsys.initialize(target_context())
@@ -167,6 +179,14 @@ def register_runtime_symbols():
         return
     for name, address in _nrt.c_helpers.items():
         llvm.add_symbol(name if name.startswith("_") else "NRT_" + name, address)
+
+
+def needs_runtime_library(names):
+    """Whether code declaring the functions ``names`` links against a function of Numba's
+    runtime defined in its IR (``NRT_incref``, ``nrt_atomic_add``...), which only
+    :func:`start_runtime` compiles, rather than its C functions alone."""
+    return any(name.startswith(("NRT_", "nrt_")) and name[len("NRT_"):] not in _nrt.c_helpers
+               for name in names)
 
 
 _WRAPPERS = ("_ZN7cpython", "cfunc.")     # Numba's Python and C wrappers of a function

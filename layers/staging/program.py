@@ -25,6 +25,7 @@ from adcore.tree import is_node
 
 from optim.addresses import address, view
 
+from . import direct_ir
 from .guard import GuardWriter, emit_tree
 from .lower import LEAVES, SHADOWED, Kind, Lowering
 from .reads import Reads
@@ -197,7 +198,6 @@ class Staged:
         shadow arrays in the gradient mirror."""
         scope = dict(low.globals)
         exec(self.source, scope)
-        program = numba.njit(cache=False, error_model="numpy")(scope["program"])
         anns, gather, flat, shadows, dflat = [], [], [], [], []
         self.slots = []   # per driver argument: (Kind, argument index, path, sample value)
         samples, dsamples = [], []   # per driver argument and shadow: a sample of its value
@@ -242,6 +242,8 @@ class Staged:
                 shadows.append(w.const(dbuf))
                 dsamples.append(dbuf)
                 dflat.append(False)
+        program = direct_ir.translated(self.source, scope, [numba.typeof(a.val) for a in anns]) \
+            or numba.njit(cache=False, error_model="numpy")(scope["program"])
         self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
         for k in self.grad.shadowed[len(shadows):]:   # Const arrays given scratch shadows
             dsamples.append(np.zeros_like(anns[k].val))
