@@ -24,7 +24,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = min(int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", "25")), 10)
 SCOPE = {"np": np, "math": math, "K": layers.kernels, "S": layers.kernels.S,
          "vector_tanh_float32": vector_kernels.vector_op("tanh", np.float32),
-         "vector_exp_float64": vector_kernels.vector_op("exp", np.float64)}
+         "vector_exp_float64": vector_kernels.vector_op("exp", np.float64),
+         "vector_tanh_float32_first5": vector_kernels.vector_op("tanh", np.float32, 5),
+         "vector_exp_float64_first3": vector_kernels.vector_op("exp", np.float64, 3)}
 
 
 def _both(source, *arrays):
@@ -99,14 +101,16 @@ def program(A, D, W):
             - S.sigmoid(A[i] - 1)
     return W[2]
 """, np.float32, np.float64, np.float32),
-    # the vector kernels of layers.vector_kernels
+    # the vector kernels of layers.vector_kernels, whole and the first elements of one
     "vectors": ("""
 def program(A, D, W, V):
     vector_tanh_float32(W, 0, A, 1)
+    vector_tanh_float32_first5(W, 8, A, 9)
     vector_exp_float64(V, 2, D, 0)
+    vector_exp_float64_first3(V, 6, D, 4)
     acc = 0.0
-    for i in range(8):
-        acc += W[i] * V[i + 2]
+    for i in range(11):
+        acc += W[i] * V[i]
     return acc
 """, np.float32, np.float64, np.float32, np.float64),
 }

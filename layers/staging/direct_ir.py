@@ -495,13 +495,16 @@ class _Function:
         return self.value(f"call {ty} @{full}({ty} {value})")
 
     def vector_call(self, call):
-        """``vector_<op>_<dtype>(out, oo, x, xo)`` (:func:`layers.vector_kernels.vector_op`)
-        as its code generator writes it."""
+        """``vector_<op>_<dtype>(out, oo, x, xo)`` (:func:`layers.vector_kernels.vector_op`;
+        ``..._first<k>``: the first ``k`` elements) as its code generator writes it."""
         name = call.func.id
-        op, _, dtype = name[len("vector_"):].rpartition("_") if name.startswith("vector_") \
+        base, _, first = name.partition("_first")
+        count = int(first) if first.isdigit() else None
+        op, _, dtype = base[len("vector_"):].rpartition("_") if base.startswith("vector_") \
             else ("", "", "")
         if not op or dtype not in ("float32", "float64") or call.keywords or len(call.args) != 4 or \
-                self.scope.get(name) is not vector_kernels.vector_op(op, dtype):
+                (first and count is None) or \
+                self.scope.get(name) is not vector_kernels.vector_op(op, dtype, count):
             raise Untranslatable(f"the call {name}")
         out, oo, x, xo = call.args
         element = F32 if dtype == "float32" else F64
@@ -520,9 +523,20 @@ class _Function:
         intrinsic = f"llvm.{op}.v{vector_kernels.lanes(dtype)}{_SUFFIX[element]}"
         self.declare(intrinsic, vector, vector)
         size = np.dtype(dtype).itemsize
-        loaded = self.value(f"load {vector}, ptr {source}, align {size}")
+        if count is None:
+            loaded = self.value(f"load {vector}, ptr {source}, align {size}")
+            result = self.value(f"call {vector} @{intrinsic}({vector} {loaded})")
+            self.emit(f"store {vector} {result}, ptr {target}, align {size}")
+            return
+        loaded = "zeroinitializer"          # lanes read and written one by one
+        for k in range(count):
+            at = self.value(f"getelementptr {element}, ptr {source}, i64 {k}")
+            lane = self.value(f"load {element}, ptr {at}")
+            loaded = self.value(f"insertelement {vector} {loaded}, {element} {lane}, i32 {k}")
         result = self.value(f"call {vector} @{intrinsic}({vector} {loaded})")
-        self.emit(f"store {vector} {result}, ptr {target}, align {size}")
+        for k in range(count):
+            at = self.value(f"getelementptr {element}, ptr {target}, i64 {k}")
+            self.emit(f"store {element} {self.value(f'extractelement {vector} {result}, i32 {k}')}, ptr {at}")
 
     def cast(self, value, src, dst):
         """``value`` of type ``src`` converted to ``dst`` as Numba's ``context.cast``."""
