@@ -12,7 +12,8 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
    overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`), unless the
    reverse of the iteration can refill them by running their fill again (:mod:`adcore.replays`).
    Blocks with several predecessors push which one they were entered from, unless a
-   loop counter tells.
+   loop counter tells.  Innermost loops whose trip count varies (a packed triangle's rows)
+   carry a hint for LLVM, in this pass and in replays (:mod:`adcore.varying_loops`).
 2. a check of the primal's status: an exception returns it at once, shadows untouched.
 3. the *reverse pass*: one reverse block per primal block, instructions in reverse
    order, each applying its rule from :mod:`adcore.rules` and ``+=`` into adjoint slots
