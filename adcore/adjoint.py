@@ -12,7 +12,8 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
    overwrites are copied at the end of each iteration (:mod:`adcore.snapshots`), unless the
    reverse of the iteration can refill them by running their fill again (:mod:`adcore.replays`).
    Blocks with several predecessors push which one they were entered from, unless a
-   loop counter tells.
+   loop counter tells.  Innermost loops whose trip count varies (a packed triangle's rows)
+   carry a hint for LLVM, in this pass and in replays (:mod:`adcore.varying_loops`).
 2. a check of the primal's status: an exception returns it at once, shadows untouched.
 3. the *reverse pass*: one reverse block per primal block, instructions in reverse
    order, each applying its rule from :mod:`adcore.rules` and ``+=`` into adjoint slots
@@ -42,6 +43,7 @@ from .rules import Lane
 from .shadows import arena_alloca, shadow_pointers
 from .snapshots import Snapshots
 from .values import Values
+from .varying_loops import LoopHints, varying_latches
 
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
 POPS = "  ;ad.pops "              # where a block's pushes after a call are popped
@@ -119,6 +121,9 @@ class AdjointGenerator(GeneratorBase):
         self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
                                    extents, spec.distinct_arrays)
         self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
+        # a callee's metadata ids could clash with another callee's: its loops get no hints
+        self.hinted_latches = set() if spec.split else varying_latches(self.cfg, self.values.variance)
+        self.loop_hints = LoopHints()
         self.replays = self._replays()
         self.shadow_def = shadow_pointers(self)
 
@@ -363,7 +368,7 @@ class AdjointGenerator(GeneratorBase):
                 flag, inputs = self.replay_prelude(block)
                 prelude, self.e.lines = self.e.lines, []
                 after = self.e.fresh("rpdone")
-                entry = self.replays[block].clone(self.e, inputs, after)
+                entry = self.replays[block].clone(self.e, inputs, after, self.hinted)
                 replays[block] = (prelude, flag, entry, self.e.lines, after)
                 self.e.lines = []
             for instr in reversed(block.instrs):
@@ -408,7 +413,7 @@ class AdjointGenerator(GeneratorBase):
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         body = "\n".join(entry + forward + exits + reverse)
-        return f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n"
+        return f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n" + self.loop_hints.text()
 
     def parameters(self):
         """The gradient function's parameters: the primal's, then the shadows'.  For arrays
@@ -491,11 +496,17 @@ class AdjointGenerator(GeneratorBase):
                     self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")
                     continue
-            e.line(self.forward_text(instr))
+            e.line(self.hinted(block, self.forward_text(instr)) if instr is block.term else
+                   self.forward_text(instr))
             if instr.synthetic and "@ad.shadow." in instr.text:
                 raw = "@ad.shadow.raw" in instr.text
                 self.push("ptr", instr.ref, "%ad.rawfrees" if raw else "%ad.dtors")
             self.save_register(instr, saved)
+
+    def hinted(self, block, text):
+        """``text``, the branch ending ``block``, with the hint of :mod:`adcore.varying_loops`
+        when ``block`` is the latch of a loop whose trip count varies."""
+        return self.loop_hints.attach(text) if block in self.hinted_latches else text
 
     def forward_text(self, instr):
         """The forward pass's copy of ``instr``: frees, meminfo destructors, lifetime

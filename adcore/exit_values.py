@@ -52,6 +52,11 @@ class ExitTest:
         self.loop, self.outside, self.counter, self.step = loop, outside, counter, step
         self.on_next, self.predicate, self.bound = on_next, predicate, bound
 
+    @property
+    def start(self):
+        """The operand the tested counter starts from."""
+        return _initial(self.counter, self.outside)
+
     def end_values(self, emit, value_of, counters):
         """Emit (with the :class:`adcore.emit.Emitter` ``emit``) the value each phi in
         ``counters`` (``{phi: step instr}``) ends with; ``value_of(operand)`` names an

@@ -95,10 +95,11 @@ class Replay:
             ok = e(f"and i1 {ok}, {e(f'icmp sge i64 {written}, {whole}', 'cov')}", "cov")
         return ok
 
-    def clone(self, e, inputs, done):
+    def clone(self, e, inputs, done, hinted):
         """Emit the replay, a copy of the loop's body that ends by branching to label
-        ``done``; ``inputs`` names each input value in the reverse pass.  Returns the label
-        of its first block."""
+        ``done``; ``inputs`` names each input value in the reverse pass; ``hinted(block,
+        text)`` gives the branch ending a copied ``block`` as the copy writes it.  Returns
+        the label of its first block."""
         mapping = {b.ref: e.fresh("rp") for b in self.loop.blocks}
         mapping.update({i.ref: e.fresh("rp") for i in self.instrs if i.ref})
         mapping.update({v.ref: ref for v, ref in inputs.items()})
@@ -108,7 +109,8 @@ class Replay:
                 if instr is self.latch.term:
                     e.line(f"br label {done}")
                 elif instr in self.instrs:
-                    e.line(strip_metadata(rename(instr.text, mapping)))
+                    text = strip_metadata(rename(instr.text, mapping))
+                    e.line(hinted(block, text) if instr is block.term else text)
         return mapping[self.loop.header.ref]
 
 

@@ -159,9 +159,10 @@ def _cpu_time(fn, budget):
 
 def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
     """The GMM at each (d, K): one round times adcore's gradient, the objective, the
-    hand-written gradient, JAX and PyTorch one after the other (process time); printed are
-    the medians over ``rounds``, as ratios, with adcore's cached bytes and its error against
-    the hand-written gradient."""
+    hand-written gradient, and JAX's and PyTorch's gradient and objective one after the other
+    (process time); printed are the medians over ``rounds``, as ratios, with adcore's cached
+    bytes and its error against the hand-written gradient. A peer's objective is given over the
+    Numba objective's: where it is below 1 the peer's primal is the faster one."""
     for d, K in sizes:
         inst = gmm.instance(K, n, d)
         kern = gmm.Kernels(inst)
@@ -170,10 +171,13 @@ def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
         _, ad = kern.adcore()
         err = rel_err(ad, hand)
         cached = adcore.last_cached_bytes()
-        peers_ = {name: eng[1] for name, eng in gmm.engines(inst).items()
-                  if name.startswith(("JAX", "PyTorch")) and not isinstance(eng, str)}
-        fns = {"adcore": kern.adcore, "objective": kern.objective, "hand": kern.hand, **peers_}
-        for fn in peers_.values():
+        engines = {name: eng for name, eng in gmm.engines(inst).items()
+                   if name.startswith(("JAX", "PyTorch")) and not isinstance(eng, str)}
+        peers_ = {name: eng[1] for name, eng in engines.items()}
+        objectives = {name + " objective": eng[0] for name, eng in engines.items()}
+        fns = {"adcore": kern.adcore, "objective": kern.objective, "hand": kern.hand, **peers_,
+               **objectives}
+        for fn in [*peers_.values(), *objectives.values()]:
             fn()
         times = {name: [] for name in fns}
         for _ in range(rounds):
@@ -181,7 +185,9 @@ def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
                 times[name].append(_cpu_time(fn, budget))
         med = {name: statistics.median(t) for name, t in times.items()}
         peer_text = "".join(f", {name} x ref {med[name] / med['hand']:.2f} "
-                            f"(adcore / it {med['adcore'] / med[name]:.2f})" for name in peers_)
+                            f"(adcore / it {med['adcore'] / med[name]:.2f}, its objective / "
+                            f"Numba's {med[name + ' objective'] / med['objective']:.2f})"
+                            for name in peers_)
         out(f"d={d} K={K} n={n}: hand-written {med['hand'] * 1e3:.3g} ms, adcore x ref "
             f"{med['adcore'] / med['hand']:.2f}, grad/objective {med['adcore'] / med['objective']:.2f}, "
             f"cached {cached / 1e6:.2f} MB{peer_text}; error {err:.1e}")

@@ -93,6 +93,23 @@ def test_interleaved_gmm_prints_ratios_and_checks_the_gradient(monkeypatch):
     assert float(lines[0].rsplit("error ", 1)[1]) < 1e-10
 
 
+def test_interleaved_gmm_times_each_peers_objective(monkeypatch):
+    calls = {"objective": 0, "gradient": 0}
+
+    def fake(kind):
+        def call():
+            calls[kind] += 1
+            return 0.0
+        return call
+    monkeypatch.setattr(gmm, "engines", lambda inst: {
+        "JAX (jit)": (fake("objective"), fake("gradient")), "PyTorch": "not installed"})
+    lines = []
+    scale.interleaved_gmm([(3, 2)], n=20, rounds=2, budget=0.0, out=lines.append)
+    assert calls["objective"] == calls["gradient"] == 3      # one warm-up call, one per round
+    assert "JAX (jit) x ref " in lines[0] and "PyTorch" not in lines[0]
+    assert float(lines[0].split("its objective / Numba's ", 1)[1].split(")", 1)[0]) > 0
+
+
 def test_missing_peer_is_a_note(monkeypatch):
     monkeypatch.setattr(peers, "get", lambda name: None)
     engines = gmm.engines(gmm.parse(gmm.TEST_INSTANCE, "test"))
