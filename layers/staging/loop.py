@@ -8,10 +8,11 @@ lowered by Numba and inlined) to each parameter, stopping with a step's ``check`
 message when the value it checks is not finite.  Parameters whose steps are the same and
 per element (``optim.Step.per_element``: Adam, not ClipNorm) take them at once, laid end
 to end in buffers of the loop's own (PyTorch's fused Adam, Optimisers.jl's
-``destructure``): one kernel run per step over all of them instead of one per array.  Python runs once per call, stacking the
-items into buffers kept from call to call (for the very item objects of the last call,
-only their arrays are copied again) and checking that no two arrays share memory; every
-array reaches the loop as one array of addresses (``program._Caller``).
+``destructure``): one kernel run per step over all of them instead of one per array.
+Python runs once per call, stacking the items into buffers kept from call to call (for
+the very item objects of the last call, only their arrays are copied again) and checking
+that no two arrays share memory; every array reaches the loop as one array of addresses
+(``program._Caller``).
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
@@ -109,7 +110,6 @@ class _Stack:
         self.items = None
         return False
 
-
     def _copier(self):
         """The builtin copying the refilled columns (and what keeps it alive), or None
         when one of them is not of plain arrays."""
@@ -168,7 +168,9 @@ class _Plan:
     the state's leaves keep their rules (and the rules their hyperparameters), state
     arrays and frozen flags: the loop (through a ``program._Caller``), the optimiser's
     state arrays and hyperparameters, the messages of the steps' checks (``Step.check``),
-    the gradient workspaces and the stacked items (a ``_Stack``)."""
+    the gradient workspaces and the stacked items (a ``_Stack``).  ``packed``: its groups
+    take their steps at once (unless not ``pack``: :func:`_packable`, and
+    :func:`_packing_pays` for ``steps_a_call`` steps a call)."""
 
     def __init__(self, staged, state, samples, dargs, steps_a_call, pack=True):
         self.state = state
@@ -335,9 +337,10 @@ def _loop_spec(staged, samples, plan, values, fixed, packed):
             specs.append(loop_ir.StepSpec(kernels.setdefault((st.kernel, argtypes), len(kernels)),
                                           states, tuple(range(hi, hi + len(st.hyper))), bool(st.check)))
             hi += len(st.hyper)
-        groups.append(loop_ir.Group(q_of[positions[0]], q_of[na + nd + (0 if packing else q)], ((0, x.size, tuple(
-            q_of[na + staged.shadow_of.index(pos)] for pos in positions)),),
-            x.size, x.dtype.name, bool(read), tuple(specs)))
+        shadows = tuple(q_of[na + staged.shadow_of.index(pos)] for pos in positions)
+        g = q_of[na + nd + (0 if packing else q)]
+        groups.append(loop_ir.Group(q_of[positions[0]], g, ((0, x.size, shadows),), x.size,
+                                    x.dtype.name, bool(read), tuple(specs)))
     copies = {}
     if packing:
         groups, copies = packing.group(groups), packing.copies(groups)
