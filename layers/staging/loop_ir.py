@@ -2,12 +2,15 @@
 
 ``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
 adcore's entry from Python calls it, :mod:`adcore.python_entry`).  ``table`` is the
-address of an int64 array of the addresses of every array the loop reaches.  Parameters and states of groups whose steps run once over them all (``LoopSpec.copy_in``)
-are copied into buffers of the loop's own at the start and back at every exit.  Per step, over the ``n`` items in turn, it zeroes the shadows the step writes,
-calls the gradient (its IR linked in and inlined), stores the loss and stops on a non-finite one (code 1), gathers each
-parameter's gradient from its shadows, calls the optimiser's kernels (``rule.steps``,
-lowered by Numba and linked in: LLVM inlines them with every size known) and subtracts
-the step; the ``k``-th checked step's non-finite value stops it with code ``2 + k``.
+address of an int64 array of the addresses of every array the loop reaches.  Parameters
+and states of groups whose steps run once over them all (``LoopSpec.copy_in``) are copied
+into buffers of the loop's own at the start and back at every exit.  Per step, over the
+``n`` items in turn, it zeroes the shadows the step writes, calls the gradient (its IR
+linked in and inlined), stores the loss and stops on a non-finite one (code 1), gathers
+each parameter's gradient from its shadows, calls the optimiser's kernels
+(``rule.steps``, lowered by Numba and linked in: LLVM inlines them with every size known)
+and subtracts the step; the ``k``-th checked step's non-finite value stops it with code
+``2 + k``.
 A failed call (an exception in the gradient or a kernel) returns its status and
 exception, which the entry raises.  :class:`LoopSpec` is everything the code depends on
 (the disk cache's key); :func:`loop_ir` writes it.
