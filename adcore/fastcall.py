@@ -371,14 +371,16 @@ def row_copier(columns):
                     f"  %col{k} = load ptr, ptr %col{k}.p"]
         e.refuse_unless(_is(e, e.field(f"%col{k}", _TYPE, "ptr"), id(tuple)), k)
         e.refuse_unless(_eq(e, e.field(f"%col{k}", _TUPLE_SIZE, "i64"), len(buffer), "i64"), k)
-        _over_items(e, k, "checked", len(buffer), lambda item, i: _checked(e, item, k, sample, False))
+        _over_items(e, k, "checked", len(buffer),
+                    lambda item, i, k=k, sample=sample: _checked(e, item, k, sample, False))
         e.lines.append(f"  br label %{'check' if k + 1 < len(columns) else 'copy'}{k + 1}")
     e.lines.append(f"copy{len(columns)}:")
     for k, (sample, buffer) in enumerate(columns):
         def copy(item, i, buffer=buffer, nbytes=sample.nbytes):
-            row = e.tmp("row")
-            e.lines += [f"  {row} = getelementptr [{nbytes} x i8], ptr inttoptr (i64 {buffer.ctypes.data} to ptr), i64 {i}",
-                        f"  call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {e.field(item, _DATA, 'ptr')}, i64 {nbytes}, i1 false)"]
+            row, data = e.tmp("row"), e.field(item, _DATA, "ptr")
+            base = f"inttoptr (i64 {buffer.ctypes.data} to ptr)"
+            e.lines += [f"  {row} = getelementptr [{nbytes} x i8], ptr {base}, i64 {i}",
+                        f"  call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {data}, i64 {nbytes}, i1 false)"]
         _over_items(e, k, "copied", len(buffer), copy)
     e.lines += [f"  call void @Py_IncRef(ptr inttoptr (i64 {id(True)} to ptr))",
                 f"  ret ptr inttoptr (i64 {id(True)} to ptr)"]
