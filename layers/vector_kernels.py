@@ -11,7 +11,7 @@ intrinsics with its rule table, and maps them to libmvec in the gradient
 (:mod:`adcore.vector_math`); elsewhere they are LLVM's.  (Ending with a whole vector that
 overlaps the one before, as :func:`libmvec_map_kernel` does, makes the reverse pass read
 the outputs' shadows in vectors that straddle the narrower stores before them, which the
-processor cannot forward: the seed model's `train` 10% slower.)
+processor cannot forward: stalls that showed in the seed model's `train` under load.)
 """
 import numba
 import numpy as np
