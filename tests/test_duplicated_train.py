@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import layers as L
+import optim
 from adcore import Duplicated
 from adcore.tree import leaves
 from layers import Chain, Dense, NonFiniteLossError, gradient, only, train
@@ -523,11 +524,16 @@ def _trained_exactly_as_python_steps(rule, data, diverge=None):
     (Adam(0.01), True), (Descent(0.05), True), (Momentum(0.01, 0.9), True),
     (OptimiserChain(WeightDecay(1e-3), Adam(0.01)), True),
     (OptimiserChain(ClipNorm(0.5), Adam(0.01)), False),    # ClipNorm mixes an array's entries
-], ids=["adam", "descent", "momentum", "decay-adam", "clipnorm-adam"])
+    (optim.Nesterov(0.01, 0.9), True), (optim.RMSProp(0.01), True),
+    (optim.AdamW(0.01, lambda_=0.1), True), (optim.AdaGrad(0.1), True),
+], ids=["adam", "descent", "momentum", "decay-adam", "clipnorm-adam", "nesterov", "rmsprop",
+        "adamw", "adagrad"])
 def test_parameters_whose_steps_are_per_element_take_them_at_once(rule, packed):
     """The three parameters of the seed model laid end to end take one run of Adam's
     kernel per step (its powers of beta the first parameter's, copied to the others):
-    the same numbers as a step per array."""
+    the same numbers as a step per array.  The kernels the loop writes straight to LLVM IR
+    (``direct_ir.kernel_ir``: all but AdaGrad's and ClipNorm's, which Numba lowers) compute
+    exactly what ``update``'s Numba-compiled ones do."""
     plan = _trained_exactly_as_python_steps(rule, seed_data()[::4])
     assert plan.packed == packed
 

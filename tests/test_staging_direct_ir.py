@@ -238,11 +238,19 @@ g = layers.gradient(lambda m, x, y: layers.mse(m(x), y), Duplicated(model), x, y
 from adcore.tree import leaves
 assert all(np.isfinite(a).all() for _, a in leaves(g[0]))
 assert not refreshed, "Numba's compiler started"
+import optim
+dup = Duplicated(model)
+data = [(x[k], y[k]) for k in range(0, 41, 5)]
+losses = layers.train(lambda m, x, y: layers.mse(m(x), y), dup, data, optim.setup(optim.Adam(), dup))
+assert len(losses) == 9 and np.isfinite(losses).all()
+assert not refreshed, "Numba's compiler started for train's loop"
 """
 
 
 def test_a_translated_programs_first_gradient_starts_no_numba_compile():
-    """Numba's first compile in a process refreshes its target context (0.25-0.35 s)."""
+    """Numba's first compile in a process refreshes its target context (0.25-0.35 s): not
+    for a translated program's first gradient, nor for the first ``train`` call after it
+    (Adam's kernel translated too, ``direct_ir.kernel_ir``)."""
     run = subprocess.run([sys.executable, "-c", FIRST_GRADIENT], capture_output=True, text=True,
                          timeout=300, cwd=ROOT, env=dict(os.environ, ADCORE_CACHE="0",
                                                          PYTHONPATH=str(ROOT)))

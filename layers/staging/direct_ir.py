@@ -30,6 +30,8 @@ from adcore import numba_abi
 from adcore.capture import Kernel
 from adcore.emit import float_const
 
+from optim.rules import like
+
 from .. import kernels, vector_kernels
 
 ENABLED = True      # tests turn it off to compare with Numba's compile
@@ -78,7 +80,7 @@ def arithmetic(a, b):
 class _Function:
     """The LLVM text of one program (a ``FunctionDef``) for Numba argument types."""
 
-    def __init__(self, tree, argtypes, scope, symbol):
+    def __init__(self, tree, argtypes, scope, symbol, procedure=False):
         self.scope, self.symbol = scope, symbol
         self.entry, self.body, self.declares = [], [], {}
         self.names = itertools.count()
@@ -86,6 +88,7 @@ class _Function:
         self.frame, self.prefix = {}, ""    # an inlined callee's arguments and constants
         self.returns = None                 # an inlined callee's (exit label, [returns])
         self.arrays, self.scalars, self.meminfos = {}, {}, {}
+        self.nesting = 0                    # loops and branches around the statement
         ctx = numba_abi.target_context()
         params = ["ptr noalias captures(none) %retptr", "ptr noalias captures(none) %excinfo"]
         args = tree.args
@@ -107,7 +110,9 @@ class _Function:
                 raise Untranslatable(f"an argument of type {t}")
         self.params = params
         self.restype = None
-        body = tree.body
+        body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+        if procedure:         # no value: Numba's status for a None result
+            body = body + [ast.Return(value=None)]
         if not body or not isinstance(body[-1], ast.Return):
             raise Untranslatable("a program not ending in a return")
         self.block("b0")
@@ -117,6 +122,10 @@ class _Function:
         for k, statement in enumerate(body[:-1]):
             self.statements([statement])
             self.references("NRT_decref", last.get(k, ()))
+        if procedure:
+            self.references("NRT_decref", last.get(len(body) - 1, ()))
+            self.emit("ret i32 -2")
+            return
         value, ty = self.expression(body[-1].value)
         if ty == BOOL:
             raise Untranslatable("a boolean result")
@@ -174,6 +183,11 @@ class _Function:
                 raise Untranslatable(f"the statement {type(s).__name__}")
             method(s)
 
+    def nested_statements(self, body):
+        self.nesting += 1
+        self.statements(body)
+        self.nesting -= 1
+
     def _Pass(self, s):
         pass
 
@@ -181,6 +195,14 @@ class _Function:
         if len(s.targets) != 1:
             raise Untranslatable("a multiple assignment")
         target = s.targets[0]
+        if isinstance(target, ast.Tuple) and isinstance(s.value, ast.Tuple) and \
+                len(target.elts) == len(s.value.elts):    # all values first, as Python
+            values = [self.expression(v) for v in s.value.elts]
+            for name, (value, ty) in zip(target.elts, values):
+                if not isinstance(name, ast.Name):
+                    raise Untranslatable("an assignment target")
+                self.assign(name.id, value, ty)
+            return
         value, ty = self.expression(s.value)
         if isinstance(target, ast.Name):
             self.assign(target.id, value, ty)
@@ -233,7 +255,7 @@ class _Function:
         self.block(check)
         self.emit(f"br i1 {more}, label %{body}, label %{done}")
         self.block(body)
-        self.statements(s.body)
+        self.nested_statements(s.body)
         self.emit(f"br label %{head}")
         self.block(done)
 
@@ -245,7 +267,7 @@ class _Function:
         self.block(head)
         self.emit(f"br i1 {self.condition(s.test)}, label %{body}, label %{done}")
         self.block(body)
-        self.statements(s.body)
+        self.nested_statements(s.body)
         self.emit(f"br label %{head}")
         self.block(done)
 
@@ -253,10 +275,10 @@ class _Function:
         then, other, done = self.label("then"), self.label("else"), self.label("endif")
         self.emit(f"br i1 {self.condition(s.test)}, label %{then}, label %{other}")
         self.block(then)
-        self.statements(s.body)
+        self.nested_statements(s.body)
         self.emit(f"br label %{done}")
         self.block(other)
-        self.statements(s.orelse)
+        self.nested_statements(s.orelse)
         self.emit(f"br label %{done}")
         self.block(done)
 
@@ -271,6 +293,10 @@ class _Function:
         """Store into variable ``name``; each variable keeps the one type it was first
         given (where Numba would give a later assignment another type, its SSA versions
         and their unification are not modelled: untranslatable)."""
+        if name in self.scalars and not self.prefix and not self.nesting and \
+                name not in self.variables:
+            del self.scalars[name]      # a scalar argument given a new value at the top
+            # level: from here on a variable (Numba's next SSA version, of its own type)
         if name in self.arrays or name in self.scalars or name in self.scope or \
                 name in self.frame:
             raise Untranslatable(f"an assignment to the argument or global {name}")
@@ -291,6 +317,8 @@ class _Function:
             return self.frame[name]
         if name in self.scalars and not self.prefix:
             return self.scalars[name]
+        if name in self.scope and isinstance(self.scope[name], float):    # Numba freezes it
+            return _constant(self.scope[name])
         name = self.prefix + name
         if name not in self.variables:
             raise Untranslatable(f"the name {name}")
@@ -316,6 +344,12 @@ class _Function:
 
     def _Name(self, e):
         return self.load(e.id)
+
+    def _Attribute(self, e):
+        """``array.size`` of a 1-D array argument."""
+        if e.attr != "size" or not isinstance(e.value, ast.Name) or e.value.id not in self.arrays:
+            raise Untranslatable(f"the attribute {e.attr}")
+        return self.arrays[e.value.id][1], I64
 
     def _Subscript(self, e):
         pointer, element = self.element(e)
@@ -411,9 +445,18 @@ class _Function:
             self.body = body
 
     def _Call(self, e):
+        f = e.func
+        if isinstance(f, ast.Name) and not e.keywords:
+            callee = self.scope.get(f.id)
+            if callee is like and len(e.args) == 2 and isinstance(e.args[0], ast.Name) and \
+                    e.args[0].id in self.arrays:       # the value in the array's element type
+                value, ty = self.expression(e.args[1])
+                target = self.arrays[e.args[0].id][2]
+                return self.cast(value, ty, target), target
+            if _inlined(callee) and len(e.args) > 1:
+                return self.inlined_call(callee.py_func, *[self.expression(a) for a in e.args])
         if e.keywords or len(e.args) != 1:
             raise Untranslatable("a call")
-        f = e.func
         if isinstance(f, ast.Name) and f.id == "abs" and self.scope.get("abs", abs) is abs:
             value, ty = self.expression(e.args[0])
             if ty not in _FLOATS:
@@ -429,7 +472,7 @@ class _Function:
             target = F32 if f.attr == "float32" else F64
             return self.cast(value, ty, target), target
         if (module is kernels or module is kernels.S) and _inlined(getattr(module, f.attr, None)):
-            return self.inlined_call(getattr(module, f.attr).py_func, value, ty)
+            return self.inlined_call(getattr(module, f.attr).py_func, (value, ty))
         if module is not math:
             raise Untranslatable(f"the call {f.value.id}.{f.attr}")
         if ty == I64:                 # Numba: an integer argument is converted to float64
@@ -445,19 +488,19 @@ class _Function:
             return self.value(f"call {ty} @{name}({ty} {value})"), ty
         raise Untranslatable(f"math.{f.attr}")
 
-    def inlined_call(self, fn, value, ty):
-        """``fn(value)`` for an njit function Numba inlines where it is called
+    def inlined_call(self, fn, *arguments):
+        """``fn(*arguments)`` (``(value, type)`` each) for an njit function Numba inlines where it is called
         (``inline="always"``): its body written here, with variables of its own and its
         closure's numbers as constants; each ``return`` stores into one result variable of
         the returns' unified type (as Numba's inliner does) and leaves the body."""
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
         body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
         args = tree.args
-        if not isinstance(tree, ast.FunctionDef) or len(args.args) != 1 or args.vararg or \
+        if not isinstance(tree, ast.FunctionDef) or len(args.args) != len(arguments) or args.vararg or \
                 args.kwarg or args.kwonlyargs or args.defaults or args.posonlyargs or \
-                tree.decorator_list or not body or not isinstance(body[-1], ast.Return):
+                not body or not isinstance(body[-1], ast.Return):     # (its njit decorator aside)
             raise Untranslatable(f"the callee {fn.__qualname__}")
-        frame = {args.args[0].arg: (value, ty)}
+        frame = {a.arg: argument for a, argument in zip(args.args, arguments)}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             frame[name] = _constant(cell.cell_contents)
         saved = self.scope, self.frame, self.prefix, self.returns
@@ -578,6 +621,25 @@ def _last_uses(body, arrays):
            for k, names in enumerate(named)}
     out[None] = [name for name, k in last.items() if k is None]
     return out
+
+
+def kernel_ir(kernel, argtypes, symbol):
+    """The LLVM text of function ``symbol``: njit ``kernel`` (an optimiser's kernel:
+    arrays, float scalars, no result) for Numba argument types ``argtypes``, as Numba
+    lowers it, or None when it uses a construct outside the subset."""
+    if not ENABLED:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(kernel.py_func))).body[0]
+        if not isinstance(tree, ast.FunctionDef) or any(
+                not (isinstance(d, ast.Name) or isinstance(d, ast.Attribute)) for d in tree.decorator_list):
+            raise Untranslatable("not one function")
+        text = _Function(tree, argtypes, kernel.py_func.__globals__, symbol, procedure=True).text()
+        text += _ATTRIBUTES
+        llvm.parse_assembly(text).verify()
+    except (Untranslatable, RecursionError, OSError, TypeError):
+        return None
+    return text
 
 
 class DirectProgram:

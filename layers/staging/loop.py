@@ -32,7 +32,7 @@ from adcore.timings import stage
 from adcore.tree import child
 from optim.addresses import address
 
-from . import loop_ir
+from . import direct_ir, loop_ir
 from .lower import Kind
 from .program import Zeroing, _Caller, lookup
 
@@ -428,19 +428,15 @@ def _compile_loop(spec, kernels, grad):
         parts = None
 
     def compile_(symbol):
-        with stage("Numba compile"):
-            results, modules = [], []
-            for k, (kernel, argtypes) in enumerate(kernels):
-                cres = numba_abi.lowered(kernel, argtypes)
-                restype = cres.signature.return_type
-                if not isinstance(restype, (types.Number, types.NoneType)):
-                    raise NotImplementedError("an optimiser kernel returning an object")
-                module = numba_abi.linkable_module(cres.library)
-                module.get_function(cres.fndesc.mangled_name).name = name = f"{symbol}.kernel{k}"
-                module = llvm.parse_assembly(loop_ir.with_distinct_arrays(str(module), name, argtypes))
-                value = loop_ir.LLVM_FLOATS.get(str(restype))
-                results.append((name, str(cres.target_context.get_value_type(restype)), value))
-                modules.append(module)
+        results, modules = [], []
+        for k, (kernel, argtypes) in enumerate(kernels):
+            name = f"{symbol}.kernel{k}"
+            text, restype = _kernel_ir(kernel, argtypes, name)
+            if not isinstance(restype, (types.Number, types.NoneType)):
+                raise NotImplementedError("an optimiser kernel returning an object")
+            modules.append(llvm.parse_assembly(loop_ir.with_distinct_arrays(text, name, argtypes)))
+            results.append((name, str(numba_abi.target_context().get_value_type(restype)),
+                            loop_ir.LLVM_FLOATS.get(str(restype))))
         with stage("generate"):
             gradient = f"{symbol}.gradient"
             module = llvm.parse_assembly(loop_ir.loop_ir(symbol, spec, results, gradient))
@@ -455,6 +451,25 @@ def _compile_loop(spec, kernels, grad):
         return disk_cache.native_function(parts, loop_ir.FLAT, ["i64", "i64"], compile_, "train loop")
     except LinkError as err:
         raise NotImplementedError(str(err)) from None
+
+
+def _kernel_ir(kernel, argtypes, name):
+    """``(IR text, result type)`` of optimiser kernel ``kernel`` for ``argtypes`` as
+    function ``name``: written straight to LLVM IR when :func:`direct_ir.kernel_ir` can
+    (no Numba compile, nor Numba's start in a process whose gradients were translated
+    too), else lowered by Numba."""
+    with stage("translate"):
+        text = direct_ir.kernel_ir(kernel, argtypes, name)
+        if text is not None:
+            module = llvm.parse_assembly(text)
+            module.triple = numba_abi.target_machine().triple
+            numba_abi.run_function_passes(module)     # Numba's, as on a kernel it lowers
+            return str(module), types.none
+    with stage("Numba compile"):
+        cres = numba_abi.lowered(kernel, argtypes)
+        module = numba_abi.linkable_module(cres.library)
+        module.get_function(cres.fndesc.mangled_name).name = name
+        return str(module), cres.signature.return_type
 
 
 def _inlined(ir, symbol, name):
