@@ -332,9 +332,9 @@ def test_duplicated_model_and_train_loop_from_the_cache(tmp_path):
     for a, b, t in zip(first["grads"], second["grads"], second["tape"]):
         assert a == b
         np.testing.assert_allclose(b, t, rtol=2e-4, atol=1e-6)   # float32: the tape engine
-    # The loop is LLVM IR adcore writes, with the optimiser's kernel lowered by Numba (no
-    # machine code) linked in, compiled once with its entry; its object code is stored
-    assert first["train"] == ["train loop", ["Numba compile", "generate", "compile"]]
+    # The loop is LLVM IR adcore writes, with the optimiser's kernel written to LLVM IR
+    # (direct_ir.kernel_ir) linked in, compiled once with its entry; its object code is stored
+    assert first["train"] == ["train loop", ["translate", "generate", "compile"]]
     assert second["train"] == ["train loop", ["load from disk"]]   # the loop's object code
     assert first["losses"] == second["losses"] and first["params"] == second["params"]
 

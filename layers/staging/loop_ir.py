@@ -8,7 +8,8 @@ into buffers of the loop's own at the start and back at every exit.  Per step, o
 ``n`` items in turn, it zeroes the shadows the step writes, calls the gradient (its IR
 linked in and inlined), stores the loss and stops on a non-finite one (code 1), gathers
 each parameter's gradient from its shadows, calls the optimiser's kernels
-(``rule.steps``, lowered by Numba and linked in: LLVM inlines them with every size known)
+(``rule.steps``, translated or lowered by Numba and linked in: LLVM inlines them with
+every size known)
 and subtracts the step; the ``k``-th checked step's non-finite value stops it with code
 ``2 + k``.
 A failed call (an exception in the gradient or a kernel) returns its status and
