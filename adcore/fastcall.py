@@ -331,19 +331,10 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
                 "  br label %none"]
     for k in range(len(slots) + len(watched)):
         e.lines += [f"refuse{k}:", f"  store i32 {REFUSED - k}, ptr @status", "  br label %none"]
-    e.lines += ["none:", f"  call void @Py_IncRef(ptr inttoptr (i64 {id(None)} to ptr))",
-                f"  ret ptr inttoptr (i64 {id(None)} to ptr)"]
+    e.lines += ["none:"] + _returned(None)
     name = f"adcore_fastcall_{next(_names)}"
-    ir = "\n".join([
-        f"declare ptr @{box}({boxed})",
-        "declare void @Py_IncRef(ptr)",
-        "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
-        "@excinfo = internal global ptr null",
-        f"@status = internal global i32 {REFUSED}",
-        f"define ptr @{name}.state() {{\n  ret ptr @status\n}}",
-        f"define ptr @{name}.excinfo() {{\n  ret ptr @excinfo\n}}",
-        f"define ptr @{name}(ptr %self, ptr %args, i64 %nargs) {{",
-        "entry:",
+    ir = _builtin_module(name, [f"declare ptr @{box}({boxed})",
+                                "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)"], [
         f"  %target = inttoptr i64 {address} to ptr",
         f"  %ret = alloca {ret_type}",
         "  %exc = alloca ptr",
@@ -353,8 +344,26 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
         "refuse.count:",
         f"  store i32 {REFUSED}, ptr @status",
         "  br label %none",
-        "args.ok:"] + e.lines + ["}", ""])
+        "args.ok:"] + e.lines)
     return NumbaCaller(*_compile(ir, name, box), len(slots) + len(watched))
+
+
+def _returned(obj):
+    """The lines returning a new reference to ``obj`` (a builtin's result)."""
+    return [f"  call void @Py_IncRef(ptr inttoptr (i64 {id(obj)} to ptr))",
+            f"  ret ptr inttoptr (i64 {id(obj)} to ptr)"]
+
+
+def _builtin_module(name, declarations, body):
+    """The IR of builtin ``name`` (``ptr name(ptr %self, ptr %args, i64 %nargs)``, its
+    lines ``body`` after the entry label) with its status and exception globals and their
+    accessors ``name.state`` and ``name.excinfo`` (:func:`_compile`)."""
+    return "\n".join(["declare void @Py_IncRef(ptr)", *declarations,
+                      "@excinfo = internal global ptr null", f"@status = internal global i32 {REFUSED}",
+                      f"define ptr @{name}.state() {{\n  ret ptr @status\n}}",
+                      f"define ptr @{name}.excinfo() {{\n  ret ptr @excinfo\n}}",
+                      f"define ptr @{name}(ptr %self, ptr %args, i64 %nargs) {{", "entry:",
+                      *body, "}", ""])
 
 
 def row_copier(columns):
@@ -382,20 +391,12 @@ def row_copier(columns):
             e.lines += [f"  {row} = getelementptr [{nbytes} x i8], ptr {base}, i64 {i}",
                         f"  call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {data}, i64 {nbytes}, i1 false)"]
         _over_items(e, k, "copied", len(buffer), copy)
-    e.lines += [f"  call void @Py_IncRef(ptr inttoptr (i64 {id(True)} to ptr))",
-                f"  ret ptr inttoptr (i64 {id(True)} to ptr)"]
+    e.lines += _returned(True)
     for k in range(len(columns)):
         e.lines += [f"refuse{k}:", "  br label %none"]
-    e.lines += ["none:", f"  call void @Py_IncRef(ptr inttoptr (i64 {id(None)} to ptr))",
-                f"  ret ptr inttoptr (i64 {id(None)} to ptr)"]
+    e.lines += ["none:"] + _returned(None)
     name = f"adcore_rows_{next(_names)}"
-    ir = "\n".join(["declare void @Py_IncRef(ptr)",
-                    "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-                    "@excinfo = internal global ptr null", "@status = internal global i32 0",
-                    f"define ptr @{name}.state() {{\n  ret ptr @status\n}}",
-                    f"define ptr @{name}.excinfo() {{\n  ret ptr @excinfo\n}}",
-                    f"define ptr @{name}(ptr %self, ptr %args, i64 %nargs) {{", "entry:"] +
-                   e.lines + ["}", ""])
+    ir = _builtin_module(name, ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"], e.lines)
     builtin, method, _, _ = _compile(ir, name, "Py_IncRef")
     return builtin, method
 
