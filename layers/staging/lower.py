@@ -56,6 +56,12 @@ MASK_OPS = {"bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
             "bitwise_xor": "({0} ^ {1})"}
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
+# Workspace buffers of a vector or more start on a cache line (the workspace itself is
+# line-aligned, ``program.line_aligned_zeros``) and reserve whole vectors: every buffer's
+# loops vectorise in the same chunks, so no load straddles two stores (a stall of store
+# forwarding), and a vector map over a buffer runs whole vectors into the reserved tail.
+LINE_BYTES = 64
+
 
 def _literal(v):
     if isinstance(v, (bool, np.bool_)):
@@ -79,6 +85,7 @@ class Lowering:
         self.lines, self.depth, self.counter = [], 1, 0
         self.inline = inlined(records, outputs)
         self.views, self.args, self.work = {}, [], {d: 0 for d in FLOATS}
+        self.whole_vectors = set()        # (dtype, offset) of buffers reserving whole vectors
         self.indices, self.states, self.kernel_names = indices, states, {}
         self.globals = {"K": kernels, "S": kernels.S, "math": math, "np": np}
         for rec_id, (kind, name, value) in leaves.items():
@@ -108,8 +115,13 @@ class Lowering:
         if dtype not in FLOATS:
             raise UnsupportedError(f"a {dtype} intermediate value",
                                    detail="the compiled path handles float32 and float64 arrays")
-        off = self.work[dtype]
-        self.work[dtype] += max(int(np.prod(shape, dtype=np.int64)), 1)
+        off, size = self.work[dtype], max(int(np.prod(shape, dtype=np.int64)), 1)
+        width = vector_kernels.lanes(dtype)
+        if size >= width:
+            line = LINE_BYTES // dtype.itemsize
+            off, size = -(-off // line) * line, -(-size // width) * width
+            self.whole_vectors.add((dtype, off))
+        self.work[dtype] = off + size
         return View(work_name(dtype), off, shape, c_strides(shape), dtype)
 
     def const(self, value):
@@ -233,11 +245,14 @@ class Lowering:
             elif self._in_vectors(rec, value, operands):
                 out = self.buffer(value.shape, value.dtype)
                 x, name = operands[0], vector_kernels.vector_name(rec.op, value.dtype)
-                for count in {None, value.size % vector_kernels.lanes(value.dtype) or None}:
+                width, n = vector_kernels.lanes(value.dtype), value.size
+                if (value.dtype, x.off) in self.whole_vectors and x.base == out.base:
+                    n = -(-n // width) * width     # into both buffers' reserved tails
+                for count in {None, n % width or None}:
                     self.globals[vector_kernels.vector_name(rec.op, value.dtype, count)] = \
                         vector_kernels.vector_op(rec.op, value.dtype, count)
                 self.emit_kernel(vector_kernels.map_lines, name, value.dtype, out.base, out.off,
-                                 x.base, x.off, value.size)
+                                 x.base, x.off, n)
             else:
                 out = self.buffer(value.shape, value.dtype)
                 self.store(out, template, operands)

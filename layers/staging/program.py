@@ -27,7 +27,7 @@ from optim.addresses import address, view
 
 from . import direct_ir
 from .guard import GuardWriter, emit_tree
-from .lower import LEAVES, SHADOWED, Kind, Lowering
+from .lower import LEAVES, LINE_BYTES, SHADOWED, Kind, Lowering
 from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
 
@@ -68,6 +68,16 @@ def _tracked_leaves(tree):
     else:
         return []
     return [t for k in kids for t in _tracked_leaves(k)]
+
+
+def line_aligned_zeros(shape, dtype):
+    """A zeroed C-contiguous array whose data starts on a cache line (for the workspace,
+    whose buffers start on lines: ``lower.LINE_BYTES``)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.zeros(nbytes + LINE_BYTES, np.uint8)
+    start = -raw.ctypes.data % LINE_BYTES
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 @numba.njit(cache=False)
@@ -233,7 +243,7 @@ class Staged:
                 anns.append(Const(np.ascontiguousarray(sample)))
             else:
                 shape, dtype = a.payload
-                buf, dbuf = np.zeros(shape, dtype), np.zeros(shape, dtype)
+                buf, dbuf = line_aligned_zeros(shape, dtype), line_aligned_zeros(shape, dtype)
                 anns.append(Duplicated(buf, dbuf))
                 gather.append(w.const(buf))
                 samples.append(buf)
