@@ -7,7 +7,7 @@ non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's publ
 written to LLVM IR by :mod:`direct_ir` or lowered by Numba, and inlined) to each parameter, stopping with a step's ``check``
 message when the value it checks is not finite.  Parameters whose steps are the same and
 per element (``optim.Step.per_element``: Adam, not ClipNorm) take them at once, laid end
-to end in buffers of the loop's own (PyTorch's fused Adam, Optimisers.jl's
+to end (each from a cache line) in buffers of the loop's own (PyTorch's fused Adam, Optimisers.jl's
 ``destructure``): one kernel run per step over all of them instead of one per array.
 Python runs once per call, stacking the items into buffers kept from call to call (for
 the very item objects of the last call, only their arrays are copied again) and checking
@@ -33,7 +33,7 @@ from adcore.tree import child
 from optim.addresses import address
 
 from . import direct_ir, loop_ir
-from .lower import Kind
+from .lower import LINE_BYTES, Kind
 from .program import Zeroing, _Caller, lookup
 
 
@@ -189,9 +189,10 @@ class _Plan:
         self.checks = [st.check for _, steps in plan for st in steps if st.check]
         self.packed = pack and _packable(plan, dargs) and _packing_pays(plan, dargs, steps_a_call)
         if self.packed:   # the loop's own: the gradient, the parameters and states end to end
-            x, total = dargs[plan[0][0][0]], sum(dargs[pos[0]].size for pos, _ in plan)
-            own = [np.empty(total, x.dtype), np.empty(total, x.dtype)]
-            own += [np.empty(total, s.dtype) for st in plan[0][1]
+            x = dargs[plan[0][0][0]]
+            total = _packed_offsets([dargs[pos[0]].size for pos, _ in plan], x.itemsize)[-1]
+            own = [np.zeros(total, x.dtype), np.zeros(total, x.dtype)]
+            own += [np.zeros(total, s.dtype) for st in plan[0][1]
                     for s, each in zip(st.state, st.per_element) if each]
         else:             # a gradient buffer per group
             own = [np.empty(dargs[pos[0]].size, dargs[pos[0]].dtype) for pos, _ in plan]
@@ -350,6 +351,17 @@ def _loop_spec(staged, samples, plan, values, fixed, packed):
     return spec, list(kernels)
 
 
+def _packed_offsets(sizes, itemsize):
+    """Where parameters of ``sizes`` go in the packed buffers, each from a cache line
+    (a step's wide loads of one parameter then never straddle the stores of the last
+    step's update), and the buffers' size."""
+    line, offsets, at = LINE_BYTES // itemsize, [], 0
+    for size in sizes:
+        offsets.append(at)
+        at = -(-(at + size) // line) * line
+    return offsets + [at]
+
+
 class _Packing:
     """Where packed groups put things (:func:`_loop_spec`): the table entries of the
     gradient buffer (``g``), of the parameters (``x``) and of each per-element state
@@ -357,11 +369,8 @@ class _Packing:
     each parameter's driver position's ``(entry, byte offset)`` in ``x`` (``at``)."""
 
     def __init__(self, plan, values, q_of, first, na, shadow_of):
-        self.itemsize, self.offsets, at = values[plan[0][0][0]].itemsize, [], 0
-        for positions, _ in plan:
-            self.offsets.append(at)
-            at += values[positions[0]].size
-        self.total = at
+        self.itemsize = values[plan[0][0][0]].itemsize
+        *self.offsets, self.total = _packed_offsets([values[p[0]].size for p, _ in plan], self.itemsize)
         self.g, self.x = q_of[first], q_of[first + 1]
         self.per_element = [step.per_element for step in plan[0][1]]
         each = [(k, m) for k, per in enumerate(self.per_element) for m, e in enumerate(per) if e]
