@@ -6,7 +6,8 @@ column-major) into a fresh slice of the workspace, through ``kernels.dot_into``,
 Numba keeps in its cache (its compile of ``np.dot`` for new layouts is 0.1 s of a first
 gradient); adcore differentiates the BLAS call
 with its own rules (``adcore.blas_rules``), so forward and reverse run at BLAS speed.
-Smaller products (the seed model's 1x23 layers) stay loops (``kernels.gemm``, written into the program), which
+Smaller products (the seed model's 1x23 layers) stay loops (``kernels.gemm``, written into the program, summing
+in the result's dtype as BLAS does), which
 LLVM specialises on their static sizes and which cost no call overhead.  An operand
 that is not a plain C- or F-ordered matrix (broadcast, strided slice, other dtype) is
 first copied into the workspace.
@@ -50,7 +51,8 @@ def lower_matmul(low, a, b, value):
         z = ["0", "0"]
         low.emit_kernel(kernels.gemm, full.base, full.offset(idx + z), full.strides[-2], full.strides[-1],
                         a.base, a.offset(idx + z), a.strides[-2], a.strides[-1],
-                        b.base, b.offset(idx + z), b.strides[-2], b.strides[-1], n, k, m)
+                        b.base, b.offset(idx + z), b.strides[-2], b.strides[-1], n, k, m,
+                        value.dtype)
         low.close_loops(idx)
     return full.reshape(value.shape)
 
