@@ -84,7 +84,7 @@ class _Stack:
     refilled arrays) when they are plain arrays."""
 
     def __init__(self, n, samples):
-        self.n, self.items, self.refill, self.copiers = n, None, {}, {}
+        self.n, self.items, self.refill, self.copiers, self.copy = n, None, {}, {}, None
         self.buffers = {k: np.empty((n, s.size), s.dtype) if isinstance(s, np.ndarray)
                         else np.empty(n, np.result_type(s)) for k, s in samples.items()}
 
@@ -99,11 +99,14 @@ class _Stack:
             return False
         self.items = list(items)
         self.refill = {k: tuple(col) for k, col in columns.items() if not isinstance(col[0], _IMMUTABLE)}
+        self.copy = None        # chosen at the first refresh (the builtin checks every item)
         return True
 
     def refresh(self):
-        copy = self._copier()
-        if copy is not None and copy[0](*self.refill.values()) is not None:
+        if self.copy is None:
+            self.copy = self._copier() or (None,)
+        copy = self.copy[0]
+        if copy is not None and copy(*self.refill.values()) is not None:
             return True
         if all(_fill(self.buffers[k], col, typed=True) for k, col in self.refill.items()):
             return True
@@ -201,7 +204,7 @@ class _Plan:
         values = [samples.get(k, v) for k, v in enumerate(dargs)] + list(self.tail)
         values.append(np.empty(0))   # the losses
         fixed = [k for k, v in enumerate(values) if isinstance(v, np.ndarray) or k in samples]
-        self.fixed, self.checked = fixed, None
+        self.fixed, self.checked, self.last = fixed, None, None
         spec, kernels = _loop_spec(staged, samples, plan, values, fixed, self.packed)
         key = (spec, tuple(kernels))
         if key not in staged.loops:      # None: it cannot be compiled (not tried again)
@@ -214,6 +217,21 @@ class _Plan:
         if loop is None:
             raise NotImplementedError("the loop cannot be compiled")
         self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
+
+    def arguments(self, stack, dargs, losses):
+        """The loop's arguments: the program's (the stacked inputs from ``stack``), the
+        plan's own buffers and ``losses``; the very tuple of the last call when it would
+        hold the same arrays (``program._Caller`` then checks nothing again); ``None``
+        when two of them share memory."""
+        last = self.last
+        if last is not None and last[0] is stack and last[1] is losses and \
+                all(map(operator.is_, dargs, last[2])):
+            return last[3]
+        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *self.tail, losses)
+        if not self.disjoint(values):
+            return None
+        self.last = (stack, losses, list(dargs), values)
+        return values
 
     def disjoint(self, values):
         """Whether no two of the arrays the loop reaches among ``values`` share memory
@@ -526,10 +544,10 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         stack = plan.stacked(staged, items, len(first) + 1)
         if stack is None:
             return None
-        losses = plan.losses(n * epochs)
-        values = (*[stack.buffers.get(k, v) for k, v in enumerate(dargs)], *plan.tail, losses)
-        if not plan.disjoint(values):
+        values = plan.arguments(stack, dargs, plan.losses(n * epochs))
+        if values is None:
             return None
+        losses = values[-1]
         stop, code = plan.call.run(n * epochs, n, values)
         if code == -1:       # the groups' records differ: each group takes its own steps
             packed, plan = plan, _Plan(staged, state, plan.samples, dargs, n * epochs, pack=False)
