@@ -6,7 +6,9 @@ program the loop ``out[oo + i] = op(x[xo + i])`` for ``i < n`` (``n`` at least o
 vector's lanes; ``out`` and ``x`` distinct), in blocks of one 256-bit vector through
 LLVM's vector intrinsic (``llvm.tanh.v8f32``; ``vector_op(op, dtype)``), and the
 elements left over in one more vector call whose lanes are read and written one by one
-(``vector_op(op, dtype, count)``, the other lanes zero).  adcore differentiates the
+(``vector_op(op, dtype, count)``, the other lanes zero), unless both are workspace
+buffers reserving whole vectors (``staging.lower.LINE_BYTES``): then ``n`` is rounded up
+and the last vector runs into their reserved tails.  adcore differentiates the
 intrinsics with its rule table, and maps them to libmvec in the gradient
 (:mod:`adcore.vector_math`); elsewhere they are LLVM's.  (Ending with a whole vector that
 overlaps the one before, as :func:`libmvec_map_kernel` does, makes the reverse pass read
