@@ -223,9 +223,10 @@ class AdjointGenerator(GeneratorBase):
 
     def replay_prelude(self, block):
         """At the start of the reverse of latch ``block``: whether the replay runs this
-        iteration (an ``i1``), and the replay's inputs ``{value: name}``."""
+        iteration (an ``i1``: the forward pass pushed whether it copied the arrays), and the
+        replay's inputs ``{value: name}``."""
         replay, materialise = self.replays[block], self.values.materialise
-        refilled = replay.condition(self.e, materialise)
+        refilled = self.e(f"icmp eq i8 {self.pop('i8')}, 0", "refill")
         inputs = {v: materialise(Operand(v.ref, v.type, v)) for v in replay.inputs}
         return refilled, inputs
 
@@ -273,12 +274,15 @@ class AdjointGenerator(GeneratorBase):
         """What the forward pass pushes per iteration of a loop (after ``build``):
         ``(block, kind, value)`` with kind "reg" (a kept value), "pred" (which
         predecessor entered ``block``), "iv" (a loop counter's start), "snapshot" (``value``
-        the array ``(data, nitems, itemsize)`` copied at the end of the iteration) or "refill"
-        (such an array the reverse pass refills instead, :mod:`adcore.replays`)."""
+        the array ``(data, nitems, itemsize)`` copied at the end of the iteration), "refill"
+        (such an array the reverse pass may refill instead, :mod:`adcore.replays`) or "choice"
+        (``value`` the :class:`adcore.replays.Replay` whose choice is pushed)."""
         out = [(b, kind, v) for b, plan in self.plans.items() for kind, v, _ in plan]
         for latch, arrays in self.snapshots.at.items():
             refilled = self.replays[latch].arrays if latch in self.replays else ()
             out += [(latch, "refill" if array in refilled else "snapshot", array) for array in arrays]
+            if refilled:
+                out.append((latch, "choice", self.replays[latch]))
         return out
 
     def enter_loops(self, block):
@@ -540,8 +544,9 @@ class AdjointGenerator(GeneratorBase):
 
     def take_snapshots(self, block):
         """At the end of ``block``'s forward pass, copy the arrays snapshotted there; those
-        a replay refills only in an iteration where the replay cannot be taken (in a block
-        of their own: ``block``'s terminator then ends block ``forward_labels[block]``)."""
+        a replay can refill only in an iteration where the forward pass chooses the copy
+        (:meth:`adcore.replays.Replay.snapshot_taken`, in a block of their own: ``block``'s
+        terminator then ends block ``forward_labels[block]``), pushing that choice."""
         replay = self.replays.get(block)
         refilled = replay.arrays if replay else ()
         for array in self.snapshots.at.get(block, ()):
@@ -550,12 +555,14 @@ class AdjointGenerator(GeneratorBase):
         if replay:
             e, tail = self.e, self.forward_labels[block.ref]
             copy = e.fresh("snap")
-            e.line(f"br i1 {replay.condition(e, lambda op: op.ref)}, label {tail}, label {copy}")
+            taken = replay.snapshot_taken(e, lambda op: op.ref, "%ad.stack")
+            e.line(f"br i1 {taken}, label {copy}, label {tail}")
             e.label(copy)
             for array in refilled:
                 self.copy_array("snapshot", "%ad.stack", array)
             e.line(f"br label {tail}")
             e.label(tail)
+            self.push("i8", e(f"zext i1 {taken} to i8", "snap"))
 
     def restore_snapshots(self, block, replay_code):
         """At the start of the reverse of ``block``: the arrays snapshotted there back, or

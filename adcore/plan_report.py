@@ -3,6 +3,7 @@ iteration of each loop (``adcore.cache_report(f, *args)``)."""
 import re
 
 from . import runtime
+from .replays import SNAPSHOT_BUDGET, SNAPSHOT_MIN
 from .rules import math_name
 
 
@@ -85,9 +86,13 @@ def _item(kind, value, block):
                           _line(block))
     if kind == "refill":
         data = value[0]
-        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass "
-                          f"(snapshot only in an iteration whose fill does not cover it)", "refill", 0,
-                          _line(block))
+        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass, "
+                          f"or snapshotted where its fill does not cover it or where the refilled "
+                          f"arrays hold over {SNAPSHOT_MIN} B and the tape stays within "
+                          f"{SNAPSHOT_BUDGET >> 20} MiB with them", "refill", 0, _line(block))
+    if kind == "choice":
+        return CachedItem("whether the iteration's refilled arrays were snapshotted instead",
+                          "i8", 1, _line(block))
     if kind == "pred":
         return CachedItem("which predecessor entered a block", "i8", 1, _line(block))
     name = _variable(value.name or "")
