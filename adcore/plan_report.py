@@ -9,7 +9,8 @@ from .rules import math_name
 
 class CachedItem:
     """One thing the forward pass pushes each iteration of a loop: ``what`` (in words),
-    ``type`` (LLVM), ``bytes`` per iteration (a string for a snapshot: ``n·size``, its nitems times itemsize) and
+    ``type`` (LLVM), ``bytes`` per iteration (a string for a snapshot: ``n·size``, its nitems
+    times itemsize; ``0|n·size`` for an array refilled or copied, as the forward pass chooses) and
     the source ``line`` it comes from, when known."""
 
     def __init__(self, what, type_, bytes_, line):
@@ -86,13 +87,13 @@ def _item(kind, value, block):
                           _line(block))
     if kind == "refill":
         data = value[0]
-        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass, "
-                          f"or snapshotted where its fill does not cover it or where the refilled "
-                          f"arrays hold over {SNAPSHOT_MIN} B and the tape stays within "
-                          f"{SNAPSHOT_BUDGET >> 20} MiB with them", "refill", 0, _line(block))
+        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass, or "
+                          f"copied where its fill misses part of it, or while the tape stays within "
+                          f"{SNAPSHOT_BUDGET >> 20} MiB with refilled arrays of over {SNAPSHOT_MIN} B",
+                          "refill", "0|n·size", _line(block))
     if kind == "choice":
-        return CachedItem("whether the iteration's refilled arrays were snapshotted instead",
-                          "i8", 1, _line(block))
+        return CachedItem("whether the iteration's refilled arrays were copied instead", "i8", 1,
+                          _line(block))
     if kind == "pred":
         return CachedItem("which predecessor entered a block", "i8", 1, _line(block))
     name = _variable(value.name or "")

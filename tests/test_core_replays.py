@@ -125,7 +125,8 @@ def test_a_fill_from_read_only_arrays_is_replayed():
     a, w = _rows(1, 3, 4), np.linspace(0.5, 1.5, 4)
     refills, snaps = _kinds(_report(filled, a, w, np.zeros(4)))
     assert len(refills) == 1 and not snaps and refills[0].depth == 1
-    assert all(item.bytes == 0 for item in refills[0].refills)
+    assert all(item.bytes == "0|n·size" for item in refills[0].refills)
+    assert [item.type for item in refills[0].items].count("i8") == 1     # the choice, per row
     refills, snaps = _kinds(_report(two_scratch, a, w, np.zeros(4), np.zeros(4)))
     assert len(refills) == 1 and len(refills[0].refills) == 2 and not snaps
 
