@@ -223,6 +223,8 @@ class Kernels:
     def __init__(self, inst):
         self.inst = inst
         K, d = inst.K, inst.d
+        self.points = inst.x
+        self.functions = objective, gradient
         self.scratch = (np.zeros((K, d)), np.zeros(K), np.zeros(d), np.zeros(d), np.zeros(K))
         self.hand_scratch = (np.zeros((K, d)), np.zeros(K), np.zeros((K, d)), np.zeros((K, d)),
                              np.zeros(K))
@@ -231,27 +233,27 @@ class Kernels:
 
     def _args(self):
         i = self.inst
-        return i.alphas, i.means, i.icf, i.x, i.gamma, i.m
+        return i.alphas, i.means, i.icf, self.points, i.gamma, i.m
 
     def objective(self):
-        return objective(*self._args(), *self.scratch)
+        return self.functions[0](*self._args(), *self.scratch)
 
     def hand(self):
         """(objective, gradient) from the hand-written kernel."""
         for g in self.grads:
             g[...] = 0.0
-        val = gradient(*self._args(), *self.hand_scratch, *self.grads)
+        val = self.functions[1](*self._args(), *self.hand_scratch, *self.grads)
         return val, self.grads
 
     def adcore(self):
-        """(objective, gradient) from adcore's reverse mode of ``objective``."""
+        """(objective, gradient) from adcore's reverse mode of the objective."""
         for g in self.grads + self.shadows:
             g[...] = 0.0
         i = self.inst
         _, val = adcore.autodiff(
-            ReverseWithPrimal, objective,
-            *(Duplicated(p, g) for p, g in zip(i.params, self.grads)), Const(i.x), Const(i.gamma),
-            Const(i.m), *(Duplicated(s, ds) for s, ds in zip(self.scratch, self.shadows)))
+            ReverseWithPrimal, self.functions[0],
+            *(Duplicated(p, g) for p, g in zip(i.params, self.grads)), Const(self.points),
+            Const(i.gamma), Const(i.m), *(Duplicated(s, ds) for s, ds in zip(self.scratch, self.shadows)))
         return val, self.grads
 
 

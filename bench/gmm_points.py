@@ -13,9 +13,6 @@ import math
 import numba
 import numpy as np
 
-import adcore
-from adcore import Const, Duplicated, ReverseWithPrimal
-
 from . import gmm
 from .gmm import constant, diagonals
 from .kernels import logsumexp
@@ -44,38 +41,58 @@ def _lse_points(main, n):
 
 
 @numba.njit
-def objective(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main):
-    """The GMM objective on points ``xt`` (d, n); qdiag (K, d), sum_qs (K,), z (n,),
-    main (K, n) are scratch."""
+def _row(xt, means, icf, qdiag, k, r, z):
+    """z[i] = row r of Q_k (x_i - mu_k), for every point i."""
     d, n = xt.shape
-    K = alphas.shape[0]
-    diagonals(icf, d, qdiag, sum_qs)
-    for k in range(K):
+    q = qdiag[k, r]
+    mr = means[k, r]
+    for i in range(n):
+        z[i] = q * (xt[r, i] - mr)
+    for c in range(r):
+        a = icf[k, _lower(d, r, c)]
+        mc = means[k, c]
+        for i in range(n):
+            z[i] += a * (xt[c, i] - mc)
+
+
+@numba.njit
+def _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main):
+    """main[k, i] = alphas[k] + sum(q_k) - |Q_k (x_i - mu_k)|^2 / 2."""
+    d, n = xt.shape
+    for k in range(alphas.shape[0]):
         base = alphas[k] + sum_qs[k]
         for i in range(n):
             main[k, i] = base
         for r in range(d):
-            q = qdiag[k, r]
-            mr = means[k, r]
-            for i in range(n):
-                z[i] = q * (xt[r, i] - mr)
-            for c in range(r):
-                a = icf[k, _lower(d, r, c)]
-                mc = means[k, c]
-                for i in range(n):
-                    z[i] += a * (xt[c, i] - mc)
+            _row(xt, means, icf, qdiag, k, r, z)
             for i in range(n):
                 main[k, i] -= 0.5 * z[i] * z[i]
-    slse = _lse_points(main, n)
+
+
+@numba.njit
+def _prior(icf, d, gamma, m, qdiag, sum_qs):
+    """The Wishart prior's terms that depend on the parameters."""
     prior = 0.0
-    for k in range(K):
+    for k in range(icf.shape[0]):
         fro = 0.0
         for j in range(d):
             fro += qdiag[k, j] * qdiag[k, j]
         for j in range(d, icf.shape[1]):
             fro += icf[k, j] * icf[k, j]
         prior += 0.5 * gamma * gamma * fro - m * sum_qs[k]
-    return constant(n, d, K, gamma, m) + slse - n * logsumexp(alphas) + prior
+    return prior
+
+
+@numba.njit
+def objective(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main):
+    """The GMM objective on points ``xt`` (d, n); qdiag (K, d), sum_qs (K,), z (n,),
+    main (K, n) are scratch."""
+    d, n = xt.shape
+    K = alphas.shape[0]
+    diagonals(icf, d, qdiag, sum_qs)
+    _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main)
+    return (constant(n, d, K, gamma, m) + _lse_points(main, n) - n * logsumexp(alphas)
+            + _prior(icf, d, gamma, m, qdiag, sum_qs))
 
 
 @numba.njit(fastmath={"reassoc", "nsz", "contract"})
@@ -85,26 +102,12 @@ def gradient(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main, w, lse, d
     into the d-arrays and returns the objective; w, lse (n,) are scratch besides the
     objective's. A second pass per component recomputes each row of Q_k (x_i - mu_k) (keeping
     them all would take K d n values) and takes the row's adjoint g = -w z into dot products
-    with the centred points."""
+    with the points. Compiled with fastmath's reassoc (and nsz, contract) so that these sums
+    vectorise, as adcore's adjoint sums (reassoc) do; in order they would not (2-3x slower)."""
     d, n = xt.shape
     K = alphas.shape[0]
     diagonals(icf, d, qdiag, sum_qs)
-    for k in range(K):
-        base = alphas[k] + sum_qs[k]
-        for i in range(n):
-            main[k, i] = base
-        for r in range(d):
-            q = qdiag[k, r]
-            mr = means[k, r]
-            for i in range(n):
-                z[i] = q * (xt[r, i] - mr)
-            for c in range(r):
-                a = icf[k, _lower(d, r, c)]
-                mc = means[k, c]
-                for i in range(n):
-                    z[i] += a * (xt[c, i] - mc)
-            for i in range(n):
-                main[k, i] -= 0.5 * z[i] * z[i]
+    _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main)
     slse = 0.0
     for i in range(n):
         mx = main[0, i]
@@ -122,15 +125,9 @@ def gradient(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main, w, lse, d
             sw += w[i]
         dalphas[k] += sw
         for r in range(d):
+            _row(xt, means, icf, qdiag, k, r, z)
             q = qdiag[k, r]
             mr = means[k, r]
-            for i in range(n):
-                z[i] = q * (xt[r, i] - mr)
-            for c in range(r):
-                a = icf[k, _lower(d, r, c)]
-                mc = means[k, c]
-                for i in range(n):
-                    z[i] += a * (xt[c, i] - mc)
             sg = 0.0                                 # g = d objective / d z = -w z
             dq = 0.0
             for i in range(n):
@@ -148,59 +145,28 @@ def gradient(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main, w, lse, d
                 dicf[k, li] += dl - means[k, c] * sg
                 dmeans[k, c] -= icf[k, li] * sg
     lse_a = logsumexp(alphas)
-    prior = 0.0
     for k in range(K):
         dalphas[k] -= n * math.exp(alphas[k] - lse_a)
-        fro = 0.0
         for j in range(d):
-            fro += qdiag[k, j] * qdiag[k, j]
             dicf[k, j] += gamma * gamma * qdiag[k, j] * qdiag[k, j] - m
         for j in range(d, icf.shape[1]):
-            fro += icf[k, j] * icf[k, j]
             dicf[k, j] += gamma * gamma * icf[k, j]
-        prior += 0.5 * gamma * gamma * fro - m * sum_qs[k]
-    return constant(n, d, K, gamma, m) + slse - n * lse_a + prior
+    return constant(n, d, K, gamma, m) + slse - n * lse_a + _prior(icf, d, gamma, m, qdiag, sum_qs)
 
 
-class Kernels:
-    """``bench.gmm.Kernels`` for this layout: the objective, the hand-written gradient and
-    adcore's gradient on one instance (x transposed once, outside the timed calls)."""
+class Kernels(gmm.Kernels):
+    """``bench.gmm.Kernels`` for this layout (x transposed once, outside the timed calls)."""
 
     LABEL = "points layout"
 
     def __init__(self, inst):
-        self.inst = inst
+        super().__init__(inst)
         K, d, n = inst.K, inst.d, inst.n
-        self.xt = np.ascontiguousarray(inst.x.T)
+        self.points = np.ascontiguousarray(inst.x.T)
+        self.functions = objective, gradient
         self.scratch = (np.zeros((K, d)), np.zeros(K), np.zeros(n), np.zeros((K, n)))
         self.hand_scratch = self.scratch + (np.zeros(n), np.zeros(n))
-        self.grads = tuple(np.zeros_like(p) for p in inst.params)
         self.shadows = tuple(np.zeros_like(s) for s in self.scratch)
-
-    def _args(self):
-        i = self.inst
-        return i.alphas, i.means, i.icf, self.xt, i.gamma, i.m
-
-    def objective(self):
-        return objective(*self._args(), *self.scratch)
-
-    def hand(self):
-        """(objective, gradient) from the hand-written kernel."""
-        for g in self.grads:
-            g[...] = 0.0
-        val = gradient(*self._args(), *self.hand_scratch, *self.grads)
-        return val, self.grads
-
-    def adcore(self):
-        """(objective, gradient) from adcore's reverse mode of ``objective``."""
-        for g in self.grads + self.shadows:
-            g[...] = 0.0
-        i = self.inst
-        _, val = adcore.autodiff(
-            ReverseWithPrimal, objective,
-            *(Duplicated(p, g) for p, g in zip(i.params, self.grads)), Const(self.xt),
-            Const(i.gamma), Const(i.m), *(Duplicated(s, ds) for s, ds in zip(self.scratch, self.shadows)))
-        return val, self.grads
 
 
 def run(config):
