@@ -37,6 +37,7 @@ from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, rename, strip_metadata, vector_shape
+from .loop_order import commuting
 from .replays import find_replays
 from .reverse import reverse_instruction
 from .rules import Lane
@@ -47,6 +48,7 @@ from .varying_loops import LoopHints, varying_latches
 
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
 POPS = "  ;ad.pops "              # where a block's pushes after a call are popped
+COUNTER_START = "  ;ad.start "        # where a loop's reverse sets its counter (loop_order)
 
 
 class Analyses:
@@ -108,6 +110,8 @@ class AdjointGenerator(GeneratorBase):
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
         self.advanced = {}           # phi -> advances.Advance, set with ``inverted``
+        self.limits = {}             # header -> register of the last counter value (loop_order)
+        self.forward_order = set()   # headers of the loops whose reverse counts up
         self.exit_tests = {}         # header -> ExitTest of the loops whose counters' ends are computed
         self.loop_exits = {}         # the only block a counted loop exits to -> [its header]
         for header, iv in self.cfg.ivs.items():
@@ -297,9 +301,33 @@ class AdjointGenerator(GeneratorBase):
                 continue
             counters = self._counters(header, iv)
             ends = test.end_values(self.e, self.values.materialise, counters)
-            for phi in counters:
-                self.e.line(f"store {phi.type} {ends[phi]}, ptr {self.values.registers[phi]}")
+            if list(counters) == [iv.phi] and commuting(self.cfg, loop, iv, self.analyses.pointers,
+                                                          self.clobbers.distinct_arrays,
+                                                          self.clobbers.data_args):
+                limit = self.alloca(iv.phi.type, "limit")
+                self.e.line(f"store {iv.phi.type} {ends[iv.phi]}, ptr {limit}")
+                self.limits[header] = limit
+                self.e.lines.append(f"{COUNTER_START}{header.name}")     # set once plans are known
+            else:
+                for phi in counters:
+                    self.e.line(f"store {phi.type} {ends[phi]}, ptr {self.values.registers[phi]}")
             self.exit_tests[header] = test
+
+    def _nothing_kept_in(self, loop):
+        """No value, record or array is pushed per iteration of ``loop`` (after the plans)."""
+        latch = loop.latches[0]
+        return not any(self.plans[b] for b in loop.blocks) and latch not in self.snapshots.at \
+            and latch not in self.replays
+
+    def counter_start(self, header_name):
+        """Where the reverse of a counted loop starts: its counter set to the first value
+        when :mod:`adcore.loop_order` lets it count up, else to the last."""
+        header = next(h for h in self.cfg.ivs if h.name == header_name)
+        iv = self.cfg.ivs[header]
+        phi = iv.phi
+        start = iv.init.ref if header in self.forward_order else \
+            self.e(f"load {phi.type}, ptr {self.limits[header]}")
+        self.e.line(f"store {phi.type} {start}, ptr {self.values.registers[phi]}")
 
     def _counters(self, header, iv):
         """``{phi: step instr}``: the kept header phis ``p = phi [init, outside], [p + C,
@@ -386,6 +414,7 @@ class AdjointGenerator(GeneratorBase):
         self.inverted = self._inverted_phis()
         self.advanced = self._advanced_phis()
         plans = self.plans = {b: self.saves(b) for b in blocks}
+        self.forward_order = {h for h in self.limits if self._nothing_kept_in(self.cfg.loop_at[h])}
         self.forward_labels = {latch.ref: self.e.fresh("latch") for latch in self.replays}
         forward = []
         for block in blocks:
@@ -400,6 +429,8 @@ class AdjointGenerator(GeneratorBase):
             for line in body:
                 if line.startswith(POPS):
                     self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
+                elif line.startswith(COUNTER_START):
+                    self.counter_start(line[len(COUNTER_START):])
                 else:
                     self.e.lines.append(line)
             self.reverse_tail(block, plans[block], tail_values.get(block))
@@ -621,6 +652,9 @@ class AdjointGenerator(GeneratorBase):
             iv = self.cfg.ivs[block]
             previous = self.previous_advances(block)
             cur = e(f"load {iv.phi.type}, ptr {self.values.registers[iv.phi]}")
+            if block in self.forward_order:
+                self.reverse_tail_upwards(block, iv, cur)
+                return
             first = e(f"icmp eq {iv.phi.type} {cur}, {tail_value}")
             back = e.fresh("back")
             e.line(f"br i1 {first}, label {self.edge(block, iv.outside)}, label {back}")
@@ -646,6 +680,20 @@ class AdjointGenerator(GeneratorBase):
             e.line(f"switch {t} {pid}, label {self.edge(block, block.preds[0])} [ {cases} ]")
         for pred in block.preds:
             self.edge_block(block, pred)
+
+    def reverse_tail_upwards(self, block, iv, cur):
+        """The reverse tail of a loop header whose reverse counts up (:mod:`adcore.loop_order`):
+        leave after the last iteration, else step the counter forward."""
+        e = self.e
+        last = e(f"icmp eq {iv.phi.type} {cur}, {e(f'load {iv.phi.type}, ptr {self.limits[block]}')}")
+        back = e.fresh("back")
+        e.line(f"br i1 {last}, label {self.edge(block, iv.outside)}, label {back}")
+        e.label(back)
+        step = iv.phi.operands[iv.phi.incoming.index(iv.latch)].defn
+        text = strip_metadata(step.text).split('=', 1)[1].strip()
+        e.line(f"store {iv.phi.type} {e(rename(text, {iv.phi.ref: cur}))}, "
+               f"ptr {self.values.registers[iv.phi]}")
+        e.line(f"br label {self.edge(block, iv.latch)}")
 
     def edge(self, block, pred):
         if not any(p in self.act.active for p in block.phis):

@@ -44,16 +44,21 @@ class LoopCache:
 
 
 class CacheReport:
-    """Per loop, what the reverse pass of ``function`` caches each iteration; ``str()`` is
-    a table."""
+    """Per loop, what the reverse pass of ``function`` caches each iteration, and the loops
+    whose reverse counts up (:mod:`adcore.loop_order`); ``str()`` is a table."""
 
-    def __init__(self, function, loops):
+    def __init__(self, function, loops, upward=()):
         self.function, self.loops = function, loops
+        self.upward = list(upward)       # source lines (or None) of loops reversed counting up
 
     def __str__(self):
         out = [f"cached by the reverse pass of {self.function}, per loop iteration:"]
         if not self.loops:
             out.append("  nothing inside loops (only values outside loops, once per call)")
+        if self.upward:
+            where = ", ".join(f"line {line}" if line else "#?" for line in self.upward)
+            out.append(f"  reversed counting up, their iterations independent: {len(self.upward)} "
+                       f"loop(s) ({where})")
         for k, loop in enumerate(self.loops, 1):
             where = f"at line {loop.line}" if loop.line else f"#{k}"
             out.append(f"  loop {where} (depth {loop.depth}): "
@@ -75,8 +80,9 @@ def build_report(generator):
             loops[loop] = LoopCache(_line(loop.header), len(owner))
         loops[loop].items.append(_item(kind, value, block))
     order = {b: k for k, b in enumerate(cfg.rpo)}
+    upward = [_line(h) for h in sorted(generator.forward_order, key=order.get)]
     return CacheReport(generator.spec.pyname,
-                       [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])])
+                       [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])], upward)
 
 
 def _item(kind, value, block):
