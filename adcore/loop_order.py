@@ -5,15 +5,17 @@ vectorises it, vector loads of consecutive elements each followed by a reversal 
 (ADBench's GMM written across points: the reverse of ``z[i] += l * (xt[c, i] - mu)`` spent
 five times the forward pass's time at d = 64). When the iterations do not depend on one
 another, their reverses commute, and the reverse pass may count up instead. A loop qualifies
-(:func:`commuting`) when it is innermost, its header's only phi is its counter (starting at a
-constant or an argument, so no reduction or recurrence is carried), it has no branch but its
-exit test, and every write in it stores through ``gep base, counter`` with ``base`` fixed in
-the loop, while every other access to memory such a store may alias is the same address
-(a read-modify-write of the same element). The reverse of each iteration then touches its
-own elements, and what it adds into shared adjoints (of values fixed in the loop, of
-read-only memory) are sums, whose order adcore already leaves free (``reassoc``). The
-generator also requires that nothing is pushed per iteration of the loop (its pops would
-come out in the wrong order) and no snapshot or replay sits at its latch.
+(:func:`commuting`) when it is innermost; its header's only phi is its counter, starting at a
+constant or an argument (no reduction or recurrence is carried); it has no branch but its
+exit test and calls only math functions; every write in it stores through ``gep base,
+counter`` with ``base`` fixed in the loop, and every other access to memory such a store may
+alias is the same address (a read-modify-write of the same element); and nothing of it but
+the counter is used after it (the adjoint of the last iteration's value, or a branch on it,
+would go to the first). The reverse of each iteration then touches its own elements, and
+what it adds into shared adjoints (of values fixed in the loop, of read-only memory) are
+sums, whose order adcore already leaves free (``reassoc``). The generator also requires that
+nothing is pushed per iteration of the loop (its pops would come out in the wrong order) and
+no snapshot or replay sits at its latch.
 """
 from .ir import Arg
 from .memory import MEMORY_WRITERS, is_memory_intrinsic
@@ -44,7 +46,7 @@ def commuting(cfg, loop, iv, pointers, distinct_arrays, data_args):
                 return False
             elif instr.opcode == "load":
                 accesses.append(instr.operands[0])
-    if not all(_per_iteration(p, iv.phi, loop) for p in stores):
+    if not all(_per_iteration(p, iv.phi, loop) for p in stores) or _used_after(cfg, loop, iv):
         return False
     for s in stores:
         for p in accesses + stores:
@@ -52,6 +54,21 @@ def commuting(cfg, loop, iv, pointers, distinct_arrays, data_args):
                     and not _same_address(s, p):
                 return False
     return True
+
+
+def _used_after(cfg, loop, iv):
+    """Some value of ``loop`` but its counter and the counter's step is used outside it (the
+    last iteration's value: its adjoint, or a branch taken on it, belongs to that iteration)."""
+    counting = {iv.phi, iv.phi.operands[iv.phi.incoming.index(iv.latch)].defn}
+    for block in cfg.rpo:
+        if block in loop.blocks:
+            continue
+        for instr in block.instrs:
+            for op in instr.operands:
+                d = op.defn
+                if getattr(d, "block", None) in loop.blocks and d not in counting:
+                    return True
+    return False
 
 
 def _fixed(op):

@@ -75,6 +75,34 @@ def kept_value(x, y, a):
     return s
 
 
+@numba.njit
+def last_value(x, y, a):
+    """The last iteration's t is used after the loop (counts down)."""
+    t = 0.0
+    for i in range(x.shape[0]):
+        t = math.sin(x[i] * a[0])
+        y[i] = t
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += y[i] * y[i]
+    return s + 3.0 * t
+
+
+@numba.njit
+def branch_on_last(x, y, a):
+    """A branch after the loop on the last iteration's comparison (counts down)."""
+    big = False
+    for i in range(x.shape[0]):
+        y[i] = x[i] * a[0]
+        big = x[i] > 0.0
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += y[i] * y[i]
+    if big:
+        s = s * a[1]
+    return s
+
+
 def _upward(kernel, *args):
     report = adcore.cache_report(kernel, *(Duplicated(v, np.zeros_like(v)) if isinstance(v, np.ndarray)
                                            else v for v in args))
@@ -94,6 +122,7 @@ def test_the_choice_on_known_loops():
     assert _upward(two_arrays, x, np.zeros(6), np.zeros(6), a) == 1
     assert _upward(kept_value, x, np.zeros(6), a) == 1           # the loop writing x only
     assert _upward(elementwise, x, np.zeros(6), a, 0) == 2
+    assert _upward(last_value, x, np.zeros(6), a) == 0
     text = str(adcore.cache_report(scale_then_sum, *(Duplicated(v, np.zeros_like(v))
                                                      for v in (x, np.zeros(6), a))))
     assert "reversed counting up, their iterations independent: 1 loop(s)" in text
@@ -106,6 +135,10 @@ def test_gradients_match_finite_differences():
     check(shifted, x, np.zeros(6), a * 0.5)
     check(two_arrays, x, np.zeros(6), np.zeros(6), a)
     check(kept_value, x.copy(), np.zeros(6), a, rtol=1e-4, atol=1e-5)
+    check(last_value, x, np.zeros(6), a)
+    for sign in (1.0, -1.0):
+        x[-1] = sign * abs(x[-1])
+        check(branch_on_last, x, np.zeros(6), a)
 
 
 @numba.njit
