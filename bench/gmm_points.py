@@ -25,19 +25,16 @@ def _lower(d, r, c):
 
 
 @numba.njit
-def _lse_points(main, n):
-    """sum over points i of logsumexp_k main[k, i]."""
+def _lse_point(main, i):
+    """logsumexp over k of main[k, i]."""
     K = main.shape[0]
-    slse = 0.0
-    for i in range(n):
-        mx = main[0, i]
-        for k in range(1, K):
-            mx = max(mx, main[k, i])
-        s = 0.0
-        for k in range(K):
-            s += math.exp(main[k, i] - mx)
-        slse += mx + math.log(s)
-    return slse
+    mx = main[0, i]
+    for k in range(1, K):
+        mx = max(mx, main[k, i])
+    s = 0.0
+    for k in range(K):
+        s += math.exp(main[k, i] - mx)
+    return mx + math.log(s)
 
 
 @numba.njit
@@ -91,7 +88,10 @@ def objective(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main):
     K = alphas.shape[0]
     diagonals(icf, d, qdiag, sum_qs)
     _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main)
-    return (constant(n, d, K, gamma, m) + _lse_points(main, n) - n * logsumexp(alphas)
+    slse = 0.0
+    for i in range(n):
+        slse += _lse_point(main, i)
+    return (constant(n, d, K, gamma, m) + slse - n * logsumexp(alphas)
             + _prior(icf, d, gamma, m, qdiag, sum_qs))
 
 
@@ -110,13 +110,7 @@ def gradient(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main, w, lse, d
     _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main)
     slse = 0.0
     for i in range(n):
-        mx = main[0, i]
-        for k in range(1, K):
-            mx = max(mx, main[k, i])
-        s = 0.0
-        for k in range(K):
-            s += math.exp(main[k, i] - mx)
-        lse[i] = mx + math.log(s)
+        lse[i] = _lse_point(main, i)
         slse += lse[i]
     for k in range(K):
         sw = 0.0
