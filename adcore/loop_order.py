@@ -7,9 +7,9 @@ five times the forward pass's time at d = 64). When the iterations do not depend
 another, their reverses commute, and the reverse pass may count up instead. A loop qualifies
 (:func:`commuting`) when it is innermost; its header's only phi is its counter, starting at a
 constant or an argument (no reduction or recurrence is carried); it has no branch but its
-exit test and calls only math functions; every write in it stores through ``gep base,
-counter`` with ``base`` fixed in the loop, and every other access to memory such a store may
-alias is the same address (a read-modify-write of the same element); and nothing of it but
+exit test and calls only math functions; every write in it stores a ``T`` through ``gep T,
+base, counter`` with ``base`` fixed in the loop, and every other access to memory such a store may
+alias is the same address and type (a read-modify-write of the same element); and nothing of it but
 the counter is used after it (the adjoint of the last iteration's value, or a branch on it,
 would go to the first). The reverse of each iteration then touches its own elements, and
 what it adds into shared adjoints (of values fixed in the loop, of read-only memory) are
@@ -17,7 +17,7 @@ sums, whose order adcore already leaves free (``reassoc``). The generator also r
 nothing is pushed per iteration of the loop (its pops would come out in the wrong order) and
 no snapshot or replay sits at its latch.
 """
-from .ir import Arg
+from .ir import Arg, gep_element_type
 from .memory import MEMORY_WRITERS, is_memory_intrinsic
 from .pointers import UNKNOWN
 from .values import is_pure_call
@@ -31,7 +31,7 @@ def commuting(cfg, loop, iv, pointers, distinct_arrays, data_args):
         return False
     if sum(1 for b in loop.blocks for s in b.succ if s not in loop.blocks) != 1:
         return False
-    stores, accesses = [], []
+    stores, stored, accesses, loaded = [], [], [], []
     for block in loop.blocks:
         if block is not loop.header and block.phis:
             return False
@@ -40,18 +40,20 @@ def commuting(cfg, loop, iv, pointers, distinct_arrays, data_args):
         for instr in block.instrs:
             if instr.opcode == "store":
                 stores.append(instr.operands[1])
+                stored.append(instr.operands[0].type)
             elif instr.opcode in MEMORY_WRITERS or is_memory_intrinsic(instr):
                 return False
             elif instr.opcode == "call" and not is_pure_call(instr):
                 return False
             elif instr.opcode == "load":
                 accesses.append(instr.operands[0])
-    if not all(_per_iteration(p, iv.phi, loop) for p in stores) or _used_after(cfg, loop, iv):
+                loaded.append(instr.type)
+    if not all(_per_iteration(p, t, iv.phi, loop) for p, t in zip(stores, stored)) or _used_after(cfg, loop, iv):
         return False
-    for s in stores:
-        for p in accesses + stores:
+    for s, t in zip(stores, stored):
+        for p, u in zip(accesses + stores, loaded + stored):
             if p is not s and _may_alias(pointers, s, p, distinct_arrays, data_args) \
-                    and not _same_address(s, p):
+                    and not (_same_address(s, p) and u == t):
                 return False
     return True
 
@@ -75,10 +77,12 @@ def _fixed(op):
     return op.defn is None or isinstance(op.defn, Arg)
 
 
-def _per_iteration(ptr, counter, loop):
-    """``ptr`` is ``gep T, base, counter`` with ``base`` defined outside ``loop``."""
+def _per_iteration(ptr, stored, counter, loop):
+    """``ptr`` is ``gep T, base, counter`` with ``base`` defined outside ``loop`` and ``T``
+    the ``stored`` type (a wider store would reach the next iteration's element)."""
     gep = ptr.defn
-    if getattr(gep, "opcode", None) != "getelementptr" or len(gep.operands) != 2:
+    if getattr(gep, "opcode", None) != "getelementptr" or len(gep.operands) != 2 or \
+            gep_element_type(gep).strip() != stored:
         return False
     base, index = gep.operands
     return index.defn is counter and (base.defn is None or isinstance(base.defn, Arg)
