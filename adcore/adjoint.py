@@ -37,6 +37,7 @@ from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, rename, strip_metadata, vector_shape
+from .loop_order import commuting
 from .replays import find_replays
 from .reverse import reverse_instruction
 from .rules import Lane
@@ -47,6 +48,7 @@ from .varying_loops import LoopHints, varying_latches
 
 DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
 POPS = "  ;ad.pops "              # where a block's pushes after a call are popped
+COUNTER_START = "  ;ad.start "        # where a loop's reverse sets its counter (loop_order)
 
 
 class Analyses:
@@ -108,6 +110,8 @@ class AdjointGenerator(GeneratorBase):
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.inverted = {}           # phi -> InductionVariable, set once registers are known
         self.advanced = {}           # phi -> advances.Advance, set with ``inverted``
+        self.limits = {}             # header -> register of the last counter value (loop_order)
+        self.forward_order = set()   # headers of the loops whose reverse counts up
         self.exit_tests = {}         # header -> ExitTest of the loops whose counters' ends are computed
         self.loop_exits = {}         # the only block a counted loop exits to -> [its header]
         for header, iv in self.cfg.ivs.items():
@@ -223,9 +227,10 @@ class AdjointGenerator(GeneratorBase):
 
     def replay_prelude(self, block):
         """At the start of the reverse of latch ``block``: whether the replay runs this
-        iteration (an ``i1``), and the replay's inputs ``{value: name}``."""
+        iteration (an ``i1``: the forward pass pushed whether it copied the arrays), and the
+        replay's inputs ``{value: name}``."""
         replay, materialise = self.replays[block], self.values.materialise
-        refilled = replay.condition(self.e, materialise)
+        refilled = self.e(f"icmp eq i8 {self.pop('i8')}, 0", "refill")
         inputs = {v: materialise(Operand(v.ref, v.type, v)) for v in replay.inputs}
         return refilled, inputs
 
@@ -273,12 +278,15 @@ class AdjointGenerator(GeneratorBase):
         """What the forward pass pushes per iteration of a loop (after ``build``):
         ``(block, kind, value)`` with kind "reg" (a kept value), "pred" (which
         predecessor entered ``block``), "iv" (a loop counter's start), "snapshot" (``value``
-        the array ``(data, nitems, itemsize)`` copied at the end of the iteration) or "refill"
-        (such an array the reverse pass refills instead, :mod:`adcore.replays`)."""
+        the array ``(data, nitems, itemsize)`` copied at the end of the iteration), "refill"
+        (such an array the reverse pass may refill instead, :mod:`adcore.replays`) or "choice"
+        (``value`` the :class:`adcore.replays.Replay` whose choice is pushed)."""
         out = [(b, kind, v) for b, plan in self.plans.items() for kind, v, _ in plan]
         for latch, arrays in self.snapshots.at.items():
             refilled = self.replays[latch].arrays if latch in self.replays else ()
             out += [(latch, "refill" if array in refilled else "snapshot", array) for array in arrays]
+            if refilled:
+                out.append((latch, "choice", self.replays[latch]))
         return out
 
     def enter_loops(self, block):
@@ -293,9 +301,33 @@ class AdjointGenerator(GeneratorBase):
                 continue
             counters = self._counters(header, iv)
             ends = test.end_values(self.e, self.values.materialise, counters)
-            for phi in counters:
-                self.e.line(f"store {phi.type} {ends[phi]}, ptr {self.values.registers[phi]}")
+            if list(counters) == [iv.phi] and commuting(self.cfg, loop, iv, self.analyses.pointers,
+                                                          self.clobbers.distinct_arrays,
+                                                          self.clobbers.data_args):
+                limit = self.alloca(iv.phi.type, "limit")
+                self.e.line(f"store {iv.phi.type} {ends[iv.phi]}, ptr {limit}")
+                self.limits[header] = limit
+                self.e.lines.append(f"{COUNTER_START}{header.name}")     # set once plans are known
+            else:
+                for phi in counters:
+                    self.e.line(f"store {phi.type} {ends[phi]}, ptr {self.values.registers[phi]}")
             self.exit_tests[header] = test
+
+    def _nothing_kept_in(self, loop):
+        """No value, record or array is pushed per iteration of ``loop`` (after the plans)."""
+        latch = loop.latches[0]
+        return not any(self.plans[b] for b in loop.blocks) and latch not in self.snapshots.at \
+            and latch not in self.replays
+
+    def counter_start(self, header_name):
+        """Where the reverse of a counted loop starts: its counter set to the first value
+        when :mod:`adcore.loop_order` lets it count up, else to the last."""
+        header = next(h for h in self.cfg.ivs if h.name == header_name)
+        iv = self.cfg.ivs[header]
+        phi = iv.phi
+        start = iv.init.ref if header in self.forward_order else \
+            self.e(f"load {phi.type}, ptr {self.limits[header]}")
+        self.e.line(f"store {phi.type} {start}, ptr {self.values.registers[phi]}")
 
     def _counters(self, header, iv):
         """``{phi: step instr}``: the kept header phis ``p = phi [init, outside], [p + C,
@@ -382,6 +414,7 @@ class AdjointGenerator(GeneratorBase):
         self.inverted = self._inverted_phis()
         self.advanced = self._advanced_phis()
         plans = self.plans = {b: self.saves(b) for b in blocks}
+        self.forward_order = {h for h in self.limits if self._nothing_kept_in(self.cfg.loop_at[h])}
         self.forward_labels = {latch.ref: self.e.fresh("latch") for latch in self.replays}
         forward = []
         for block in blocks:
@@ -396,6 +429,8 @@ class AdjointGenerator(GeneratorBase):
             for line in body:
                 if line.startswith(POPS):
                     self.restore([ev for ev in plans[block] if ev[2] == int(line[len(POPS):])])
+                elif line.startswith(COUNTER_START):
+                    self.counter_start(line[len(COUNTER_START):])
                 else:
                     self.e.lines.append(line)
             self.reverse_tail(block, plans[block], tail_values.get(block))
@@ -540,8 +575,9 @@ class AdjointGenerator(GeneratorBase):
 
     def take_snapshots(self, block):
         """At the end of ``block``'s forward pass, copy the arrays snapshotted there; those
-        a replay refills only in an iteration where the replay cannot be taken (in a block
-        of their own: ``block``'s terminator then ends block ``forward_labels[block]``)."""
+        a replay can refill only in an iteration where the forward pass chooses the copy
+        (:meth:`adcore.replays.Replay.snapshot_taken`, in a block of their own: ``block``'s
+        terminator then ends block ``forward_labels[block]``), pushing that choice."""
         replay = self.replays.get(block)
         refilled = replay.arrays if replay else ()
         for array in self.snapshots.at.get(block, ()):
@@ -550,12 +586,14 @@ class AdjointGenerator(GeneratorBase):
         if replay:
             e, tail = self.e, self.forward_labels[block.ref]
             copy = e.fresh("snap")
-            e.line(f"br i1 {replay.condition(e, lambda op: op.ref)}, label {tail}, label {copy}")
+            taken = replay.snapshot_taken(e, lambda op: op.ref, "%ad.stack")
+            e.line(f"br i1 {taken}, label {copy}, label {tail}")
             e.label(copy)
             for array in refilled:
                 self.copy_array("snapshot", "%ad.stack", array)
             e.line(f"br label {tail}")
             e.label(tail)
+            self.push("i8", e(f"zext i1 {taken} to i8", "snap"))
 
     def restore_snapshots(self, block, replay_code):
         """At the start of the reverse of ``block``: the arrays snapshotted there back, or
@@ -614,6 +652,9 @@ class AdjointGenerator(GeneratorBase):
             iv = self.cfg.ivs[block]
             previous = self.previous_advances(block)
             cur = e(f"load {iv.phi.type}, ptr {self.values.registers[iv.phi]}")
+            if block in self.forward_order:
+                self.reverse_tail_upwards(block, iv, cur)
+                return
             first = e(f"icmp eq {iv.phi.type} {cur}, {tail_value}")
             back = e.fresh("back")
             e.line(f"br i1 {first}, label {self.edge(block, iv.outside)}, label {back}")
@@ -639,6 +680,20 @@ class AdjointGenerator(GeneratorBase):
             e.line(f"switch {t} {pid}, label {self.edge(block, block.preds[0])} [ {cases} ]")
         for pred in block.preds:
             self.edge_block(block, pred)
+
+    def reverse_tail_upwards(self, block, iv, cur):
+        """The reverse tail of a loop header whose reverse counts up (:mod:`adcore.loop_order`):
+        leave after the last iteration, else step the counter forward."""
+        e = self.e
+        last = e(f"icmp eq {iv.phi.type} {cur}, {e(f'load {iv.phi.type}, ptr {self.limits[block]}')}")
+        back = e.fresh("back")
+        e.line(f"br i1 {last}, label {self.edge(block, iv.outside)}, label {back}")
+        e.label(back)
+        step = iv.phi.operands[iv.phi.incoming.index(iv.latch)].defn
+        text = strip_metadata(step.text).split('=', 1)[1].strip()
+        e.line(f"store {iv.phi.type} {e(rename(text, {iv.phi.ref: cur}))}, "
+               f"ptr {self.values.registers[iv.phi]}")
+        e.line(f"br label {self.edge(block, iv.latch)}")
 
     def edge(self, block, pred):
         if not any(p in self.act.active for p in block.phis):

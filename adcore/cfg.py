@@ -1,6 +1,6 @@
 """Control-flow analyses: reverse post-order, dominators, cycles, natural loops and
 the induction variables that let the reverse pass run a loop's counter backwards."""
-import re
+from .ir import gep_element_type
 
 
 def reverse_post_order(func):
@@ -162,8 +162,7 @@ def step_of(instr, phi):
     if instr.opcode == "getelementptr":
         if len(ops) != 2 or ops[0].defn is not phi or not ops[1].is_const:
             return None
-        m = re.match(r".*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*([^,]+),", instr.text)
-        return f"getelementptr {m.group(1)}, ptr {{x}}, {ops[1].type} {_negate(ops[1].ref)}"
+        return f"getelementptr {gep_element_type(instr)}, ptr {{x}}, {ops[1].type} {_negate(ops[1].ref)}"
     a, b = ops
     if instr.opcode == "add" and a.defn is phi and b.is_const and _is_int(b.ref):
         return f"sub {phi.type} {{x}}, {b.ref}"

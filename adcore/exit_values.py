@@ -19,6 +19,7 @@ with ``V0`` the first value ``V`` takes; every other counter ``q`` of the loop e
 import re
 
 from .cfg import step_of
+from .ir import gep_element_type
 
 ICMP_PREDICATE = re.compile(r"=\s*icmp\s+(?:samesign\s+)?(\w+)\s")
 _SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge": "sle",
@@ -38,8 +39,7 @@ def step_constant(instr, phi):
         return None
     a, b = instr.operands
     if instr.opcode == "getelementptr":
-        m = re.match(r".*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*([^,]+),", instr.text)
-        return int(b.ref), m.group(1)
+        return int(b.ref), gep_element_type(instr)
     if instr.opcode == "sub":
         return -int(b.ref), None
     return int(b.ref if a.defn is phi else a.ref), None

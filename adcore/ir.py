@@ -30,6 +30,14 @@ def vector_shape(type_):
     return (int(m.group(1)), m.group(2)) if m else None
 
 
+_GEP_TYPE = re.compile(r".*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*([^,]+),")
+
+
+def gep_element_type(instr):
+    """The source element type of a ``getelementptr`` instruction (its text)."""
+    return _GEP_TYPE.match(instr.text).group(1)
+
+
 def strip_metadata(text):
     """``text`` without its metadata attachments (``, !noalias !3``): a copy placed
     elsewhere must not claim the aliasing facts of the original."""

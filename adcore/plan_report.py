@@ -3,12 +3,14 @@ iteration of each loop (``adcore.cache_report(f, *args)``)."""
 import re
 
 from . import runtime
+from .replays import SNAPSHOT_BUDGET, SNAPSHOT_MIN
 from .rules import math_name
 
 
 class CachedItem:
     """One thing the forward pass pushes each iteration of a loop: ``what`` (in words),
-    ``type`` (LLVM), ``bytes`` per iteration (a string for a snapshot: ``n·size``, its nitems times itemsize) and
+    ``type`` (LLVM), ``bytes`` per iteration (a string for a snapshot: ``n·size``, its nitems
+    times itemsize; ``0|n·size`` for an array refilled or copied, as the forward pass chooses) and
     the source ``line`` it comes from, when known."""
 
     def __init__(self, what, type_, bytes_, line):
@@ -42,16 +44,21 @@ class LoopCache:
 
 
 class CacheReport:
-    """Per loop, what the reverse pass of ``function`` caches each iteration; ``str()`` is
-    a table."""
+    """Per loop, what the reverse pass of ``function`` caches each iteration, and the loops
+    whose reverse counts up (:mod:`adcore.loop_order`); ``str()`` is a table."""
 
-    def __init__(self, function, loops):
+    def __init__(self, function, loops, upward=()):
         self.function, self.loops = function, loops
+        self.upward = list(upward)       # source lines (or None) of loops reversed counting up
 
     def __str__(self):
         out = [f"cached by the reverse pass of {self.function}, per loop iteration:"]
         if not self.loops:
             out.append("  nothing inside loops (only values outside loops, once per call)")
+        if self.upward:
+            where = ", ".join(f"line {line}" if line else "#?" for line in self.upward)
+            out.append(f"  reversed counting up, their iterations independent: {len(self.upward)} "
+                       f"loop(s) ({where})")
         for k, loop in enumerate(self.loops, 1):
             where = f"at line {loop.line}" if loop.line else f"#{k}"
             out.append(f"  loop {where} (depth {loop.depth}): "
@@ -73,8 +80,9 @@ def build_report(generator):
             loops[loop] = LoopCache(_line(loop.header), len(owner))
         loops[loop].items.append(_item(kind, value, block))
     order = {b: k for k, b in enumerate(cfg.rpo)}
+    upward = [_line(h) for h in sorted(generator.forward_order, key=order.get)]
     return CacheReport(generator.spec.pyname,
-                       [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])])
+                       [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])], upward)
 
 
 def _item(kind, value, block):
@@ -85,8 +93,12 @@ def _item(kind, value, block):
                           _line(block))
     if kind == "refill":
         data = value[0]
-        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass "
-                          f"(snapshot only in an iteration whose fill does not cover it)", "refill", 0,
+        return CachedItem(f"array {_variable(data.name) or data.name} refilled in the reverse pass, or "
+                          f"copied where its fill misses part of it, or while the tape stays within "
+                          f"{SNAPSHOT_BUDGET >> 20} MiB with refilled arrays of over {SNAPSHOT_MIN} B",
+                          "refill", "0|n·size", _line(block))
+    if kind == "choice":
+        return CachedItem("whether the iteration's refilled arrays were copied instead", "i8", 1,
                           _line(block))
     if kind == "pred":
         return CachedItem("which predecessor entered a block", "i8", 1, _line(block))

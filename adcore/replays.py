@@ -22,16 +22,25 @@ gives the same memory, else the snapshot stays:
   memory no later write may touch (:meth:`adcore.memory.Clobbers.can_reload`, which counts
   aliasing arguments); the replay calls only math functions, writes only the refilled
   arrays, and R's iteration leaves R only through its latch.
+
+Where the replay may be taken, the forward pass still decides per iteration which is
+cheaper (:meth:`Replay.snapshot_taken`): a snapshot of more than ``SNAPSHOT_MIN`` bytes (the
+refilled arrays together) is copied while the call's tape holds at most ``SNAPSHOT_BUDGET``
+bytes with it (a copy of a few values costs less than re-running the loop nest that filled
+them, and the budget bounds the memory it takes), else the arrays are refilled; one byte per
+iteration on the tape tells the reverse pass which.
 """
 from .cfg import dominates
 from .exit_values import ICMP_PREDICATE, exit_test
 from .ir import Arg, rename, strip_metadata
 from .memory import MEMORY_WRITERS
 from .pointers import UNKNOWN
-from .runtime import SIZES
+from .runtime import SIZES, STACK_TYPE
 from .values import PURE_OPS, is_pure_call
 
 CONTROL = ("br", "switch", "unreachable")
+SNAPSHOT_MIN = 32            # bytes: arrays this small are refilled (a copy costs more)
+SNAPSHOT_BUDGET = 8 << 20    # bytes of tape up to which larger ones are copied instead
 
 
 class Cover:
@@ -94,6 +103,26 @@ class Replay:
             whole = e(f"mul i64 {nitems.ref}, {itemsize.ref}", "ab")
             ok = e(f"and i1 {ok}, {e(f'icmp sge i64 {written}, {whole}', 'cov')}", "cov")
         return ok
+
+    def snapshot_taken(self, e, value_of, stack):
+        """Emit the forward pass's choice for this iteration (an ``i1``): copy the arrays
+        when a cover misses its array, or when they hold more than ``SNAPSHOT_MIN`` bytes
+        and the tape ``stack`` (``{base, top, end}``) stays within ``SNAPSHOT_BUDGET``
+        with them."""
+        covered = self.condition(e, value_of)
+        size = "0"
+        for data, nitems, itemsize in self.arrays:
+            whole = e(f"mul i64 {value_of(nitems)}, {value_of(itemsize)}", "ab")
+            size = e(f"add i64 {size}, {whole}", "ab")
+        topp = e(f"getelementptr inbounds {STACK_TYPE}, ptr {stack}, i32 0, i32 1", "tp")
+        top = e(f"ptrtoint ptr {e(f'load ptr, ptr {topp}', 'tp')} to i64", "tp")
+        base = e(f"ptrtoint ptr {e(f'load ptr, ptr {stack}', 'tp')} to i64", "tp")
+        after = e(f"add i64 {e(f'sub i64 {top}, {base}', 'used')}, {size}", "used")
+        fits = e(f"icmp ule i64 {after}, {SNAPSHOT_BUDGET}", "fits")
+        worth = e(f"icmp ugt i64 {size}, {SNAPSHOT_MIN}", "fits")
+        missed = e(f"xor i1 {covered}, true", "cov")
+        cheap = e(f"and i1 {fits}, {worth}", "fits")
+        return e(f"or i1 {missed}, {cheap}", "snap")
 
     def clone(self, e, inputs, done, hinted):
         """Emit the replay, a copy of the loop's body that ends by branching to label

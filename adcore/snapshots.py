@@ -20,7 +20,8 @@ arguments of a kernel whose arrays are distinct are snapshotted (their size is k
 every point: ``nitems · itemsize``).  After the reverse pass each snapshotted array gets its
 final forward contents back, so the caller sees the primal's memory.  Where the iteration
 refills the array from values the reverse pass still has, :mod:`adcore.replays` runs the
-fill again in the reverse pass instead of copying the array.
+fill again in the reverse pass instead of copying the array, where a copy costs more (a few
+bytes) or the tape has grown past its budget.
 """
 from .pointers import UNKNOWN
 

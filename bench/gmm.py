@@ -104,7 +104,7 @@ def instance(K, n=1000, d=2, seed=0):
 
 # -- the Numba kernels ---------------------------------------------------------------------
 @numba.njit
-def _diagonals(icf, d, qdiag, sum_qs):
+def diagonals(icf, d, qdiag, sum_qs):
     """qdiag[k] = exp(q_k) (the diagonal of Q_k), sum_qs[k] = sum(q_k)."""
     for k in range(icf.shape[0]):
         s = 0.0
@@ -131,7 +131,7 @@ def objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
     """The GMM objective; qdiag (K, d), sum_qs (K,), xc (d,), qxc (d,), main (K,) are scratch."""
     n, d = x.shape
     K = alphas.shape[0]
-    _diagonals(icf, d, qdiag, sum_qs)
+    diagonals(icf, d, qdiag, sum_qs)
     slse = 0.0
     for i in range(n):
         for k in range(K):
@@ -167,7 +167,7 @@ def gradient(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xcs, zs, main, dalp
     # row views (xcs[k], zs[k]) made this reference 2.7x slower (views in the hot loop).
     n, d = x.shape
     K = alphas.shape[0]
-    _diagonals(icf, d, qdiag, sum_qs)
+    diagonals(icf, d, qdiag, sum_qs)
     slse = 0.0
     for i in range(n):
         for k in range(K):
@@ -218,9 +218,13 @@ class Kernels:
     """The Numba objective, the hand-written gradient and adcore's gradient on one instance,
     with their scratch buffers and shadows allocated once."""
 
+    LABEL = None        # the per-point layout: rows carry no label
+
     def __init__(self, inst):
         self.inst = inst
         K, d = inst.K, inst.d
+        self.points = inst.x
+        self.functions = objective, gradient
         self.scratch = (np.zeros((K, d)), np.zeros(K), np.zeros(d), np.zeros(d), np.zeros(K))
         self.hand_scratch = (np.zeros((K, d)), np.zeros(K), np.zeros((K, d)), np.zeros((K, d)),
                              np.zeros(K))
@@ -229,27 +233,27 @@ class Kernels:
 
     def _args(self):
         i = self.inst
-        return i.alphas, i.means, i.icf, i.x, i.gamma, i.m
+        return i.alphas, i.means, i.icf, self.points, i.gamma, i.m
 
     def objective(self):
-        return objective(*self._args(), *self.scratch)
+        return self.functions[0](*self._args(), *self.scratch)
 
     def hand(self):
         """(objective, gradient) from the hand-written kernel."""
         for g in self.grads:
             g[...] = 0.0
-        val = gradient(*self._args(), *self.hand_scratch, *self.grads)
+        val = self.functions[1](*self._args(), *self.hand_scratch, *self.grads)
         return val, self.grads
 
     def adcore(self):
-        """(objective, gradient) from adcore's reverse mode of ``objective``."""
+        """(objective, gradient) from adcore's reverse mode of the objective."""
         for g in self.grads + self.shadows:
             g[...] = 0.0
         i = self.inst
         _, val = adcore.autodiff(
-            ReverseWithPrimal, objective,
-            *(Duplicated(p, g) for p, g in zip(i.params, self.grads)), Const(i.x), Const(i.gamma),
-            Const(i.m), *(Duplicated(s, ds) for s, ds in zip(self.scratch, self.shadows)))
+            ReverseWithPrimal, self.functions[0],
+            *(Duplicated(p, g) for p, g in zip(i.params, self.grads)), Const(self.points),
+            Const(i.gamma), Const(i.m), *(Duplicated(s, ds) for s, ds in zip(self.scratch, self.shadows)))
         return val, self.grads
 
 
@@ -302,28 +306,15 @@ def engines(inst):
 # -- checks on ADBench's test instance -------------------------------------------------------
 
 
-def check_rows():
-    """Rows checking the objective value and each gradient on ADBench's test instance."""
+def check_rows(layouts=()):
+    """Rows checking the objective value and each gradient on ADBench's test instance;
+    ``layouts`` are further ``Kernels`` classes (with a ``LABEL``) checked the same way."""
     inst = parse(TEST_INSTANCE, "ADBench test")
     case = f"test instance {inst.label()}"
-    kern = Kernels(inst)
     rows = []
-    val = kern.objective()
-    err = abs(val - TEST_F) / abs(TEST_F)
-    rows.append(row(W, case, "Numba objective", err=err, tol=1e-12,
-                    check=f"f={val:.12f} vs ADBench {TEST_F:.12f}" + (" ok" if err < 1e-12 else " FAIL")))
-    fd = central_fd(kern.objective, list(inst.params))
-    _, hand = kern.hand()
-    hand = [g.copy() for g in hand]
-    rows.append(row(W, case, "hand-written Numba gradient", err=rel_err(hand, fd), tol=1e-7,
-                    note="vs central finite differences"))
-    try:
-        aval, ad = kern.adcore()
-        err = max(rel_err(ad, hand), abs(aval - val) / abs(val))
-        rows.append(row(W, case, "adcore gradient", err=err, tol=1e-10,
-                        note=f"vs hand-written; vs central FD {rel_err(ad, fd):.1e}"))
-    except Exception as exc:
-        rows.append(failed(W, case, "adcore gradient", exc))
+    for layout in (Kernels, *layouts):
+        rows += _layout_checks(layout(inst), case)
+    val, hand = Kernels(inst).hand()
     for name, eng in engines(inst).items():
         if isinstance(eng, str):
             continue
@@ -336,11 +327,37 @@ def check_rows():
     return rows
 
 
+def _labelled(name, kern):
+    return f"{name} ({kern.LABEL})" if kern.LABEL else name
+
+
+def _layout_checks(kern, case):
+    """One layout's objective against ADBench's value, its hand-written gradient against
+    central finite differences, adcore's against both."""
+    rows = []
+    val = kern.objective()
+    err = abs(val - TEST_F) / abs(TEST_F)
+    rows.append(row(W, case, _labelled("Numba objective", kern), err=err, tol=1e-12,
+                    check=f"f={val:.12f} vs ADBench {TEST_F:.12f}" + (" ok" if err < 1e-12 else " FAIL")))
+    fd = central_fd(kern.objective, list(kern.inst.params))
+    _, hand = kern.hand()
+    hand = [g.copy() for g in hand]
+    rows.append(row(W, case, _labelled("hand-written Numba gradient", kern), err=rel_err(hand, fd),
+                    tol=1e-7, note="vs central finite differences"))
+    try:
+        aval, ad = kern.adcore()
+        err = max(rel_err(ad, hand), abs(aval - val) / abs(val))
+        rows.append(row(W, case, _labelled("adcore gradient", kern), err=err, tol=1e-10,
+                        note=f"vs hand-written; vs central FD {rel_err(ad, fd):.1e}"))
+    except Exception as exc:
+        rows.append(failed(W, case, _labelled("adcore gradient", kern), exc))
+    return rows
+
+
 # -- timing ------------------------------------------------------------------------------------
-def time_rows(inst, sampler):
-    """Timed rows for one instance: objective, hand-written, adcore, tape and the peers."""
-    case = inst.label()
-    kern = Kernels(inst)
+def _layout_rows(kern, case, sampler):
+    """One layout's timed rows (objective, hand-written, adcore) and its (objective value,
+    hand-written gradient, hand-written gradient's timing)."""
     rows = []
     t_first_obj, val = first_call(kern.objective)
     t_obj = sampler.time(kern.objective)
@@ -348,21 +365,32 @@ def time_rows(inst, sampler):
     t_hand = sampler.time(kern.hand)
     _, hand = kern.hand()
     hand = [g.copy() for g in hand]
-    rows.append(row(W, case, "Numba objective", t_obj, first_call_s=t_first_obj,
+    rows.append(row(W, case, _labelled("Numba objective", kern), t_obj, first_call_s=t_first_obj,
                     note="the primal kernel"))
-    rows.append(row(W, case, "hand-written Numba gradient", t_hand, vs_ref=1.0,
+    rows.append(row(W, case, _labelled("hand-written Numba gradient", kern), t_hand, vs_ref=1.0,
                     grad_obj=t_hand.median / t_obj.median, first_call_s=first_hand,
                     alloc_bytes=traced_bytes(kern.hand), note="reference"))
     try:
         first_ad, (aval, ad) = first_call(kern.adcore)
         err = max(rel_err(ad, hand), abs(aval - val) / abs(val))
         t_ad = sampler.time(kern.adcore)
-        rows.append(row(W, case, "adcore gradient", t_ad, vs_ref=t_ad.median / t_hand.median,
-                        grad_obj=t_ad.median / t_obj.median, first_call_s=first_ad,
-                        cached_bytes=adcore.last_cached_bytes(),
+        rows.append(row(W, case, _labelled("adcore gradient", kern), t_ad,
+                        vs_ref=t_ad.median / t_hand.median, grad_obj=t_ad.median / t_obj.median,
+                        first_call_s=first_ad, cached_bytes=adcore.last_cached_bytes(),
                         alloc_bytes=traced_bytes(kern.adcore), err=err, tol=1e-10))
     except Exception as exc:
-        rows.append(failed(W, case, "adcore gradient", exc))
+        rows.append(failed(W, case, _labelled("adcore gradient", kern), exc))
+    return rows, (val, hand, t_hand)
+
+
+def time_rows(inst, sampler, layouts=()):
+    """Timed rows for one instance: objective, hand-written and adcore in this module's
+    layout and in each of ``layouts`` (each against its own objective and hand-written
+    gradient), then the tape engine and the peers."""
+    case = inst.label()
+    rows, (val, hand, t_hand) = _layout_rows(Kernels(inst), case, sampler)
+    for layout in layouts:
+        rows += _layout_rows(layout(inst), case, sampler)[0]
     for name, eng in engines(inst).items():
         if isinstance(eng, str):
             rows.append(skipped(W, case, name, eng))
@@ -382,11 +410,12 @@ def time_rows(inst, sampler):
     return rows
 
 
-def run(config):
+def run(config, layouts=()):
     """Timings for K=5 (and K=10 unless quick) with n = 1000*size points (the first calls
-    compile), then the checks on ADBench's test instance."""
+    compile), then the checks on ADBench's test instance; ``layouts`` as for
+    :func:`time_rows`."""
     n = max(2, int(1000 * config.size))
     rows = []
     for K in ((5,) if config.quick else (5, 10)):
-        rows += time_rows(instance(K, n), config.sampler)
-    return rows + check_rows()
+        rows += time_rows(instance(K, n), config.sampler, layouts)
+    return rows + check_rows(layouts)

@@ -4,14 +4,16 @@ A gradient should cost a constant multiple of its primal at every size and cache
 grows like the primal's work, not faster. Three families, each at growing sizes:
 
 - ADBench's GMM at (d, K) = (2, 5), (10, 25) and, in full runs, (32, 50), (64, 100), n = 1000
-  points (``bench.gmm``'s kernels and peers), with the peak resident memory of one adcore call;
+  points (``bench.gmm``'s kernels and peers, and ``bench.gmm_points``' kernels), with the peak
+  resident memory of one adcore call;
 - ADBench's LSTM (``bench.lstm``) at growing sequence lengths c, checked against the tape engine;
 - kernels of ``bench.kernels`` at n and 10 n (full runs).
 
     python -m bench scale [--quick]
 
 On a shared machine the GMM's ratios are best read from ``python -m bench.scale [d,K ...]``
-(:func:`interleaved_gmm`): process time, the engines interleaved round by round, medians.
+(:func:`interleaved_gmm`): process time, the engines interleaved round by round, medians,
+for both layouts of the kernel (``bench.gmm``, ``bench.gmm_points``).
 """
 import statistics
 import sys
@@ -22,7 +24,7 @@ import numpy as np
 import adcore
 from adcore import Const, Duplicated, Reverse, tape
 
-from . import gmm, kernels, lstm, peers
+from . import gmm, gmm_points, kernels, lstm, peers
 from .measure import peak_rss, rel_err, reset_peak_rss
 from .rows import failed, row, skipped
 
@@ -41,9 +43,11 @@ def peak_bytes(fn):
 
 
 def gmm_rows(d, K, n, sampler):
-    """bench.gmm's timed rows at one size, the adcore row noting its peak memory."""
+    """bench.gmm's timed rows at one size (both layouts), the per-point adcore row noting its
+    peak memory."""
     inst = gmm.instance(K, n, d)
-    rows = [dict(r, case=f"GMM {r['case']}", workload=W) for r in gmm.time_rows(inst, sampler)]
+    rows = [dict(r, case=f"GMM {r['case']}", workload=W)
+            for r in gmm.time_rows(inst, sampler, layouts=(gmm_points.Kernels,))]
     kern = gmm.Kernels(inst)
     peak = peak_bytes(kern.adcore)
     for r in rows:
@@ -158,25 +162,30 @@ def _cpu_time(fn, budget):
 
 
 def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
-    """The GMM at each (d, K): one round times adcore's gradient, the objective, the
-    hand-written gradient, and JAX's and PyTorch's gradient and objective one after the other
-    (process time); printed are the medians over ``rounds``, as ratios, with adcore's cached
-    bytes and its error against the hand-written gradient. A peer's objective is given over the
-    Numba objective's: where it is below 1 the peer's primal is the faster one."""
+    """The GMM at each (d, K): one round times, in both layouts (``bench.gmm``'s per point and
+    component, ``bench.gmm_points``' across points), adcore's gradient, the objective and the
+    hand-written gradient, then JAX's and PyTorch's gradient and objective, one after the
+    other (process time); printed are the medians over ``rounds``, as ratios, with adcore's
+    cached bytes and its error against the hand-written gradient, one line per layout. A
+    peer's objective is given over the Numba objective's: where it is below 1 the peer's
+    primal is the faster one."""
     for d, K in sizes:
         inst = gmm.instance(K, n, d)
-        kern = gmm.Kernels(inst)
-        _, hand = kern.hand()
-        hand = [g.copy() for g in hand]
-        _, ad = kern.adcore()
-        err = rel_err(ad, hand)
-        cached = adcore.last_cached_bytes()
+        layouts = {"": gmm.Kernels(inst), "points ": gmm_points.Kernels(inst)}
+        fns, checks = {}, {}
+        for tag, kern in layouts.items():
+            _, hand = kern.hand()
+            hand = [g.copy() for g in hand]
+            _, ad = kern.adcore()
+            checks[tag] = rel_err(ad, hand), adcore.last_cached_bytes()
+            fns.update({tag + "adcore": kern.adcore, tag + "objective": kern.objective,
+                        tag + "hand": kern.hand})
         engines = {name: eng for name, eng in gmm.engines(inst).items()
                    if name.startswith(("JAX", "PyTorch")) and not isinstance(eng, str)}
         peers_ = {name: eng[1] for name, eng in engines.items()}
         objectives = {name + " objective": eng[0] for name, eng in engines.items()}
-        fns = {"adcore": kern.adcore, "objective": kern.objective, "hand": kern.hand, **peers_,
-               **objectives}
+        fns.update(peers_)
+        fns.update(objectives)
         for fn in [*peers_.values(), *objectives.values()]:
             fn()
         times = {name: [] for name in fns}
@@ -184,13 +193,17 @@ def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
             for name, fn in fns.items():
                 times[name].append(_cpu_time(fn, budget))
         med = {name: statistics.median(t) for name, t in times.items()}
-        peer_text = "".join(f", {name} x ref {med[name] / med['hand']:.2f} "
-                            f"(adcore / it {med['adcore'] / med[name]:.2f}, its objective / "
-                            f"Numba's {med[name + ' objective'] / med['objective']:.2f})"
-                            for name in peers_)
-        out(f"d={d} K={K} n={n}: hand-written {med['hand'] * 1e3:.3g} ms, adcore x ref "
-            f"{med['adcore'] / med['hand']:.2f}, grad/objective {med['adcore'] / med['objective']:.2f}, "
-            f"cached {cached / 1e6:.2f} MB{peer_text}; error {err:.1e}")
+        for tag in layouts:
+            err, cached = checks[tag]
+            hand, obj, ad = (med[tag + k] for k in ("hand", "objective", "adcore"))
+            peer_text = "".join(f", {name} x ref {med[name] / hand:.2f} "
+                                f"(adcore / it {ad / med[name]:.2f}, its objective / "
+                                f"Numba's {med[name + ' objective'] / obj:.2f})"
+                                for name in peers_)
+            label = f"d={d} K={K} n={n}" + (f" {tag.strip()} layout" if tag else "")
+            out(f"{label}: hand-written {hand * 1e3:.3g} ms, adcore x ref {ad / hand:.2f}, "
+                f"grad/objective {ad / obj:.2f}, cached {cached / 1e6:.2f} MB{peer_text}; "
+                f"error {err:.1e}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import importlib
 
 import numpy as np
 
-from . import compile_times, digits, forward, gmm, mlp, mlp_train, scale, seed_peers  # noqa: F401 (compile_times and forward register themselves)
+from . import compile_times, digits, forward, gmm_points, mlp, mlp_train, scale, seed_peers  # noqa: F401 (compile_times and forward register themselves)
 from .registry import workload
 from .rows import failed, row, skipped
 from .timing import Timing, first_call
@@ -103,7 +103,7 @@ def seed_peer_rows(epochs, ref_loss, ref_epoch, sampler):
 
 workload("mlp", "Flux docs MLP 784-32-10, one gradient", quick=True)(mlp.run)
 workload("mlp-train", "MLP 784-256-256-10, one Adam training step")(mlp_train.run)
-workload("gmm", "ADBench GMM objective: gradient/objective ratios and checks", quick=True)(gmm.run)
+workload("gmm", "ADBench GMM objective: gradient/objective ratios and checks", quick=True)(gmm_points.run)
 workload("scale", "GMM, LSTM and kernels at growing sizes: cost and cached bytes")(scale.run)
 workload("digits", "CNN and MLP trained on sklearn's 8x8 digits, both engines")(digits.run)
 

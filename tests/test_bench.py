@@ -32,7 +32,9 @@ def test_quick_suite_rows(quick_rows):
                  "layers, Duplicated (LLVM)", "PyTorch", "JAX (jit)", "autograd"):
         assert ("mlp", name) in impls
     for name in ("Numba objective", "hand-written Numba gradient", "adcore gradient",
-                 "adcore.tape (numpy)", "PyTorch", "JAX (jit)", "autograd"):
+                 "adcore.tape (numpy)", "PyTorch", "JAX (jit)", "autograd",
+                 "Numba objective (points layout)", "hand-written Numba gradient (points layout)",
+                 "adcore gradient (points layout)"):
         assert ("gmm", name) in impls
     assert {r["workload"] for r in rows} == set(QUICK)
     text = report.table(rows)
@@ -79,8 +81,8 @@ def test_scale_workload_checks_gradients_at_every_size(monkeypatch):
     cases = {r["case"] for r in rows}
     assert sum(c.startswith("GMM d=2 ") for c in cases) == 1 and sum("d=10 K=25" in c for c in cases) == 1
     assert sum(c.startswith("LSTM") for c in cases) == 2
-    adcore_rows = [r for r in rows if r["impl"] == "adcore gradient"]
-    assert len(adcore_rows) == 4 and all(r["ok"] for r in adcore_rows)
+    adcore_rows = [r for r in rows if r["impl"].startswith("adcore gradient")]
+    assert len(adcore_rows) == 6 and all(r["ok"] for r in adcore_rows)
     assert all(r["cached_bytes"] > 0 for r in adcore_rows)
 
 
@@ -88,9 +90,10 @@ def test_interleaved_gmm_prints_ratios_and_checks_the_gradient(monkeypatch):
     monkeypatch.setattr(peers, "get", lambda name: None)
     lines = []
     scale.interleaved_gmm([(3, 2)], n=20, rounds=2, budget=0.0, out=lines.append)
-    assert len(lines) == 1 and lines[0].startswith("d=3 K=2 n=20: hand-written ")
-    assert "grad/objective" in lines[0] and "JAX" not in lines[0]
-    assert float(lines[0].rsplit("error ", 1)[1]) < 1e-10
+    assert len(lines) == 2 and lines[0].startswith("d=3 K=2 n=20: hand-written ")
+    assert lines[1].startswith("d=3 K=2 n=20 points layout: hand-written ")
+    assert all("grad/objective" in line and "JAX" not in line for line in lines)
+    assert all(float(line.rsplit("error ", 1)[1]) < 1e-10 for line in lines)
 
 
 def test_interleaved_gmm_times_each_peers_objective(monkeypatch):
@@ -106,7 +109,7 @@ def test_interleaved_gmm_times_each_peers_objective(monkeypatch):
     lines = []
     scale.interleaved_gmm([(3, 2)], n=20, rounds=2, budget=0.0, out=lines.append)
     assert calls["objective"] == calls["gradient"] == 3      # one warm-up call, one per round
-    assert "JAX (jit) x ref " in lines[0] and "PyTorch" not in lines[0]
+    assert all("JAX (jit) x ref " in line and "PyTorch" not in line for line in lines)
     assert float(lines[0].split("its objective / Numba's ", 1)[1].split(")", 1)[0]) > 0
 
 

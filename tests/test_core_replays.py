@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import adcore
-from adcore import Const, Duplicated, Reverse
+from adcore import Const, Duplicated, Reverse, replays
 from fdcheck import check
 from test_core_snapshots import scratch_programs
 
@@ -125,7 +125,8 @@ def test_a_fill_from_read_only_arrays_is_replayed():
     a, w = _rows(1, 3, 4), np.linspace(0.5, 1.5, 4)
     refills, snaps = _kinds(_report(filled, a, w, np.zeros(4)))
     assert len(refills) == 1 and not snaps and refills[0].depth == 1
-    assert all(item.bytes == 0 for item in refills[0].refills)
+    assert all(item.bytes == "0|n·size" for item in refills[0].refills)
+    assert [item.type for item in refills[0].items].count("i8") == 1     # the choice, per row
     refills, snaps = _kinds(_report(two_scratch, a, w, np.zeros(4), np.zeros(4)))
     assert len(refills) == 1 and len(refills[0].refills) == 2 and not snaps
 
@@ -175,14 +176,42 @@ def test_the_cover_is_checked_at_run_time():
     assert used[1] >= used[0] + 20 * 5 * 8, used         # a snapshot of 5 doubles per row
 
 
-def test_cached_bytes_do_not_grow_with_the_scratch():
-    used = {}
-    for m in (4, 32):
-        a, w = _rows(8, 50, m), np.linspace(0.5, 1.5, m)
-        adcore.autodiff(Reverse, two_scratch, Duplicated(a, np.zeros_like(a)), Duplicated(w, np.zeros(m)),
-                        Duplicated(np.zeros(m), np.zeros(m)), Duplicated(np.zeros(m), np.zeros(m)))
-        used[m] = adcore.last_cached_bytes()
-    assert used[32] <= used[4] + 64, used
+def _two_scratch_gradient(a, w):
+    """adcore's gradient of two_scratch (da, dw) and the bytes it kept."""
+    m = a.shape[1]
+    da, dw = np.zeros_like(a), np.zeros(m)
+    adcore.autodiff(Reverse, two_scratch, Duplicated(a, da), Duplicated(w, dw),
+                    Duplicated(np.zeros(m), np.zeros(m)), Duplicated(np.zeros(m), np.zeros(m)))
+    return da, dw, adcore.last_cached_bytes()
+
+
+def test_small_scratch_is_refilled_larger_is_copied():
+    """Arrays of SNAPSHOT_MIN bytes together are refilled; larger ones are copied while the
+    tape stays within the budget (their bytes then show in the cached bytes)."""
+    rows, used = 50, {}
+    for m in (2, 3):                           # xc and qxc: 32 B, then 48 B per row
+        used[m] = _two_scratch_gradient(_rows(8, rows, m), np.linspace(0.5, 1.5, m))[2]
+    assert 2 * 2 * 8 <= replays.SNAPSHOT_MIN < 2 * 3 * 8
+    assert used[3] >= used[2] + rows * 2 * 3 * 8, used
+    assert used[2] < rows * 2 * 2 * 8, used
+
+
+def test_beyond_the_budget_the_scratch_is_refilled():
+    """Snapshots of 512 B per row fill the tape up to SNAPSHOT_BUDGET; the rows after that
+    refill their arrays: the cached bytes stop growing with the scratch, and the gradient of
+    each row (checked against calls on blocks of rows, all copied) is the same either way."""
+    m, used = 32, {}
+    w = np.linspace(0.5, 1.5, m)
+    per_row = replays.SNAPSHOT_BUDGET // (2 * m * 8)
+    short, n = per_row + 2000, per_row + 6000
+    for rows in (short, n):
+        a = _rows(10, rows, m)
+        da, dw, used[rows] = _two_scratch_gradient(a, w)
+    assert replays.SNAPSHOT_BUDGET - 2 * m * 8 <= used[short] <= replays.SNAPSHOT_BUDGET + 64 * short
+    assert used[n] - used[short] <= 4000 * 64, used
+    blocks = [_two_scratch_gradient(a[lo:lo + 3000], w) for lo in range(0, n, 3000)]
+    np.testing.assert_allclose(da, np.concatenate([b[0] for b in blocks]), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(dw, sum(b[1] for b in blocks), rtol=1e-11)
 
 
 def test_aliasing_arguments_give_the_right_gradient():

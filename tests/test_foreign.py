@@ -61,6 +61,18 @@ def test_finite_differences(file, name, args, opts):
     check(fn(file, name), *args(), **opts)
 
 
+def test_a_vector_store_reaching_the_next_iterations_element_keeps_the_reverse_counting_down():
+    """Each iteration stores two lanes at its counter, the second overwritten by the next
+    iteration's store: the iterations do not commute (adcore.loop_order)."""
+    check(fn("vector.ll", "voverlap"), rand(5), np.zeros(6), 5)
+
+
+def test_a_wide_load_reaching_the_next_iterations_element_keeps_the_reverse_counting_down():
+    """Each iteration reads its element and the next in one load before the next iteration
+    stores to it: the iterations do not commute (adcore.loop_order)."""
+    check(fn("vector.ll", "vwideload"), rand(5), rand(6, seed=3), 5)
+
+
 def test_vector_ir():
     check(fn("vector.ll", "vscale"), rand(2), 0.7)
 

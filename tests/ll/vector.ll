@@ -53,3 +53,74 @@ entry:
   store <2 x double> %r, ptr %py, align 8
   ret void
 }
+
+; y[i:i+2] = (x[i]^2, 3 x[i]) for i < n: each iteration's second lane is overwritten by the
+; next (the loop's reverse must count down), then sum_k (k+1) y[k]^2 over y[0:n+1]
+define double @voverlap(ptr %x, ptr %y, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %px = getelementptr inbounds double, ptr %x, i64 %i
+  %v = load double, ptr %px, align 8
+  %s = fmul double %v, %v
+  %t = fmul double %v, 3.0
+  %a = insertelement <2 x double> poison, double %s, i64 0
+  %b = insertelement <2 x double> %a, double %t, i64 1
+  %py = getelementptr inbounds double, ptr %y, i64 %i
+  store <2 x double> %b, ptr %py, align 8
+  %i1 = add nuw nsw i64 %i, 1
+  %more = icmp slt i64 %i1, %n
+  br i1 %more, label %loop, label %sum
+sum:
+  %k = phi i64 [ 0, %loop ], [ %k1, %sum ]
+  %acc = phi double [ 0.0, %loop ], [ %acc1, %sum ]
+  %pk = getelementptr inbounds double, ptr %y, i64 %k
+  %w = load double, ptr %pk, align 8
+  %k1 = add nuw nsw i64 %k, 1
+  %kf = uitofp i64 %k1 to double
+  %ww = fmul double %w, %w
+  %term = fmul double %ww, %kf
+  %acc1 = fadd double %acc, %term
+  %done = icmp sgt i64 %k1, %n
+  br i1 %done, label %exit, label %sum
+exit:
+  ret double %acc1
+}
+
+; y[i] = y[i] + y[i+1] / 2 + x[i], y[i+1] read in one two-lane load before the next iteration
+; overwrites it (the loop's reverse must count down; linear, so nothing is kept per
+; iteration), then sum_k (k+1) y[k]^2 over y[0:n]
+define double @vwideload(ptr %x, ptr %y, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %px = getelementptr inbounds double, ptr %x, i64 %i
+  %v = load double, ptr %px, align 8
+  %py = getelementptr inbounds double, ptr %y, i64 %i
+  %pair = load <2 x double>, ptr %py, align 8
+  %here = extractelement <2 x double> %pair, i64 0
+  %next = extractelement <2 x double> %pair, i64 1
+  %m = fmul double %next, 0.5
+  %h = fadd double %here, %m
+  %s = fadd double %h, %v
+  store double %s, ptr %py, align 8
+  %i1 = add nuw nsw i64 %i, 1
+  %more = icmp slt i64 %i1, %n
+  br i1 %more, label %loop, label %sum
+sum:
+  %k = phi i64 [ 0, %loop ], [ %k1, %sum ]
+  %acc = phi double [ 0.0, %loop ], [ %acc1, %sum ]
+  %pk = getelementptr inbounds double, ptr %y, i64 %k
+  %w = load double, ptr %pk, align 8
+  %k1 = add nuw nsw i64 %k, 1
+  %kf = uitofp i64 %k1 to double
+  %ww = fmul double %w, %w
+  %term = fmul double %ww, %kf
+  %acc1 = fadd double %acc, %term
+  %done = icmp sge i64 %k1, %n
+  br i1 %done, label %exit, label %sum
+exit:
+  ret double %acc1
+}
