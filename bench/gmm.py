@@ -148,15 +148,21 @@ def objective(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xc, qxc, main):
                 sq += qxc[j] * qxc[j]
             main[k] = alphas[k] + sum_qs[k] - 0.5 * sq
         slse += logsumexp(main)
-    prior = 0.0
-    for k in range(K):
+    return constant(n, d, K, gamma, m) + slse - n * logsumexp(alphas) + prior(icf, d, gamma, m, qdiag, sum_qs)
+
+
+@numba.njit
+def prior(icf, d, gamma, m, qdiag, sum_qs):
+    """The Wishart prior's terms that depend on the parameters."""
+    total = 0.0
+    for k in range(icf.shape[0]):
         fro = 0.0
         for j in range(d):
             fro += qdiag[k, j] * qdiag[k, j]
         for j in range(d, icf.shape[1]):
             fro += icf[k, j] * icf[k, j]
-        prior += 0.5 * gamma * gamma * fro - m * sum_qs[k]
-    return constant(n, d, K, gamma, m) + slse - n * logsumexp(alphas) + prior
+        total += 0.5 * gamma * gamma * fro - m * sum_qs[k]
+    return total
 
 
 @numba.njit
@@ -200,7 +206,7 @@ def gradient(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xcs, zs, main, dalp
                     li += 1
                 dmeans[k, c] -= dxc
     lse_a = logsumexp(alphas)
-    prior = 0.0
+    wishart = 0.0
     for k in range(K):
         dalphas[k] -= n * math.exp(alphas[k] - lse_a)
         fro = 0.0
@@ -210,8 +216,8 @@ def gradient(alphas, means, icf, x, gamma, m, qdiag, sum_qs, xcs, zs, main, dalp
         for j in range(d, icf.shape[1]):
             fro += icf[k, j] * icf[k, j]
             dicf[k, j] += gamma * gamma * icf[k, j]
-        prior += 0.5 * gamma * gamma * fro - m * sum_qs[k]
-    return constant(n, d, K, gamma, m) + slse - n * lse_a + prior
+        wishart += 0.5 * gamma * gamma * fro - m * sum_qs[k]
+    return constant(n, d, K, gamma, m) + slse - n * lse_a + wishart
 
 
 class Kernels:

@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 from . import gmm
-from .gmm import constant, diagonals
+from .gmm import constant, diagonals, prior
 from .kernels import logsumexp
 
 
@@ -67,20 +67,6 @@ def _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main):
 
 
 @numba.njit
-def _prior(icf, d, gamma, m, qdiag, sum_qs):
-    """The Wishart prior's terms that depend on the parameters."""
-    prior = 0.0
-    for k in range(icf.shape[0]):
-        fro = 0.0
-        for j in range(d):
-            fro += qdiag[k, j] * qdiag[k, j]
-        for j in range(d, icf.shape[1]):
-            fro += icf[k, j] * icf[k, j]
-        prior += 0.5 * gamma * gamma * fro - m * sum_qs[k]
-    return prior
-
-
-@numba.njit
 def objective(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main):
     """The GMM objective on points ``xt`` (d, n); qdiag (K, d), sum_qs (K,), z (n,),
     main (K, n) are scratch."""
@@ -92,7 +78,7 @@ def objective(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main):
     for i in range(n):
         slse += _lse_point(main, i)
     return (constant(n, d, K, gamma, m) + slse - n * logsumexp(alphas)
-            + _prior(icf, d, gamma, m, qdiag, sum_qs))
+            + prior(icf, d, gamma, m, qdiag, sum_qs))
 
 
 @numba.njit(fastmath={"reassoc", "nsz", "contract"})
@@ -145,7 +131,7 @@ def gradient(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main, w, lse, d
             dicf[k, j] += gamma * gamma * qdiag[k, j] * qdiag[k, j] - m
         for j in range(d, icf.shape[1]):
             dicf[k, j] += gamma * gamma * icf[k, j]
-    return constant(n, d, K, gamma, m) + slse - n * lse_a + _prior(icf, d, gamma, m, qdiag, sum_qs)
+    return constant(n, d, K, gamma, m) + slse - n * lse_a + prior(icf, d, gamma, m, qdiag, sum_qs)
 
 
 class Kernels(gmm.Kernels):
