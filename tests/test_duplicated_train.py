@@ -3,6 +3,7 @@ engine and with a Python loop of gradient + update; the NaN rule holds natively.
 import numba
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import layers as L
 import optim
@@ -574,3 +575,29 @@ def test_large_parameters_trained_one_item_a_call_are_not_copied_end_to_end():
     for _ in range(2):
         assert train(seed_loss, d1, data, s1) == python_steps(seed_loss, d2, data, s2)
     assert not program.lookup(seed_loss, (d1,) + data[0])[0].plans[id(s1)].packed
+
+
+def width_loss(m, x, y):
+    return np.sum((m(x) - y) ** 2)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 40), st.sampled_from([np.float32, np.float64]), st.integers(0, 2**16))
+def test_packed_parameters_of_any_width_train_exactly_as_python_steps(width, dtype, seed):
+    """Parameters of any size laid end to end in the packed buffers, each from a cache line
+    (the gaps zero), and workspace buffers reserving whole vectors: ``train`` gives the
+    losses, parameters and optimiser states that gradient + update calls give."""
+    rng = np.random.default_rng(seed)
+    make = lambda: Chain(Dense(3, width, L.tanh, dtype=dtype, rng=seed),
+                         Dense(width, 2, dtype=dtype, rng=seed + 1))
+    data = [(rng.standard_normal(3).astype(dtype), rng.standard_normal(2).astype(dtype))
+            for _ in range(12)]
+    d1, d2 = Duplicated(make()), Duplicated(make())
+    s1, s2 = setup(Adam(0.01), d1), setup(Adam(0.01), d2)
+    for _ in range(2):                 # 48 steps a call: enough for packing to pay
+        assert train(width_loss, d1, data, s1, epochs=4) == \
+            [v for _ in range(4) for v in python_steps(width_loss, d2, data, s2)]
+    for a, b in zip(params(d1.val) + params(d1.dval), params(d2.val) + params(d2.dval)):
+        np.testing.assert_array_equal(a, b)
+    assert s1 == s2
+    assert program.lookup(width_loss, (d1,) + data[0])[0].plans[id(s1)].packed
