@@ -39,17 +39,20 @@ def _lse_point(main, i):
 
 @numba.njit
 def _row(xt, means, icf, qdiag, k, r, z):
-    """z[i] = row r of Q_k (x_i - mu_k), for every point i."""
+    """z[i] = row r of Q_k (x_i - mu_k), for every point i: row r of Q_k x_i, then row r of
+    Q_k mu_k subtracted once (the inner loops' reverses then take one sum each, not two)."""
     d, n = xt.shape
     q = qdiag[k, r]
-    mr = means[k, r]
+    shift = q * means[k, r]
     for i in range(n):
-        z[i] = q * (xt[r, i] - mr)
+        z[i] = q * xt[r, i]
     for c in range(r):
         a = icf[k, _lower(d, r, c)]
-        mc = means[k, c]
+        shift += a * means[k, c]
         for i in range(n):
-            z[i] += a * (xt[c, i] - mc)
+            z[i] += a * xt[c, i]
+    for i in range(n):
+        z[i] -= shift
 
 
 @numba.njit
