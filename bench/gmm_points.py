@@ -57,8 +57,10 @@ def _row(xt, means, icf, qdiag, k, r, z):
 
 @numba.njit
 def _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main):
-    """main[k, i] = alphas[k] + sum(q_k) - |Q_k (x_i - mu_k)|^2 / 2."""
+    """qdiag, sum_qs from icf (``gmm.diagonals``), then main[k, i] = alphas[k] + sum(q_k) -
+    |Q_k (x_i - mu_k)|^2 / 2: the forward pass both kernels start with."""
     d, n = xt.shape
+    diagonals(icf, d, qdiag, sum_qs)
     for k in range(alphas.shape[0]):
         base = alphas[k] + sum_qs[k]
         for i in range(n):
@@ -75,7 +77,6 @@ def objective(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main):
     main (K, n) are scratch."""
     d, n = xt.shape
     K = alphas.shape[0]
-    diagonals(icf, d, qdiag, sum_qs)
     _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main)
     slse = 0.0
     for i in range(n):
@@ -95,7 +96,6 @@ def gradient(alphas, means, icf, xt, gamma, m, qdiag, sum_qs, z, main, w, lse, d
     vectorise, as adcore's adjoint sums (reassoc) do; in order they would not (2-3x slower)."""
     d, n = xt.shape
     K = alphas.shape[0]
-    diagonals(icf, d, qdiag, sum_qs)
     _mains(alphas, means, icf, xt, qdiag, sum_qs, z, main)
     slse = 0.0
     for i in range(n):

@@ -139,7 +139,7 @@ def _hand_runner(epochs, tanh_into, every=False):
     return run
 
 
-def _hand_runners():
+def hand_runners():
     """The hand-written loop with libm's scalar ``tanhf`` and, where glibc has it, with
     libmvec's 8-lane ``tanhf`` (the faster is the reference)."""
     out = {"hand-written numba": (_hand_runner(HAND_EPOCHS, scalar_tanh), HAND_EPOCHS)}
@@ -174,7 +174,7 @@ def _runners():
             f"duplicated train, epochs={HAND_EPOCHS}": (
                 lambda: train(loss, dup_epochs, data, s_epochs, epochs=HAND_EPOCHS)[-len(data):],
                 HAND_EPOCHS),
-            "duplicated steps": (steps, 1), **_hand_runners()}
+            "duplicated steps": (steps, 1), **hand_runners()}
 
 
 _FIRST_CALL = """
