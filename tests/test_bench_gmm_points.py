@@ -40,8 +40,11 @@ def test_adbench_test_instance():
         assert rel_err(grads, ref) < 1e-12
 
 
-def test_objective_and_gradients_match_the_per_point_kernels():
-    inst = _instance(5, 4, 37, seed=3)
+@pytest.mark.parametrize("d", [5, 19])
+def test_objective_and_gradients_match_the_per_point_kernels(d):
+    """d = 19: rows 8-18 take one or two passes of eight columns (``OCTET``) and the rest
+    one by one."""
+    inst = _instance(d, 4, 37, seed=3)
     assert gmm_points.Kernels(inst).objective() == pytest.approx(gmm.Kernels(inst).objective(),
                                                                  rel=1e-12)
     (ref_val, ref), results = _both(inst)
@@ -51,10 +54,11 @@ def test_objective_and_gradients_match_the_per_point_kernels():
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(d=st.integers(1, 4), K=st.integers(1, 3), n=st.integers(1, 9), seed=st.integers(0, 99))
+@given(d=st.integers(1, 18), K=st.integers(1, 3), n=st.integers(1, 9), seed=st.integers(0, 99))
 def test_any_size(d, K, n, seed):
     """The scratch row ``z`` is refilled for every (component, row): adcore's gradient stays
-    the hand-written one at every size, including one point, one component, d = 1."""
+    the hand-written one at every size, including one point, one component, d = 1, and d
+    past one and two passes of eight columns."""
     (ref_val, ref), results = _both(_instance(d, K, n, seed))
     for val, grads in results:
         assert val == pytest.approx(ref_val, rel=1e-12)
