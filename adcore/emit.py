@@ -152,8 +152,10 @@ class Expr:
 
     def unless_zero(self, dy, value):
         """``value``, or 0 where the adjoint ``dy`` is 0: a zero adjoint never becomes NaN
-        through an infinite partial derivative (0·∞)."""
-        return self.select(self.fcmp("oeq", dy, self.c(0)), self.c(0), value)
+        through an infinite partial derivative (0·∞).  Written ``select (dy != 0), value, 0``
+        (``une``: NaN keeps ``value``, as ``oeq`` would): added to an accumulator, LLVM makes
+        it one add under the mask ``dy != 0`` instead of an add and a masked move back."""
+        return self.select(self.fcmp("une", dy, self.c(0)), value, self.c(0))
 
     def scale(self, dy, d):
         """``dy·d``, and 0 where ``dy`` is 0 (see :meth:`unless_zero`; no test is needed

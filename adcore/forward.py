@@ -17,7 +17,7 @@ In *stack* mode (for :func:`adcore.hvp`, which differentiates adcore's own gradi
 the value-stack calls of the gradient are mirrored on a tangent stack per lane: a float
 pushed has its tangent pushed, a float popped its tangent popped, a pointer its shadow
 pointer; and the reverse rules'
-zero guards ``select (v == 0), 0, v·p`` (:meth:`adcore.emit.Expr.unless_zero`) are
+zero guards ``select (v != 0), v·p, 0`` (:meth:`adcore.emit.Expr.unless_zero`) are
 differentiated as the ``v·p`` they stand for: at ``v = 0`` its tangent is ``dv·p``, not the
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
