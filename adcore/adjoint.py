@@ -31,6 +31,7 @@ popped just before the callee's reverse.
 """
 from . import numba_abi as abi, runtime
 from .advances import availability, find_advance
+from .cache_cut import needed_values
 from .call_sites import CallSite
 from .cfg import InductionVariable, step_of
 from .emit import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
@@ -125,6 +126,7 @@ class AdjointGenerator(GeneratorBase):
         self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
                                    extents, spec.distinct_arrays)
         self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
+        self.values.needed = lambda: needed_values(func, self.act, self.rule_of, self.is_callee)
         # a callee's metadata ids could clash with another callee's: its loops get no hints
         self.hinted_latches = set() if spec.split else varying_latches(self.cfg, self.values.variance)
         self.loop_hints = LoopHints()

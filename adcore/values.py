@@ -12,6 +12,7 @@ recomputing it would repeat the whole call (ADBench's GMM gradient at d=2 is 12%
 keeping the exps of its log-sum-exp, the LSTM's 1.3x, a 10^6 log-sum-exp's 1.6x).
 """
 from . import runtime
+from .cache_cut import plan_cut
 from .cfg import step_of
 from .ir import Arg, rename, strip_metadata
 from .loop_variance import LoopVariance
@@ -60,6 +61,8 @@ class Values:
         self.registers = {}
         self.memo = {}
         self.variance = LoopVariance(cfg, clobbers.can_reload, self._is_pure)
+        self.needed = None           # () -> the values the reverse rules read (cache_cut)
+        self._plan = None
 
     @staticmethod
     def _is_pure(instr):
@@ -100,6 +103,11 @@ class Values:
         self.memo[d] = ref
         return ref
 
+    def free(self, value):
+        """Whether ``value`` costs nothing per loop iteration: outside every loop, a loop
+        counter the reverse pass runs backwards, or kept already."""
+        return value.block not in self.cfg.cyclic or value in self.registers or self.runs_backwards(value)
+
     def saved_bytes(self, value, seen=None):
         """Bytes per loop iteration the value stack would take to make ``value`` available
         in the reverse pass by recomputation (0 when nothing new must be saved)."""
@@ -122,13 +130,29 @@ class Values:
         return step is not None and step_of(step, phi) is not None
 
     def cheaper_to_keep(self, value):
-        """A recomputable value inside a loop is saved itself when recomputing it would save
-        more bytes per iteration (a 1-byte comparison instead of an 8-byte running maximum),
-        and a call in ``SELF_DERIVED`` when it changes with every loop around it (one that
-        does not, such as ``exp(q[k])`` in a loop over points, is recomputed: keeping it
-        would push one value again and again)."""
+        """Whether a recomputable value inside a loop is kept instead: as the minimum cut
+        over the values the reverse rules need decides (:mod:`adcore.cache_cut`), and for
+        other values when recomputing it would save more bytes per iteration (a 1-byte
+        comparison instead of an 8-byte running maximum).  A call in ``SELF_DERIVED`` is
+        kept when it changes with every loop around it (one that does not, such as
+        ``exp(q[k])`` in a loop over points, is recomputed: keeping it would push one value
+        again and again)."""
         if value.block not in self.cfg.cyclic or value.type not in runtime.SIZES:
             return False
-        if value.opcode == "call" and math_name(value.callee) in SELF_DERIVED:
+        if self.self_derived(value):
             return self.variance.varies_with_every_loop(value)
+        plan = self.cut_plan()
+        if value in plan.nodes:
+            return value in plan.kept
         return runtime.size_of(value.type) < self.saved_bytes(value)
+
+    @staticmethod
+    def self_derived(value):
+        return value.opcode == "call" and math_name(value.callee) in SELF_DERIVED
+
+    def cut_plan(self):
+        """The :class:`adcore.cache_cut.CutPlan`, made at the first decision (the loop
+        counters and the values that must be kept are registers by then)."""
+        if self._plan is None:
+            self._plan = plan_cut(self, self.needed() if self.needed else ())
+        return self._plan
