@@ -120,9 +120,9 @@ class _Graph:
         self.adj.setdefault(a, set()).add(b)
         self.adj.setdefault(b, set()).add(a)
 
-    def _reach(self, s, t=None):
-        """Nodes reachable from ``s`` through edges with capacity left (with the BFS
-        parents, stopping at ``t``)."""
+    def _reach(self, s, t):
+        """The nodes reachable from ``s`` through edges with capacity left, each with its
+        parent on a shortest path (the search stops at ``t``)."""
         parent, queue = {s: None}, deque([s])
         while queue:
             a = queue.popleft()

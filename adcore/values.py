@@ -6,7 +6,8 @@ instruction is pure (arithmetic, casts, compares, GEPs, math calls, loads of mem
 later writes); the rest is kept in a *register*, a stack slot of the gradient function that
 the forward pass stores and, inside a loop, pushes on the value stack before overwriting.
 Inside a loop, a value is kept instead when recomputing it would make more bytes per
-iteration necessary than keeping it, and so is a call of exp or tanh, whose derivative is
+iteration necessary than keeping it (which ones: a minimum cut over the values the reverse
+rules read, :mod:`adcore.cache_cut`), and so is a call of exp or tanh, whose derivative is
 its result, when it changes with every loop around it (:mod:`adcore.loop_variance`):
 recomputing it would repeat the whole call (ADBench's GMM gradient at d=2 is 12% faster
 keeping the exps of its log-sum-exp, the LSTM's 1.3x, a 10^6 log-sum-exp's 1.6x).
@@ -152,7 +153,7 @@ class Values:
 
     def cut_plan(self):
         """The :class:`adcore.cache_cut.CutPlan`, made at the first decision (the loop
-        counters and the values that must be kept are registers by then)."""
+        counters are registers by then)."""
         if self._plan is None:
             self._plan = plan_cut(self, self.needed() if self.needed else ())
         return self._plan
