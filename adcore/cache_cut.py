@@ -22,9 +22,9 @@ from collections import deque
 
 from . import runtime
 from .emit import Emitter, Expr
-from .ir import Arg, Operand
+from .ir import Arg
 from .memory import is_memory_intrinsic
-from .rules import rule_for
+from .rules import contributions
 
 DEPTH_WEIGHT = 1024          # a byte kept per iteration of a loop nested one level deeper
 INF = 1 << 62
@@ -55,13 +55,10 @@ class _Read:
 
 def _read_by_rule(instr, act):
     reads = set()
-    ops = [_Read(o, reads) for o in instr.operands]
-    result = _Read(Operand(instr.ref, instr.type, instr), reads)
     try:
-        thunks = rule_for(instr)(Expr(Emitter(()), instr.type), ops, result, "%ad.dry.dy")
-        for o, thunk in zip(instr.operands, thunks):
-            if thunk is not None and o.defn in act.active:
-                thunk()
+        for _ in contributions(instr, Expr(Emitter(()), instr.type), lambda o: _Read(o, reads),
+                               "%ad.dry.dy", act.active):
+            pass
     except Exception:        # no rule, or one the dry run cannot drive: all may be read
         reads |= {o.defn for o in instr.operands} | {instr}
     return {d for d in reads if d is not None and not isinstance(d, Arg)}

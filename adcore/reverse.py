@@ -2,11 +2,11 @@
 custom rules, calls differentiated as calls, and everything the rule table of
 :mod:`adcore.rules` covers."""
 from .emit import SUM, Expr, alignment, float_const
-from .ir import Operand, is_float_type
+from .ir import is_float_type
 from .memory import is_memory_intrinsic
 from .read_modify_write import unchanged_shadow_load
 from .rule_calls import reverse_rule_call
-from .rules import rule_for
+from .rules import contributions
 from .values import Lazy
 
 
@@ -62,12 +62,9 @@ def reverse_instruction(gen, instr):
         old = gen.e(f"load {t}, ptr {sp}{align}")
         gen.e.line(f"store {t} {gen.e(f'fadd {SUM} {t} {old}, {dy}')}, ptr {sp}{align}")
         return
-    X = Expr(gen.e, instr.type)
-    ops = [Lazy(gen.values, o) for o in instr.operands]
-    result = Lazy(gen.values, Operand(instr.ref, instr.type, instr))
-    for o, thunk in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):
-        if thunk is not None and o.defn in act.active:
-            gen.accumulate(o.defn, thunk())
+    for operand, contribution in contributions(instr, Expr(gen.e, instr.type),
+                                               lambda o: Lazy(gen.values, o), dy, act.active):
+        gen.accumulate(operand, contribution)
 
 def reverse_memory_intrinsic(gen, instr):
     """memset(p, c, n): the old contents of p are gone, so their shadow is zeroed.

@@ -321,6 +321,18 @@ def rule_for(instr):
     return RULES[instr.opcode]
 
 
+def contributions(instr, X, wrap, dy, active):
+    """``(operand definition, adjoint contribution)`` from ``instr``'s rule for each of its
+    operands in ``active``; the rule sees ``wrap(op)`` for each operand and for the result
+    (the reverse pass wraps them to materialise on use, :mod:`adcore.cache_cut` to note the
+    reads of a dry run)."""
+    ops = [wrap(o) for o in instr.operands]
+    result = wrap(Operand(instr.ref, instr.type, instr))
+    for o, thunk in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):
+        if thunk is not None and o.defn in active:
+            yield o.defn, thunk()
+
+
 class _AtOne(Expr):
     """:class:`Expr` for rules evaluated at ``dy = 1`` (their partial derivatives): ``1·d``
     is ``d`` itself and ``unless_zero(1, d)`` is ``d``, so that a partial that is an operand

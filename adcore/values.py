@@ -149,6 +149,7 @@ class Values:
 
     @staticmethod
     def self_derived(value):
+        """Whether ``value`` is a call in ``SELF_DERIVED`` (its derivative is its result)."""
         return value.opcode == "call" and math_name(value.callee) in SELF_DERIVED
 
     def cut_plan(self):
