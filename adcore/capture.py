@@ -95,7 +95,7 @@ def _compiled(dispatcher, argtypes):
     before adcore was loaded or loaded from Numba's disk cache, an overload has no
     unoptimised module).  CompileError with Numba's message when Numba cannot compile it."""
     try:
-        cres = numba_abi.compiled_overload(dispatcher, argtypes)
+        cres = None if numba_abi.is_parallel(dispatcher) else numba_abi.compiled_overload(dispatcher, argtypes)
         if cres is not None and numba_abi.has_unoptimised_module(cres.library):
             return cres
         return numba_abi.lowered(dispatcher, argtypes)

@@ -12,9 +12,10 @@ from numba.core import types as nbtypes
 
 from .errors import UnsupportedError
 
-PARALLEL = ("a parallel=True loop (prange, or an array expression Numba parallelised)",
-            "parallel loops are not differentiated yet; compile the kernel with parallel=False "
-            "(prange then runs serially and differentiates)")
+PARALLEL = ("a call to a parallel=True function (its prange loops or parallel array expressions)",
+            "adcore differentiates the parallel loops of the kernel it is given, not those of "
+            "the njit functions that kernel calls; make the kernel itself parallel=True, or "
+            "call a parallel=False version of the callee")
 LIST = ("a list (for example a list of arrays)",
         "lists are not differentiated; use a tuple of arrays, or one array with an extra axis")
 DICT = ("a dict", "dicts are not differentiated; use arrays indexed by integers")

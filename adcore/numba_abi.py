@@ -234,17 +234,57 @@ def lowered(dispatcher, argtypes):
     argtypes = tuple(argtypes)
     done = dispatcher.__dict__.setdefault("_adcore_lowered", {})
     if argtypes not in done:
+        parallel = is_parallel(dispatcher)
         function_compiler = dispatcher._compiler
         flags = compiler.Flags()
         function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
         flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
         flags.dbg_directives_only = flags.debuginfo    # line info without debug's noinline
-        with global_compiler_lock, dispatcher._compiling_counter, machine_code_deferred():
+        with global_compiler_lock, dispatcher._compiling_counter, machine_code_deferred(), \
+                parfors_as_loops(dispatcher.py_func if parallel else None):
             done[argtypes] = compiler.compile_extra(
                 dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func, args=argtypes,
                 return_type=None, flags=flags, locals=dispatcher.locals,
                 pipeline_class=function_compiler.pipeline_class)
     return done[argtypes]
+
+
+def is_parallel(dispatcher):
+    """True for a dispatcher compiled with ``parallel=True``."""
+    return bool(getattr(dispatcher, "targetoptions", {}).get("parallel"))
+
+
+@contextlib.contextmanager
+def parfors_as_loops(py_func):
+    """While active (the global compiler lock held), Numba lowers the parallel loops
+    (parfors) of ``py_func``'s ``parallel=True`` compile as ordinary loops in the function
+    itself, after its parallel transformations (array expressions fused into loops,
+    reductions recognised): the program Numba runs in parallel, as one serial function.
+    It is the flag Numba sets while it lowers a parfor's body, set here only while
+    ``py_func``'s own parfors are prepared for lowering, so that other functions Numba
+    compiles meanwhile (the kernel's callees) keep their parallel loops.  ``py_func``
+    None: nothing changes."""
+    from numba.parfors import parfor
+    if py_func is None:
+        yield
+        return
+    run = parfor.ParforPreLoweringPass.run
+
+    def run_as_loops(self):
+        if self.func_ir.func_id.func is not py_func:
+            return run(self)
+        before = parfor.sequential_parfor_lowering
+        parfor.sequential_parfor_lowering = True
+        try:
+            return run(self)
+        finally:
+            parfor.sequential_parfor_lowering = before
+
+    parfor.ParforPreLoweringPass.run = run_as_loops
+    try:
+        yield
+    finally:
+        parfor.ParforPreLoweringPass.run = run
 
 
 def declares_signatures(dispatcher):

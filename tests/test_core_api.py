@@ -446,17 +446,6 @@ def test_reverse_mode_skips_the_primal_and_with_primal_still_returns_it():
     assert without.optimised_ir.count("@llvm.sin") > reverse_only.optimised_ir.count("@llvm.sin")
 
 
-def test_parallel_loop_is_refused_not_silently_wrong():
-    @numba.njit(parallel=True)
-    def parallel_sum(x):
-        s = 0.0
-        for i in numba.prange(x.shape[0]):
-            s += x[i] * x[i]
-        return s
-    with pytest.raises(UnsupportedError, match="parallel=True loop .* parallel=False"):
-        adcore.gradient(Reverse, parallel_sum, np.ones(8))
-
-
 def test_compile_report_names_every_stage():
     @numba.njit
     def cubes(x):

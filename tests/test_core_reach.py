@@ -193,11 +193,16 @@ def test_numba_errors_are_compile_errors():
 
 # -- refusals in the user's words ----------------------------------------------------------
 @numba.njit(parallel=True)
-def parallel_loop(x):
+def _parallel_callee(x):
     s = 0.0
     for i in numba.prange(x.size):
         s += x[i] ** 2
     return s
+
+
+@numba.njit
+def parallel_loop(x):
+    return 2.0 * _parallel_callee(x)
 
 
 @numba.njit
@@ -233,7 +238,7 @@ def print_array(x):
 
 
 @pytest.mark.parametrize("kernel, words, line", [
-    (parallel_loop, r"a parallel=True loop \(prange.*parallel=False", "numba.prange"),
+    (parallel_loop, r"a call to a parallel=True function.*parallel=False version", "_parallel_callee(x)"),
     (list_of_arrays, r"a list \(for example a list of arrays\).*tuple of arrays", "arrays = ["),
     (typed_list, r"a typed list \(numba.typed.List\)", "values = List()"),
     (dict_of_floats, "a dict.*arrays indexed by integers", "d = {}"),

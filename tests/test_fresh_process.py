@@ -243,6 +243,20 @@ fa, fx, _ = fd_gradient(f.py_func, [a, x, out], {})
 np.testing.assert_allclose(ga, fa, rtol=1e-7)
 np.testing.assert_allclose(gx, fx, rtol=1e-7)
 """, None),
+    "gradient_parallel_loop": (KERNEL + """
+from numba import prange
+
+def g(a, x, out):
+    for i in prange(x.shape[0]):
+        out[i] = math.sin(a * x[i])
+    return out.sum()
+
+g = numba.njit(parallel=True)(g)
+ga, gx, gout = adcore.gradient(Reverse, g, a, x, Const(out))
+assert gout is None
+np.testing.assert_allclose(ga, np.sum(x * np.cos(a * x)), rtol=1e-12)
+np.testing.assert_allclose(gx, a * np.cos(a * x), rtol=1e-12)
+""", None),
     "compile_gradient_native_from_python": (NJIT + """
 g = adcore.compile_gradient(Reverse, f, Active(a), Duplicated(x, dx), Duplicated(out, dout))
 assert g.shadowed == [1, 2]
