@@ -141,3 +141,14 @@ def test_seed_loop_times_the_native_loop_inside_train():
     m = seed_loop.measure(rounds=1, reps=1)
     assert 0 < m["native"] < m["adcore"] and m["hand"] > 0
     assert "native loop x ref" in seed_loop.report(m)
+
+
+def test_parallel_workload_checks_every_gradient_at_each_thread_count():
+    from bench import parallel
+    rows = parallel.run(TINY)
+    assert not failures(rows)
+    grads = [r for r in rows if r["impl"].startswith("adcore gradient")]
+    threads = {1, parallel.numba.config.NUMBA_NUM_THREADS}
+    assert len(grads) == 3 * len(threads) and all(r["ok"] for r in grads)
+    hand = [r for r in rows if r["impl"].startswith("hand-written")]
+    assert len(hand) == 2 and all(r["ok"] for r in hand)

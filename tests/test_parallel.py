@@ -291,3 +291,15 @@ def test_callee_with_parallel_loops_is_refused_with_its_reason():
 
     with pytest.raises(adcore.UnsupportedError, match="a call to a parallel=True function"):
         adcore.gradient(Reverse, caller, np.ones(4))
+
+
+def test_readme_example_runs_and_matches_finite_differences():
+    import pathlib
+    import re
+    from fdcheck import fd_gradient
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def energy(pos)" in b)
+    scope = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    fd = fd_gradient(scope["energy"].py_func, [scope["pos"]], {})[0]
+    np.testing.assert_allclose(scope["dpos"], fd, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,234 @@
+"""Kernels written with ``prange`` (``numba.njit(parallel=True)``): the primal and adcore's
+gradient at one thread and at every core, next to the fastest serial hand-written gradient.
+
+    python -m bench parallel [--quick]
+
+Three kernels: a GMM log-likelihood summed over points (diagonal covariances), a
+Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps.  Each
+gradient is checked against the gradient of the same source compiled with
+``parallel=False``.  adcore differentiates a parallel kernel as the serial program Numba
+parallelises (its parallel loops lowered as loops), so the gradient's reverse pass runs on
+one core: the rows show what the primal gains from the cores and what the gradient does not
+yet.
+"""
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+import adcore
+from adcore import Const, Duplicated, Reverse
+
+from .measure import rel_err
+from .registry import workload
+from .rows import failed, row
+
+W = "parallel"
+
+
+def gmm_loglik(alphas, means, logq, x):
+    """sum_i logsumexp_k(alpha_k + sum_j logq_kj - |q_k * (x_i - mu_k)|^2 / 2), q = exp(logq)."""
+    n, d = x.shape
+    K = alphas.shape[0]
+    q = np.exp(logq)                       # a parallel array expression
+    total = 0.0
+    for i in prange(n):
+        best = -1e300
+        for k in range(K):
+            s = alphas[k]
+            for j in range(d):
+                z = q[k, j] * (x[i, j] - means[k, j])
+                s += logq[k, j] - 0.5 * z * z
+            best = max(best, s)
+        acc = 0.0
+        for k in range(K):
+            s = alphas[k]
+            for j in range(d):
+                z = q[k, j] * (x[i, j] - means[k, j])
+                s += logq[k, j] - 0.5 * z * z
+            acc += math.exp(s - best)
+        total += best + math.log(acc)
+    return total
+
+
+def lennard_jones(pos):
+    """sum over pairs i < j of 4 (r^-12 - r^-6)."""
+    n = pos.shape[0]
+    energy = 0.0
+    for i in prange(n):
+        for j in range(i + 1, n):
+            d2 = 0.0
+            for k in range(3):
+                d = pos[i, k] - pos[j, k]
+                d2 += d * d
+            inv6 = 1.0 / (d2 * d2 * d2)
+            energy += 4.0 * (inv6 * inv6 - inv6)
+    return energy
+
+
+def stencil(u, v, steps):
+    """``steps`` explicit diffusion steps with a sine source on the interior of ``u``."""
+    m, p = u.shape
+    for _ in range(steps):
+        for i in prange(1, m - 1):
+            for j in range(1, p - 1):
+                lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
+                v[i, j] = u[i, j] + 0.1 * lap + 0.01 * math.sin(u[i, j])
+        for i in prange(1, m - 1):
+            for j in range(1, p - 1):
+                u[i, j] = v[i, j]
+    return np.sum(u * u)
+
+
+@numba.njit
+def lennard_jones_gradient(pos, grad):
+    """Hand-written: the forces, accumulated on both atoms of each pair."""
+    n = pos.shape[0]
+    grad[:] = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            d0 = pos[i, 0] - pos[j, 0]
+            d1 = pos[i, 1] - pos[j, 1]
+            d2_ = pos[i, 2] - pos[j, 2]
+            d2 = d0 * d0 + d1 * d1 + d2_ * d2_
+            inv2 = 1.0 / d2
+            inv6 = inv2 * inv2 * inv2
+            f = 4.0 * (-12.0 * inv6 * inv6 + 6.0 * inv6) * inv2      # dE/d(d2) * 2
+            grad[i, 0] += f * d0
+            grad[i, 1] += f * d1
+            grad[i, 2] += f * d2_
+            grad[j, 0] -= f * d0
+            grad[j, 1] -= f * d1
+            grad[j, 2] -= f * d2_
+    return grad
+
+
+@numba.njit
+def gmm_gradient(alphas, means, logq, x, galphas, gmeans, glogq, s):
+    """Hand-written: one pass over the points, the component weights from one logsumexp."""
+    n, d = x.shape
+    K = alphas.shape[0]
+    galphas[:] = 0.0
+    gmeans[:] = 0.0
+    glogq[:] = 0.0
+    q = np.exp(logq)
+    for i in range(n):
+        best = -1e300
+        for k in range(K):
+            t = alphas[k]
+            for j in range(d):
+                z = q[k, j] * (x[i, j] - means[k, j])
+                t += logq[k, j] - 0.5 * z * z
+            s[k] = t
+            best = max(best, t)
+        acc = 0.0
+        for k in range(K):
+            s[k] = math.exp(s[k] - best)
+            acc += s[k]
+        for k in range(K):
+            w = s[k] / acc
+            galphas[k] += w
+            for j in range(d):
+                c = x[i, j] - means[k, j]
+                z = q[k, j] * c
+                gmeans[k, j] += w * z * q[k, j]
+                glogq[k, j] += w * (1.0 - z * z)
+    return galphas
+
+
+class Case:
+    """One kernel: ``args()`` fresh arguments, ``wrt`` how many leading ones are differentiated,
+    ``hand`` an optional serial hand-written gradient returning the same tuple."""
+
+    def __init__(self, name, size, source, args, wrt, hand=None):
+        self.name, self.size, self.wrt, self.hand = name, size, wrt, hand
+        self.parallel, self.serial = numba.njit(parallel=True)(source), numba.njit(source)
+        self.args = args
+
+    def annotated(self, values):
+        return [v if k < self.wrt else Const(v) for k, v in enumerate(values)]
+
+    def gradient(self, kernel, values):
+        return adcore.gradient(Reverse, kernel, *self.annotated(values))[:self.wrt]
+
+
+def cases(quick, size):
+    rng = np.random.default_rng(0)
+    n, d, K = int((10_000 if quick else 100_000) * size), 10, 5
+    x = rng.standard_normal((n, d))
+    gmm_params = (rng.standard_normal(K), rng.standard_normal((K, d)), 0.1 * rng.standard_normal((K, d)))
+    atoms = int((300 if quick else 1000) * size ** 0.5)
+    side = int(round(atoms ** (1 / 3))) + 1
+    grid = np.array([(a, b, c) for a in range(side) for b in range(side) for c in range(side)][:atoms], float)
+    pos = grid * 1.2 + 0.05 * rng.standard_normal((atoms, 3))
+    m = int((128 if quick else 256) * size ** 0.5)
+    u0 = rng.random((m, m))
+
+    def gmm_hand(alphas, means, logq, x_):
+        g = (np.zeros_like(alphas), np.zeros_like(means), np.zeros_like(logq))
+        gmm_gradient(alphas, means, logq, x_, *g, np.zeros(K))
+        return g
+
+    return [
+        Case("GMM log-likelihood", f"n={n}, d={d}, K={K}", gmm_loglik,
+             lambda: (*gmm_params, x), 3, gmm_hand),
+        Case("Lennard-Jones energy", f"{atoms} atoms", lennard_jones, lambda: (pos.copy(),), 1,
+             lambda p: (lennard_jones_gradient(p, np.zeros_like(p)),)),
+        Case("2-D stencil", f"{m}x{m}, 10 steps", stencil,
+             lambda: (u0.copy(), np.zeros_like(u0), 10), 1),
+    ]
+
+
+def _at_threads(threads, fn):
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        numba.set_num_threads(before)
+
+
+def case_rows(c, sampler, all_threads):
+    """The serial hand-written gradient (when there is one), then the primal and adcore's
+    gradient at 1 thread and at ``all_threads`` (medians net of making the arguments)."""
+    case = f"{c.name} ({c.size})"
+    expected = c.gradient(c.serial, c.args())
+    rows, hand = [], None
+    if c.hand is not None:
+        values = c.args()
+        err = max(rel_err(h, e) for h, e in zip(c.hand(*values), expected))
+        timing = sampler.time(lambda: c.hand(*values))
+        hand = timing.stats()["median"]
+        rows.append(row(W, case, "hand-written gradient (serial njit)", timing, vs_ref=1.0,
+                        err=err, tol=1e-9, note="reference"))
+    primal_at_one = grad_at_one = None
+    for threads in sorted({1, all_threads}):
+        label = f"{threads} thread" + ("s" if threads > 1 else "")
+        got = _at_threads(threads, lambda: c.gradient(c.parallel, c.args()))
+        err = max(rel_err(g, e) for g, e in zip(got, expected))
+        t_args, t_primal, t_grad = _at_threads(threads, lambda: sampler.interleaved(
+            [c.args, lambda: c.parallel(*c.args()), lambda: c.gradient(c.parallel, c.args())]))
+        setup = t_args.stats()["median"]
+        p = max(t_primal.stats()["median"] - setup, 1e-12)
+        g = max(t_grad.stats()["median"] - setup, 1e-12)
+        primal_at_one, grad_at_one = primal_at_one or p, grad_at_one or g
+        rows.append(row(W, case, f"primal, {label}", t_primal,
+                        note=f"{primal_at_one / p:.2f}x the speed at 1 thread"))
+        rows.append(row(W, case, f"adcore gradient, {label}", t_grad, grad_obj=g / p,
+                        vs_ref=None if hand is None else g / hand, err=err, tol=1e-9,
+                        note=f"{grad_at_one / g:.2f}x the speed at 1 thread; "
+                             f"checked against parallel=False"))
+    return rows
+
+
+@workload(W, "prange kernels: primal and gradient at 1 thread and every core")
+def run(config):
+    all_threads = numba.config.NUMBA_NUM_THREADS
+    rows = []
+    for c in cases(config.quick, config.size):
+        try:
+            rows += case_rows(c, config.sampler, all_threads)
+        except Exception as exc:  # a failing case is a failed row, not a crash of the suite
+            rows.append(failed(W, c.name, "adcore gradient", exc))
+    return rows
