@@ -19,7 +19,8 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-xdist", "hypothesis",            # tests run in 2 processes
                  "jsonschema", "matplotlib",                        # bench: schema, charts
-                 "scikit-learn"],                                   # the digits data set
+                 "scikit-learn",                                    # the digits data set
+                 "ziglang"],                                        # C to LLVM IR (zig cc)
         "digits": ["scikit-learn", "matplotlib"],   # python -m bench digits
         "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
         "plot": ["matplotlib"],

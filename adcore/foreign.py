@@ -167,9 +167,15 @@ def _element_type(fn, arg):
     return seen.pop() if len(seen) == 1 else None
 
 
+_ATTACHMENT = re.compile(r",\s*!(?!dbg\b)[-a-zA-Z_.0-9]+\s+!(?:[0-9]+|\{[^}]*\})")
+
+
 def _parse(text):
+    """The module of ``text`` with its instructions' metadata attachments other than
+    source locations (``!dbg``) dropped: the aliasing and range facts they state are
+    hints adcore's generated code must not inherit from a renumbered copy."""
     try:
-        module = llvm.parse_assembly(text)
+        module = llvm.parse_assembly(_ATTACHMENT.sub("", text))
         module.verify()
     except RuntimeError as e:
         raise ADError(f"from_llvm: the LLVM IR is invalid: {str(e).strip()}") from None

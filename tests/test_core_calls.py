@@ -3,8 +3,6 @@ through clang) get an augmented forward and a reverse, checked against central f
 differences and closed forms."""
 import math
 import re
-import shutil
-import subprocess
 
 import llvmlite.binding as llvm
 import numba
@@ -14,6 +12,7 @@ from hypothesis import given, strategies as st
 
 import adcore
 from adcore import Active, Const, Duplicated, Reverse, UnsupportedError
+from c_ir import c_to_llvm
 from fdcheck import check, check_forward
 from test_core_property import EXAMPLES, examples
 
@@ -250,9 +249,7 @@ double usefill(const double *x, double *tmp, int n) {
 
 
 def clang_ir(opt):
-    assert shutil.which("clang"), "clang is not installed (.ci/run installs clang)"
-    return subprocess.run(["clang", opt, "-x", "c", "-S", "-emit-llvm", "-o", "-", "-"], input=C_SOURCE,
-                          check=True, capture_output=True, text=True).stdout
+    return c_to_llvm(C_SOURCE, opt)
 
 
 X6 = np.random.default_rng(2).uniform(0.2, 0.9, 6)

@@ -5,7 +5,6 @@ import functools
 import itertools
 import math
 import os
-import subprocess
 
 import numba
 import numpy as np
@@ -13,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import adcore
 from adcore import Duplicated, Reverse
+from c_ir import c_to_llvm
 from fdcheck import check
 
 EXAMPLES = int(os.environ.get("ADCORE_PROPERTY_EXAMPLES", 25))
@@ -261,9 +261,7 @@ def vla_kernels(draw):
 
 @functools.cache
 def clang_kernel(source, opt):
-    ir = subprocess.run(["clang", opt, "-S", "-emit-llvm", "-x", "c", "-o", "-", "-"], input=source,
-                        check=True, capture_output=True, text=True).stdout
-    return adcore.from_llvm(ir, "kernel")
+    return adcore.from_llvm(c_to_llvm(source, opt), "kernel")
 
 
 @examples(max(5, EXAMPLES // 2))

@@ -12,6 +12,7 @@ import pytest
 import adcore
 from adcore import ADError, Active, Const, Duplicated, Reverse, ReverseWithPrimal
 from adcore.foreign import opaque_pointers
+from c_ir import COMPILERS, DEFAULT, c_to_llvm
 from fdcheck import check
 
 LL = os.path.join(os.path.dirname(__file__), "ll")
@@ -291,13 +292,15 @@ def test_wrong_arguments_to_autodiff():
 
 # -- compiled by clang and rustc ---------------------------------------------------------------
 def _compile(command):
-    assert shutil.which(command[0]), f"{command[0]} is not installed (.ci/run installs clang)"
+    assert shutil.which(command[0]), f"{command[0]} is not installed"
     return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
 @functools.cache
-def clang_ir(opt):
-    return _compile(["clang", opt, "-S", "-emit-llvm", "-o", "-", os.path.join(LL, "kernels.c")])
+def clang_ir(opt, compiler=DEFAULT):
+    """``tests/ll/kernels.c`` compiled to LLVM IR with ``opt`` (space-separated flags)."""
+    with open(os.path.join(LL, "kernels.c")) as f:
+        return c_to_llvm(f.read(), opt, compiler)
 
 
 CLANG_CASES = [
@@ -316,11 +319,12 @@ CLANG_CASES = [
 ]
 
 
-@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])      # -O2 and -O3 vectorise
+@pytest.mark.parametrize("compiler", sorted(COMPILERS))
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3", "-O1 -g"])   # -O2, -O3 vectorise
 @pytest.mark.parametrize("name,args,opts", CLANG_CASES,
                          ids=[f"{c[0]}-{k}" for k, c in enumerate(CLANG_CASES)])
-def test_clang(opt, name, args, opts):
-    f = adcore.from_llvm(clang_ir(opt), name)
+def test_clang(opt, name, args, opts, compiler):
+    f = adcore.from_llvm(clang_ir(opt, compiler), name)
     check(f, *args(), **opts)
 
 
