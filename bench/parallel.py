@@ -27,27 +27,28 @@ from .rows import failed, row
 W = "parallel"
 
 
+@numba.njit
+def component_term(alphas, means, logq, q, x, i, k):
+    """alpha_k + sum_j logq_kj - |q_k * (x_i - mu_k)|^2 / 2."""
+    s = alphas[k]
+    for j in range(x.shape[1]):
+        z = q[k, j] * (x[i, j] - means[k, j])
+        s += logq[k, j] - 0.5 * z * z
+    return s
+
+
 def gmm_loglik(alphas, means, logq, x):
-    """sum_i logsumexp_k(alpha_k + sum_j logq_kj - |q_k * (x_i - mu_k)|^2 / 2), q = exp(logq)."""
-    n, d = x.shape
+    """sum_i logsumexp_k(component_term(i, k)), q = exp(logq)."""
     K = alphas.shape[0]
     q = np.exp(logq)                       # a parallel array expression
     total = 0.0
-    for i in prange(n):
+    for i in prange(x.shape[0]):
         best = -1e300
         for k in range(K):
-            s = alphas[k]
-            for j in range(d):
-                z = q[k, j] * (x[i, j] - means[k, j])
-                s += logq[k, j] - 0.5 * z * z
-            best = max(best, s)
+            best = max(best, component_term(alphas, means, logq, q, x, i, k))
         acc = 0.0
         for k in range(K):
-            s = alphas[k]
-            for j in range(d):
-                z = q[k, j] * (x[i, j] - means[k, j])
-                s += logq[k, j] - 0.5 * z * z
-            acc += math.exp(s - best)
+            acc += math.exp(component_term(alphas, means, logq, q, x, i, k) - best)
         total += best + math.log(acc)
     return total
 
@@ -116,12 +117,8 @@ def gmm_gradient(alphas, means, logq, x, galphas, gmeans, glogq, s):
     for i in range(n):
         best = -1e300
         for k in range(K):
-            t = alphas[k]
-            for j in range(d):
-                z = q[k, j] * (x[i, j] - means[k, j])
-                t += logq[k, j] - 0.5 * z * z
-            s[k] = t
-            best = max(best, t)
+            s[k] = component_term(alphas, means, logq, q, x, i, k)
+            best = max(best, s[k])
         acc = 0.0
         for k in range(K):
             s[k] = math.exp(s[k] - best)

@@ -17,6 +17,7 @@ from numba import prange
 import adcore
 from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse, ReverseWithPrimal
 
+from bench.parallel import lennard_jones
 from fdcheck import check
 
 
@@ -58,20 +59,6 @@ def cached_inner(x, c):
 
 def array_expression(x, y):
     return np.sum(np.exp(-x * y) + x ** 2)
-
-
-def lennard_jones(pos):
-    n = pos.shape[0]
-    energy = 0.0
-    for i in prange(n):
-        for j in range(i + 1, n):
-            d2 = 0.0
-            for k in range(3):
-                d = pos[i, k] - pos[j, k]
-                d2 += d * d
-            inv6 = 1.0 / d2 ** 3
-            energy += 4.0 * (inv6 * inv6 - inv6)
-    return energy
 
 
 def pairwise(X):
