@@ -199,6 +199,9 @@ class Activity:
                 self._note_unshadowed_write(instr.operands[0])
             elif instr.opcode == "call" and self.rule_of(instr) is not None:
                 work.extend(o.defn for o in instr.operands if o.defn in self.varied)
+                if any(o.defn in self.varied or self.reaches_shadow(o) for o in instr.operands):
+                    for k in getattr(self.rule_of(instr), "float_writes", ()):
+                        self._note_unshadowed_write(instr.operands[k])
             elif instr.opcode == "call" and self.is_callee(instr):
                 # the callee may write what it receives into the memory it is given
                 work.extend(o.defn for o in instr.operands if o.defn in self.varied)

@@ -88,7 +88,7 @@ def argument_types(dispatcher, values):
     return declared
 
 
-def _compiled(dispatcher, argtypes):
+def _compiled(dispatcher, argtypes, parfors="loops"):
     """Numba's compile result of ``dispatcher`` for ``argtypes`` with its unoptimised
     module: the overload the dispatcher has when the hook kept its module, else the
     kernel lowered to LLVM without machine code (the gradient needs no more; compiled
@@ -98,7 +98,7 @@ def _compiled(dispatcher, argtypes):
         cres = None if numba_abi.is_parallel(dispatcher) else numba_abi.compiled_overload(dispatcher, argtypes)
         if cres is not None and numba_abi.has_unoptimised_module(cres.library):
             return cres
-        return numba_abi.lowered(dispatcher, argtypes)
+        return numba_abi.lowered(dispatcher, argtypes, parfors)
     except NumbaError as err:
         nones = [k for k, t in enumerate(argtypes) if t == numba.types.none]
         hint = f" (argument {', '.join(map(str, nones))} is None)" if nones else ""
@@ -143,13 +143,16 @@ def _references_to_kernel(module, symbol):
             if t not in defined and numba_abi.without_tags(t) == numba_abi.without_tags(symbol)]
 
 
-def capture(f, argtypes):
-    """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module."""
+def capture(f, argtypes, parfors="loops"):
+    """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module.
+    ``parfors``: how a ``parallel=True`` kernel's parallel loops are lowered
+    (:func:`adcore.numba_abi.lowered`); with ``"calls"`` the kernel's ``chunk_calls`` list
+    them and its ``keep`` names their chunk functions (kept as calls by the cleanup)."""
     dispatcher = as_dispatcher(f)
     if hasattr(dispatcher, "_adcore_capture"):
         return dispatcher._adcore_capture(argtypes)
     with _lock:
-        cres = _compiled(dispatcher, argtypes)
+        cres = _compiled(dispatcher, argtypes, parfors)
         module = unoptimised_module(cres.library, cres)
         to_kernel = _references_to_kernel(module, cres.fndesc.mangled_name)
         if to_kernel:
@@ -160,5 +163,8 @@ def capture(f, argtypes):
             for attribute in ("noinline", "optnone"):     # stays a call, compiled as it is
                 fn.add_function_attribute(attribute)
     pyname = getattr(dispatcher.py_func, "__qualname__", str(dispatcher.py_func))
-    return Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
-                  pyname, cres.target_context, numba_abi.typed_variables(cres), cres.environment)
+    kernel = Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
+                    pyname, cres.target_context, numba_abi.typed_variables(cres), cres.environment)
+    kernel.chunk_calls = numba_abi.chunk_calls(dispatcher, argtypes) if parfors == "calls" else []
+    kernel.keep = [c.symbol for c in kernel.chunk_calls]
+    return kernel

@@ -57,6 +57,7 @@ _bound = {}                    # (reverse, argtypes) -> symbol
 _libraries = {}                # symbol -> (code library, name of the function in it)
 _functions = {}                # symbol -> the njit function it was compiled from
 _counter = itertools.count()
+_parallel_loops = {}           # chunk function symbol -> (LoopPlan, outputs)
 LLVM_TO_NUMBA = {"i8": types.int8, "i16": types.int16, "i32": types.int32, "i64": types.int64,
                  "float": types.float32, "double": types.float64, "ptr": types.int64}
 
@@ -94,6 +95,9 @@ def rule(target, outputs=(), extents=None, forward=None, reverse_tangent=None):
 class BoundRule:
     """A rule matched to one callee symbol: ``argtypes`` are the callee's Numba argument
     types (``None`` for an external symbol), ``restype`` its return type."""
+
+    loop = None                  # a parallel loop's chunk function (bind_parallel_loop)
+    float_writes = ()            # operand positions of the arrays the callee writes floats to
 
     def __init__(self, symbol, reverse, outputs, argtypes=None, restype=None, extents=None,
                  forward=None):
@@ -156,10 +160,22 @@ def linkable(symbol):
     return module
 
 
+def bind_parallel_loop(loop, outputs, float_writes):
+    """Differentiate calls of ``loop``'s chunk function (an :class:`adcore.parallel_loops.LoopPlan`)
+    with the reverse that runs it on Numba's threads; ``outputs``: the operand positions
+    its reverse does not read, ``float_writes`` those of the arrays it writes."""
+    _parallel_loops[loop.call.symbol] = (loop, tuple(outputs), tuple(float_writes))
+
+
 def find(callee):
     """The rule for LLVM function ``callee``, or None."""
     if not callee:
         return None
+    if callee in _parallel_loops:
+        loop, outputs, float_writes = _parallel_loops[callee]
+        bound = BoundRule(callee, None, outputs, list(loop.call.argtypes), types.none)
+        bound.loop, bound.float_writes = loop, float_writes
+        return bound
     for target, reverse, outputs, extents, forward in reversed(_RULES):
         if isinstance(target, str):
             if target == callee:

@@ -200,6 +200,8 @@ def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, kee
     own_key = getattr(dispatcher, "_adcore_cache_key", None)
     if directory() is None or not (numba_abi.is_dispatcher(dispatcher) or own_key):
         return None
+    if numba_abi.is_parallel(dispatcher):    # its reverse calls gradients compiled in this process
+        return None
     rules = _rules()
     if rules is None:
         return None

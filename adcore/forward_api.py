@@ -10,7 +10,7 @@ import threading
 import numba
 import numpy as np
 
-from . import api, pipeline
+from . import api, numba_abi, pipeline
 from .annotations import Active, Annotation, BatchDuplicated, Const, Duplicated, Reverse
 from .arguments import (_check_memory, annotate, check_shadow, distinct as _distinct, is_float_scalar,
                         share_memory, type_key)
@@ -286,7 +286,11 @@ def _gradient_kernel(f, x, const_args):
         compiled = api._compiled(f, anns, Active)
         dispatcher = api._dispatcher(f)
         argtypes = argument_types(dispatcher, [a.val for a in anns])
-        if compiled.native_parts is None and "@adcore_rule_" in compiled.adjoint_ir:
+        if numba_abi.is_parallel(dispatcher):
+            # forward mode reads the gradient with its parallel loops lowered as loops
+            compiled = pipeline.differentiate(dispatcher, anns, argtypes, Active, compiled.distinct,
+                                              parfors="loops")
+        elif compiled.native_parts is None and "@adcore_rule_" in compiled.adjoint_ir:
             # from the disk cache: its IR names the rules' reverses as the writing process did
             compiled = pipeline.differentiate(dispatcher, anns, argtypes, Active, compiled.distinct)
         shadows = tuple(argtypes[k] for k in compiled.shadowed)

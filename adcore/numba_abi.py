@@ -223,35 +223,63 @@ def native_function(dispatcher, argtypes):
     return cres.library.get_pointer_to_function(cres.fndesc.mangled_name), cres.signature.return_type
 
 
-def lowered(dispatcher, argtypes):
+def lowered(dispatcher, argtypes, parfors="loops"):
     """Numba's compile result of ``dispatcher``'s Python function for ``argtypes``, lowered
     to an LLVM module and taken no further: no Python or C wrapper, no module
     optimisation, no machine code, no overload added to ``dispatcher`` (its library is
     left unfinalised; the njit functions it calls are compiled as usual, except that Numba's
     own overloads get their machine code only when asked for it:
     :func:`machine_code_deferred`).  Kept on the dispatcher: a kernel is lowered once per
-    argument types.  (Recursive calls type as in a compile.)"""
+    argument types.  (Recursive calls type as in a compile.)  The parallel loops of a
+    ``parallel=True`` kernel are lowered as loops (``parfors="loops"``,
+    :func:`parfors_as_loops`) or as calls of their chunk functions (``"calls"``,
+    :func:`parfors_as_calls`; :func:`chunk_calls` lists them)."""
     argtypes = tuple(argtypes)
     done = dispatcher.__dict__.setdefault("_adcore_lowered", {})
-    if argtypes not in done:
-        parallel = is_parallel(dispatcher)
+    parallel = is_parallel(dispatcher)
+    key = (argtypes, parfors if parallel else "loops")
+    if key not in done:
         function_compiler = dispatcher._compiler
         flags = compiler.Flags()
         function_compiler.targetdescr.options.parse_as_flags(flags, function_compiler.targetoptions)
         flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
         flags.dbg_directives_only = flags.debuginfo    # line info without debug's noinline
-        with global_compiler_lock, dispatcher._compiling_counter, machine_code_deferred(), \
-                parfors_as_loops(dispatcher.py_func if parallel else None):
-            done[argtypes] = compiler.compile_extra(
+        found = []
+        if not parallel:
+            lowering = contextlib.nullcontext()
+        elif parfors == "calls":
+            lowering = parfors_as_calls(dispatcher.py_func, found)
+        else:
+            lowering = parfors_as_loops(dispatcher.py_func)
+        with global_compiler_lock, dispatcher._compiling_counter, machine_code_deferred(), lowering:
+            cres = compiler.compile_extra(
                 dispatcher.typingctx, dispatcher.targetctx, dispatcher.py_func, args=argtypes,
                 return_type=None, flags=flags, locals=dispatcher.locals,
                 pipeline_class=function_compiler.pipeline_class)
-    return done[argtypes]
+        done[key] = cres
+        dispatcher.__dict__.setdefault("_adcore_chunk_calls", {})[key] = found
+    return done[key]
+
+
+def chunk_calls(dispatcher, argtypes):
+    """The :class:`ChunkCall` of each parallel loop of ``dispatcher`` lowered for
+    ``argtypes`` with ``parfors="calls"`` (:func:`lowered`)."""
+    return dispatcher.__dict__.get("_adcore_chunk_calls", {}).get((tuple(argtypes), "calls"), [])
 
 
 def is_parallel(dispatcher):
     """True for a dispatcher compiled with ``parallel=True``."""
     return bool(getattr(dispatcher, "targetoptions", {}).get("parallel"))
+
+
+@contextlib.contextmanager
+def _patched(owner, name, replacement):
+    original = getattr(owner, name)
+    setattr(owner, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
 
 
 @contextlib.contextmanager
@@ -262,29 +290,116 @@ def parfors_as_loops(py_func):
     reductions recognised): the program Numba runs in parallel, as one serial function.
     It is the flag Numba sets while it lowers a parfor's body, set here only while
     ``py_func``'s own parfors are prepared for lowering, so that other functions Numba
-    compiles meanwhile (the kernel's callees) keep their parallel loops.  ``py_func``
-    None: nothing changes."""
+    compiles meanwhile (the kernel's callees) keep their parallel loops."""
     from numba.parfors import parfor
-    if py_func is None:
-        yield
-        return
-    run = parfor.ParforPreLoweringPass.run
 
-    def run_as_loops(self):
-        if self.func_ir.func_id.func is not py_func:
-            return run(self)
-        before = parfor.sequential_parfor_lowering
-        parfor.sequential_parfor_lowering = True
-        try:
-            return run(self)
-        finally:
-            parfor.sequential_parfor_lowering = before
+    def replacement(run):
+        def run_as_loops(self):
+            if self.func_ir.func_id.func is not py_func:
+                return run(self)
+            before = parfor.sequential_parfor_lowering
+            parfor.sequential_parfor_lowering = True
+            try:
+                return run(self)
+            finally:
+                parfor.sequential_parfor_lowering = before
+        return run_as_loops
 
-    parfor.ParforPreLoweringPass.run = run_as_loops
-    try:
+    with _patched(parfor.ParforPreLoweringPass, "run", replacement):
         yield
-    finally:
-        parfor.ParforPreLoweringPass.run = run
+
+
+class ChunkCall:
+    """One parallel loop of a kernel lowered as a call of its chunk function (the body Numba
+    outlines for its threads, looping over ``sched``'s range): ``cres`` its compile result,
+    ``symbol`` its LLVM name, ``argtypes`` its Numba argument types (``sched`` first, then
+    the loop's inputs and outputs, then one array per reduction), ``reductions`` the
+    positions of the reduction arrays and the operator of each (Numba's ``redop``, None
+    for a reduction Numba lowers as a function), ``line`` the loop's source line."""
+
+    def __init__(self, cres, reductions, line):
+        self.cres, self.reductions, self.line = cres, reductions, line
+        self.symbol = cres.fndesc.mangled_name
+        self.argtypes = tuple(cres.signature.args)
+
+
+@contextlib.contextmanager
+def parfors_as_calls(py_func, found):
+    """While active (the global compiler lock held), each parallel loop of ``py_func``'s
+    ``parallel=True`` compile is lowered as one call of its chunk function over the whole
+    iteration space, in the calling thread, instead of Numba's launch on its threading layer
+    (the schedule, the thread pool and the packing of pointers into arrays that launch
+    needs are not made).  Each call's :class:`ChunkCall` is appended to ``found``.  A loop
+    with race variables (a scalar written by every iteration and read after the loop)
+    raises :class:`NotImplementedError` (Numba's compile error): compile it with
+    :func:`parfors_as_loops` instead."""
+    from numba.parfors import parfor_lowering
+
+    def replacement(launch):
+        def call_chunk(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types,
+                       loop_ranges, redvars, reddict, redarrdict, init_block, index_var_typ,
+                       races, exp_name_to_tuple_var):
+            if lowerer.func_ir.func_id.func is not py_func:
+                return launch(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types,
+                              loop_ranges, redvars, reddict, redarrdict, init_block, index_var_typ,
+                              races, exp_name_to_tuple_var)
+            if races:
+                raise NotImplementedError("a parallel loop with race variables")
+            found.append(_lower_chunk_call(lowerer, cres, expr_args, loop_ranges, redvars, reddict,
+                                           redarrdict, index_var_typ, exp_name_to_tuple_var,
+                                           init_block.loc))
+        return call_chunk
+
+    with _patched(parfor_lowering, "call_parallel_gufunc", replacement):
+        yield
+
+
+def _lower_chunk_call(lowerer, cres, expr_args, loop_ranges, redvars, reddict, redarrdict,
+                      index_var_typ, exp_name_to_tuple_var, loc):
+    """Emit ``status = chunk(sched, args...)`` with ``sched`` the whole range (starts, then
+    inclusive stops, as Numba's scheduler writes it), propagating an exception status."""
+    context, builder = lowerer.context, lowerer.builder
+    sched_type = cres.signature.args[0]
+    index = context.get_value_type(sched_type.dtype)
+    ndim = len(loop_ranges)
+    bounds = cgutils.alloca_once(builder, index, size=2 * ndim, name="chunk_sched")
+
+    def value(v):
+        if isinstance(v, numba_ir.Var):
+            v = lowerer.loadvar(v.name)
+        else:
+            v = context.get_constant(types.intp, v)
+        return builder.sext(v, index) if v.type.width < index.width else v
+
+    for d, (start, stop, _) in enumerate(loop_ranges):
+        builder.store(value(start), builder.gep(bounds, [context.get_constant(types.intp, d)]))
+        builder.store(builder.sub(value(stop), index(1)),
+                      builder.gep(bounds, [context.get_constant(types.intp, ndim + d)]))
+    sched = context.make_array(sched_type)(context, builder)
+    size = context.get_constant(types.intp, 2 * ndim)
+    itemsize = context.get_constant(types.intp, context.get_abi_sizeof(index))
+    context.populate_array(sched, data=bounds, shape=cgutils.pack_array(builder, [size]),
+                           strides=cgutils.pack_array(builder, [itemsize]), itemsize=itemsize,
+                           meminfo=None)
+
+    def load(name):
+        if name in exp_name_to_tuple_var:
+            tuple_name, offset = exp_name_to_tuple_var[name]
+            return builder.extract_value(lowerer.loadvar(tuple_name), offset)
+        return lowerer.loadvar(name)
+
+    inputs = [load(name) for name in expr_args[1:len(expr_args) - len(redvars)]]
+    reduction_arrays = [lowerer.loadvar(redarrdict[v].name) for v in redvars]
+    args = [sched._getvalue()] + inputs + reduction_arrays
+    fnty = context.call_conv.get_function_type(types.none, cres.signature.args)
+    fn = cgutils.get_or_insert_function(builder.module, fnty, cres.fndesc.llvm_func_name)
+    status, _ = context.call_conv.call_function(builder, fn, types.none, cres.signature.args, args)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
+    context.active_code_library.add_linking_library(cres.library)
+    first = 1 + len(inputs)
+    reductions = {first + k: getattr(reddict[v], "redop", None) for k, v in enumerate(redvars)}
+    return ChunkCall(cres, reductions, getattr(loc, "line", None))
 
 
 def declares_signatures(dispatcher):

@@ -27,7 +27,7 @@ import itertools
 
 from numba.core import types as nbtypes
 
-from . import custom_rules, native, numba_abi, python_entry
+from . import custom_rules, native, numba_abi, parallel_loops, python_entry
 from .activity import Activity
 from .adjoint import AdjointGenerator, Analyses, Spec, gradient_module
 from .annotations import Active, Const, Duplicated
@@ -49,11 +49,13 @@ _counter = itertools.count()
 
 
 class Primal:
-    """The cleaned primal: its kernel (types, symbol, context), module and IR model."""
+    """The cleaned primal: its kernel (types, symbol, context), module and IR model
+    (``parfors``: how a ``parallel=True`` kernel's parallel loops are lowered, as
+    :func:`adcore.capture.capture` takes it)."""
 
-    def __init__(self, dispatcher, argtypes):
+    def __init__(self, dispatcher, argtypes, parfors="loops"):
         with stage("capture"):
-            self.kernel = capture(dispatcher, argtypes)
+            self.kernel = capture(dispatcher, argtypes, parfors)
         with stage("clean"):
             keep = {fn.name for fn in self.kernel.module.functions
                     if not fn.is_declaration and custom_rules.find(fn.name) is not None}
@@ -65,9 +67,9 @@ class Primal:
             self.func = read_function(self.module.get_function(self.kernel.symbol), self.locations)
 
 
-def primal(dispatcher, argtypes):
+def primal(dispatcher, argtypes, parfors="loops"):
     """Stages capture, clean and read."""
-    return Primal(dispatcher, argtypes)
+    return Primal(dispatcher, argtypes, parfors)
 
 
 class Layout:
@@ -194,10 +196,35 @@ class NativeParts:
         self.fields, self.result, self.same_layout, self.kinds = fields, result, same_layout, kinds
 
 
-def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name="", keep_primal=True):
+def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name="", keep_primal=True,
+             parfors=None):
     """Stages capture to generate: ``(primal, layout, generator, gradient module IR,
-    scratch)`` (the generator's ``cache_plan()`` is what :func:`adcore.cache_report` shows)."""
-    primal_ = primal(dispatcher, argtypes)
+    scratch)`` (the generator's ``cache_plan()`` is what :func:`adcore.cache_report` shows).
+    A ``parallel=True`` kernel's parallel loops get a reverse on Numba's threads
+    (``parfors="calls"``, :mod:`adcore.parallel_loops`) where that is exactly the serial
+    gradient, else the kernel is differentiated with them lowered as loops (``"loops"``);
+    the generator's ``parallel_loops`` says which it did and why."""
+    if parfors is None:
+        parfors = "calls" if numba_abi.is_parallel(dispatcher) else "loops"
+    if parfors == "calls":
+        try:
+            return _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name,
+                             keep_primal, "calls")
+        except parallel_loops.Serial as serial:
+            reasons = serial.plans
+        except (UnsupportedError, NotImplementedError) as err:
+            reasons = [f"its reverse cannot run on threads ({err})"]
+        result = _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name,
+                           keep_primal, "loops")
+        result[2].parallel_loops = reasons
+        return result
+    return _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name, keep_primal,
+                     parfors)
+
+
+def _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name, keep_primal, parfors):
+    primal_ = primal(dispatcher, argtypes, parfors)
+    loops = parallel_loops.plans(primal_, distinct) if primal_.kernel.__dict__.get("chunk_calls") else []
     with stage("layout"):
         layout = Layout(primal_, anns, argtypes, ret_activity, seed_type, keep_primal)
     symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")
@@ -207,22 +234,24 @@ def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None,
         with stage("analyse"):
             spec, analyses, scratch = analyse(primal_, layout, symbol, distinct, callees)
         with stage("generate"):
+            parallel_loops.check_distinct(loops, primal_, analyses.pointers)
             generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context, callees)
             adjoint_ir = gradient_module(primal_.module, generator)
     except UnsupportedError as err:
         raise in_user_words(err, primal_.func, primal_.kernel) from None
+    generator.parallel_loops = [loop.describe() for loop in loops]
     return primal_, layout, generator, adjoint_ir, scratch
 
 
 def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name="",
-                  keep_primal=True):
+                  keep_primal=True, parfors=None):
     """Run every stage for one kernel, argument types and activities: a
     :class:`CompiledGradient` (the seconds of each stage: ``adcore.last_compile_report()``).
     ``name`` (the disk cache's key) goes into the gradient's symbol; ``keep_primal=False``
     (Reverse mode) returns NaN for a float primal and skips the code only it needs."""
     with compiling(getattr(dispatcher, "__name__", str(dispatcher))):
         primal_, layout, generator, adjoint_ir, scratch = generate(
-            dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name, keep_primal)
+            dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name, keep_primal, parfors)
         symbol = generator.spec.symbol
         analyses = generator.analyses
         ctx = primal_.kernel.context
@@ -254,4 +283,5 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
                                 lambda: irs, call, stub_spec, native=stub)
         grad.native_parts = NativeParts(symbol, compiled, stub_types, flat, fields, layout.result,
                                         same_layout, kinds)
+        grad.parallel_loops = generator.parallel_loops
         return grad

@@ -20,6 +20,8 @@ def reverse_rule_call(gen, instr, rule):
             copied[k] = None
     if copied:
         copied = _copy_operands(gen, instr, rule, copied)
+    if rule.loop is not None:
+        rule = _parallel_loop_rule(gen, instr, rule)
     if rule.is_external:
         _external(gen, instr, rule, copied)
     else:
@@ -56,6 +58,21 @@ def _copy_operands(gen, instr, rule, positions):
     gen.stack_types.add("ptr")
     return gen.before_call(instr, lines, copies)
 
+
+
+def _parallel_loop_rule(gen, instr, rule):
+    """``rule`` with the reverse of its parallel loop for the arrays that have shadows here."""
+    from .parallel_loops import reverse_function
+    from .custom_rules import BoundRule
+    pos, shadowed = 2, []
+    for k, t in enumerate(rule.argtypes):
+        n = len(numba_abi.flat_types(gen.context, t))
+        if isinstance(t, nbtypes.Array) and \
+                gen.memory.is_shadowed(instr.operands[pos + numba_abi.data_position(gen.context, t)]):
+            shadowed.append(k)
+        pos += n
+    return BoundRule(rule.symbol, reverse_function(rule.loop, shadowed), rule.outputs,
+                     rule.argtypes, rule.restype)
 
 
 def reads_array(pointers, op):

@@ -1,0 +1,322 @@
+"""The reverse pass of Numba's parallel loops, run on Numba's threads (Enzyme's treatment of
+OpenMP's outlined regions).
+
+Numba outlines the body of a parallel loop (a parfor: a ``prange`` loop, a reduction, a
+parallel array expression) into a *chunk function* ``chunk(sched, inputs..., reduction
+arrays...)`` that runs the iterations ``sched[0] .. sched[ndim]`` of the outermost loop.
+For reverse mode adcore lowers the kernel with each parfor as one call of its chunk
+function over the whole range (:func:`adcore.numba_abi.parfors_as_calls`), keeps those
+calls as calls, and gives each a rule whose reverse splits the range into one chunk per
+thread and runs, on Numba's threading layer (``prange``), adcore's own gradient of the
+chunk function on each: the chunk's iterations again (they read what they read the
+first time), then their reverse.  Each iteration's values live in its own chunk's gradient:
+no value stack is shared between threads.
+
+A loop is run this way only when that is exactly the serial gradient (:func:`plan`):
+
+* every array the chunk writes it writes only at the loop index ``out[i]`` (so chunks
+  write disjoint elements, and their shadows too) and does not read;
+* an array it reads is not written by the loop, nor after it by the kernel (adcore's check
+  of custom-rule operands); its shadow receives only additions: a shared shadow where
+  every read is at the loop index, else one private zeroed shadow per chunk, added up
+  after the loop (a parameter read by every iteration, ``x[idx[i]]``);
+* a reduction (``s += ...``) is a sum: its per-thread slot's adjoint is the same for every
+  thread, whichever thread runs a chunk's reverse;
+* no two of the kernel's arrays that reach the loop share memory (the kernel's arrays are
+  distinct, and each is passed whole, not as a view of another).
+
+Otherwise the kernel is differentiated with its parallel loops lowered as loops (serially),
+which is always exact.  :func:`report` says which loops run in parallel and why not.
+"""
+import itertools
+import textwrap
+
+import numba
+import numpy as np
+from numba.core import types as nbtypes
+from numba.np.numpy_support import as_dtype
+
+from . import numba_abi
+from .capture import Kernel, unoptimised_module
+from .ir import gep_element_type
+
+_counter = itertools.count()
+_reverses = {}           # (chunk symbol, shadowed arrays) -> njit reverse
+
+
+class ChunkKernel:
+    """A parallel loop's chunk function, as a kernel adcore differentiates."""
+
+    def __init__(self, call, pyname):
+        self.call = call
+        self.__name__ = f"the parallel loop at line {call.line} of {pyname}"
+
+    def _adcore_capture(self, argtypes):
+        cres = self.call.cres
+        return Kernel(tuple(argtypes), nbtypes.none, self.call.symbol, unoptimised_module(cres.library),
+                      self.__name__, cres.target_context, numba_abi.typed_variables(cres),
+                      cres.environment)
+
+
+class LoopPlan:
+    """What :func:`plan` found for one parallel loop: ``reason`` (None when its reverse runs
+    in parallel), ``written`` / ``private`` / ``shared`` (positions among the chunk
+    function's arguments of the arrays it writes, of those read elsewhere than at the loop
+    index, and of those read only there)."""
+
+    def __init__(self, call, kernel, reason=None, written=(), private=(), shared=()):
+        self.call, self.kernel, self.reason = call, kernel, reason
+        self.written, self.private, self.shared = tuple(written), tuple(private), tuple(shared)
+
+    @property
+    def parallel(self):
+        return self.reason is None
+
+    def describe(self):
+        where = f"parallel loop at line {self.call.line}"
+        if not self.parallel:
+            return f"{where}: reverse runs serially ({self.reason})"
+        return (f"{where}: reverse runs on Numba's threads; shadows written at the loop index: "
+                f"{len(self.written) + len(self.shared)}, private per thread then added: "
+                f"{len(self.private)}")
+
+
+def _groups(func, ctx, argtypes):
+    """``[(Numba type, LLVM arguments)]`` of a Numba-ABI function's flattened parameters."""
+    out, pos = [], 2
+    for t in argtypes:
+        n = len(numba_abi.flat_types(ctx, t))
+        out.append((t, func.args[pos:pos + n]))
+        pos += n
+    return out
+
+
+def _loop_index(func, sched_data):
+    """The outermost loop's counter: the phi whose value entering the loop is ``sched[0]``."""
+    starts = {i for i in func.instructions() if i.opcode == "load" and i.operands
+              and i.operands[0].defn is sched_data}
+    for i in func.instructions():
+        if i.opcode == "phi" and any(o.defn in starts for o in i.operands):
+            return i
+    return None
+
+
+def _uses(func):
+    users = {}
+    for i in func.instructions():
+        for k, o in enumerate(i.operands):
+            if o.defn is not None:
+                users.setdefault(id(o.defn), []).append((i, k))
+    return users
+
+
+def _accesses(users, data, index):
+    """``(reads, writes, reads elsewhere, writes elsewhere)`` through array data pointer
+    ``data``; "elsewhere": at an element other than ``data[index]``.  None when the pointer
+    escapes (stored, passed to a call, compared)."""
+    reads = writes = far_reads = far_writes = False
+    stack = [(data, True, None)]
+    while stack:
+        ptr, far, element = stack.pop()
+        for user, k in users.get(id(ptr), []):
+            if user.opcode == "getelementptr" and k == 0:
+                at_index = (ptr is data and len(user.operands) == 2
+                            and _same_value(user.operands[1].defn, index))
+                stack.append((user, not at_index, gep_element_type(user)))
+            elif user.opcode == "load" and k == 0:       # an access of another width reaches
+                reads = True                             # the next element
+                far_reads = far_reads or far or user.type != element
+            elif user.opcode == "store" and k == 1:
+                writes = True
+                far_writes = far_writes or far or user.operands[0].type != element
+            else:
+                return None
+    return reads, writes, far_reads, far_writes
+
+
+def _same_value(defn, index):
+    while defn is not None and getattr(defn, "opcode", None) in ("sext", "zext"):
+        defn = defn.operands[0].defn
+    return defn is index
+
+
+def plan(chunk_primal, kernel):
+    """The :class:`LoopPlan` of the parallel loop of ``kernel`` (a :class:`ChunkKernel`) from
+    its chunk function's cleaned IR."""
+    call = kernel.call
+    func, ctx = chunk_primal.func, chunk_primal.kernel.context
+    groups = _groups(func, ctx, call.argtypes)
+    data = numba_abi.DATA
+    sched = groups[0][1][data]
+    index = _loop_index(func, sched)
+    if index is None:
+        return LoopPlan(call, kernel, "its loop counter was not found")
+    users = _uses(func)
+    written, private, shared = [], [], []
+    for k, (t, args) in enumerate(groups[1:], 1):
+        if isinstance(t, nbtypes.Array):
+            found = _accesses(users, args[data], index)
+            if found is None:
+                return LoopPlan(call, kernel, f"argument {k} of the loop body escapes")
+            reads, writes, far_reads, far_writes = found
+            if k in call.reductions:
+                if call.reductions[k] not in _SUMS:
+                    return LoopPlan(call, kernel, "a reduction other than a sum")
+                written.append(k)
+            elif writes and (reads or far_writes):
+                return LoopPlan(call, kernel, "an array written elsewhere than at the loop index, "
+                                              "or read and written")
+            elif writes:
+                written.append(k)
+            elif reads and t.dtype in (nbtypes.float32, nbtypes.float64):
+                (private if far_reads else shared).append(k)
+        elif not isinstance(t, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
+            return LoopPlan(call, kernel, f"an argument of type {t}")
+    return LoopPlan(call, kernel, None, written, private, shared)
+
+
+def _sums():
+    import operator
+    return (operator.iadd, operator.isub, operator.add, operator.sub)
+
+
+_SUMS = _sums()
+
+
+class Serial(Exception):
+    """The kernel's parallel loops cannot all run their reverse on threads: ``plans`` says why."""
+
+    def __init__(self, plans):
+        super().__init__("; ".join(plans))
+        self.plans = plans
+
+
+def plans(primal_, distinct):
+    """The :class:`LoopPlan` of each parallel loop of ``primal_`` (lowered as chunk calls),
+    each bound as its chunk call's rule; :class:`Serial` when one cannot run in parallel or
+    the kernel's arrays may share memory (``distinct`` False)."""
+    from . import custom_rules
+    from .pipeline import primal
+    kernel = primal_.kernel
+    found = []
+    for call in kernel.chunk_calls:
+        chunk = ChunkKernel(call, kernel.pyname)
+        found.append(plan(primal(chunk, call.argtypes), chunk))
+    serial = [p.describe() for p in found if not p.parallel]
+    if not distinct:
+        serial.append("the kernel's arrays may share memory")
+    if serial:
+        raise Serial(serial)
+    for p in found:
+        starts, _ = _positions(kernel.context, p.call.argtypes)
+        custom_rules.bind_parallel_loop(p, _only_written(p, kernel.context),
+                                        [starts[k] + numba_abi.DATA for k in p.written])
+    return found
+
+
+def _positions(context, argtypes):
+    """The position of each argument's first flattened field among a Numba-ABI call's operands."""
+    out, pos = [], 2
+    for t in argtypes:
+        out.append(pos)
+        pos += len(numba_abi.flat_types(context, t))
+    return out, pos
+
+
+def _only_written(loop, context):
+    """Operand positions of the chunk call that its reverse does not read: the return slot,
+    excinfo, every array's meminfo and parent, and the data of the arrays it writes."""
+    starts, end = _positions(context, loop.call.argtypes)
+    read = {starts[k] + numba_abi.DATA for k, t in enumerate(loop.call.argtypes)
+            if isinstance(t, nbtypes.Array) and k not in loop.written}
+    return tuple(k for k in range(end) if k not in read)
+
+
+def check_distinct(loops, primal_, pointers):
+    """:class:`Serial` unless, at every chunk call, the arrays passed are distinct objects
+    (no two point into the same argument or allocation; none of unknown origin)."""
+    from .pointers import UNKNOWN
+    symbols = {p.call.symbol: p for p in loops}
+    ctx = primal_.kernel.context
+    for instr in primal_.func.instructions():
+        loop = symbols.get(instr.callee) if instr.opcode == "call" else None
+        if loop is None:
+            continue
+        starts, _ = _positions(ctx, loop.call.argtypes)
+        seen = set()
+        for k, t in enumerate(loop.call.argtypes):
+            if not isinstance(t, nbtypes.Array) or k == 0:
+                continue
+            bases = pointers.bases(instr.operands[starts[k] + numba_abi.DATA])
+            if bases == UNKNOWN or any(id(b) in seen for b in bases):
+                raise Serial([f"parallel loop at line {loop.call.line}: arrays it receives may "
+                              f"share memory"])
+            seen |= {id(b) for b in bases}
+
+
+# -- the reverse: one gradient of the chunk function per thread ----------------------------
+def reverse_function(loop, shadowed):
+    """The njit reverse of ``loop``'s chunk call, for the arrays ``shadowed`` (their
+    positions among the chunk function's arguments): called as a custom rule's reverse
+    ``reverse(args..., shadow per array argument)``; returns the adjoints of the float
+    scalar arguments (a tuple) or None."""
+    key = (loop.call.symbol, tuple(shadowed))
+    if key not in _reverses:
+        _reverses[key] = _build_reverse(loop, tuple(shadowed))
+    return _reverses[key]
+
+
+def _annotations(argtypes, shadowed):
+    from .annotations import Active, Const, Duplicated
+    anns = []
+    for k, t in enumerate(argtypes):
+        if isinstance(t, nbtypes.Array):
+            sample = np.zeros((1,) * t.ndim, dtype=as_dtype(t.dtype))
+            anns.append(Duplicated(sample, sample.copy()) if k in shadowed else Const(sample))
+        elif isinstance(t, nbtypes.Float):
+            anns.append(Active(0.0))
+        else:
+            anns.append(Const(0))
+    return anns
+
+
+def _build_reverse(loop, shadowed):
+    from . import pipeline
+    from .annotations import Const
+    argtypes = loop.call.argtypes
+    grad = pipeline.differentiate(loop.kernel, _annotations(argtypes, shadowed), argtypes, Const, True,
+                                  parfors="loops")
+    if list(grad.shadowed) != list(shadowed):
+        raise Serial([f"parallel loop at line {loop.call.line}: its gradient needs shadows of "
+                      f"arrays the kernel does not differentiate"])
+    names = [f"a{k}" for k in range(len(argtypes))]
+    arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+    shadows = {k: f"d{k}" for k in arrays}
+    floats = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Float)]
+    lines = [f"def reverse({', '.join(names + [shadows[k] for k in arrays])}):",
+             f"    lo = np.int64(a0[0])",
+             f"    hi = np.int64(a0[a0.shape[0] // 2])",
+             f"    n = hi - lo + 1"]
+    results = ", ".join(f"r{k}.sum()" for k in floats)
+    empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
+    lines += [f"    if n <= 0:", f"        return {empty}",
+              f"    chunks = min(numba.get_num_threads(), n)"]
+    private = [k for k in loop.private if k in shadowed]
+    for k in private:
+        lines.append(f"    p{k} = np.zeros((chunks,) + d{k}.shape, d{k}.dtype)")
+    for k in floats:
+        lines.append(f"    r{k} = np.zeros(chunks)")
+    call_shadows = [f"p{k}[c]" if k in private else f"d{k}" for k in shadowed]
+    lines += ["    for c in numba.prange(chunks):",
+              "        s = a0.copy()",
+              "        s[0] = lo + (n * c) // chunks",
+              "        s[a0.shape[0] // 2] = lo + (n * (c + 1)) // chunks - 1",
+              f"        out = grad(s, {', '.join(names[1:] + call_shadows)})"]
+    for j, k in enumerate(floats):
+        lines.append(f"        r{k}[c] = out[{j}]")
+    for k in private:
+        lines.append(f"    d{k} += p{k}.sum(axis=0)")
+    lines.append(f"    return ({results},)" if floats else "    return None")
+    scope = {"np": np, "numba": numba, "grad": grad.native}
+    exec(textwrap.dedent("\n".join(lines)), scope)
+    return numba.njit(parallel=True)(scope["reverse"])
