@@ -39,6 +39,7 @@ from .exit_values import exit_test
 from .errors import UnsupportedError
 from .ir import Operand, Synthetic, label, local, rename, strip_metadata, vector_shape
 from .loop_order import commuting
+from .parallel_loops import forward_call
 from .replays import find_replays
 from .reverse import reverse_instruction
 from .rules import Lane
@@ -86,6 +87,8 @@ class AdjointGenerator(GeneratorBase):
     """Builds the gradient function of one primal function for one :class:`Spec`:
     ``build()`` returns its IR text (the reverse bodies are written first, since they
     decide which values the forward pass must keep)."""
+
+    parallel_loops = ()    # how each parallel loop's reverse runs (set by adcore.pipeline.generate)
 
     def __init__(self, func, spec, analyses, context=None, callees=None):
         self.func, self.spec, self.context, self.callees = func, spec, context, callees
@@ -556,6 +559,8 @@ class AdjointGenerator(GeneratorBase):
             return f"; {instr.callee} dropped: the allocation is on the heap"
         if self.is_callee(instr):
             return self.site(instr).forward(self)
+        if instr.opcode == "call" and getattr(self.rule_of(instr), "loop", None) is not None:
+            return forward_call(self, instr, self.rule_of(instr))
         if self.spec.split and instr.opcode == "alloca" and not instr.synthetic:   # outlives the call
             return arena_alloca(self, instr, instr.ref)
         if instr.opcode == "call" and instr.callee == "NRT_decref":

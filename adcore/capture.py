@@ -147,7 +147,7 @@ def capture(f, argtypes, parfors="loops"):
     """Compile ``f`` for ``argtypes`` and return a :class:`Kernel` with its scalar LLVM module.
     ``parfors``: how a ``parallel=True`` kernel's parallel loops are lowered
     (:func:`adcore.numba_abi.lowered`); with ``"calls"`` the kernel's ``chunk_calls`` list
-    them and its ``keep`` names their chunk functions (kept as calls by the cleanup)."""
+    them."""
     dispatcher = as_dispatcher(f)
     if hasattr(dispatcher, "_adcore_capture"):
         return dispatcher._adcore_capture(argtypes)
@@ -166,5 +166,4 @@ def capture(f, argtypes, parfors="loops"):
     kernel = Kernel(argtypes, cres.signature.return_type, cres.fndesc.mangled_name, module,
                     pyname, cres.target_context, numba_abi.typed_variables(cres), cres.environment)
     kernel.chunk_calls = numba_abi.chunk_calls(dispatcher, argtypes) if parfors == "calls" else []
-    kernel.keep = [c.symbol for c in kernel.chunk_calls]
     return kernel

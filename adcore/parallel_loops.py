@@ -25,15 +25,20 @@ A loop is run this way only when that is exactly the serial gradient (:func:`pla
 * no two of the kernel's arrays that reach the loop share memory (the kernel's arrays are
   distinct, and each is passed whole, not as a view of another).
 
-Otherwise the kernel is differentiated with its parallel loops lowered as loops (serially),
-which is always exact.  :func:`report` says which loops run in parallel and why not.
+A loop that does not qualify is differentiated serially: its chunk call, over the whole
+range, is inlined like any callee.  Where the kernel's arrays may share memory, or an array
+a loop reads is overwritten after it, the kernel is differentiated with all its parallel
+loops lowered as loops (serially), which is always exact.  The plan report
+(``adcore.cache_report``) and a compiled gradient's ``parallel_loops`` say which loops run
+their reverse on threads, and why the others do not.
 """
 import itertools
-import textwrap
 
 import numba
 import numpy as np
-from numba.core import types as nbtypes
+from numba.core import cgutils, types as nbtypes
+from numba.extending import intrinsic
+from numba.np.ufunc.parallel import _iget_thread_id
 from numba.np.numpy_support import as_dtype
 
 from . import numba_abi
@@ -191,26 +196,33 @@ class Serial(Exception):
         self.plans = plans
 
 
-def plans(primal_, distinct):
-    """The :class:`LoopPlan` of each parallel loop of ``primal_`` (lowered as chunk calls),
-    each bound as its chunk call's rule; :class:`Serial` when one cannot run in parallel or
-    the kernel's arrays may share memory (``distinct`` False)."""
+def serial_reason(err):
+    """Why the kernel's parallel loops are differentiated serially, from the error that
+    differentiating them as chunk calls raised."""
+    if "overwritten after the call" in str(err):
+        why = "an array a parallel loop reads is overwritten after the loop"
+    elif isinstance(err, NotImplementedError):
+        why = "a parallel loop writes a scalar read after it (a race variable)"
+    else:
+        why = getattr(err, "detail", "") or str(err)
+    return f"parallel loops: reverse runs serially ({why})"
+
+
+def plans(kernel):
+    """The :class:`LoopPlan` of each parallel loop of ``kernel`` (lowered as chunk calls);
+    the calls of those whose reverse can run on threads are bound to their rule, the others
+    are inlined by the cleanup (the chunk function over the whole range: the serial loop)."""
     from . import custom_rules
     from .pipeline import primal
-    kernel = primal_.kernel
     found = []
     for call in kernel.chunk_calls:
         chunk = ChunkKernel(call, kernel.pyname)
         found.append(plan(primal(chunk, call.argtypes), chunk))
-    serial = [p.describe() for p in found if not p.parallel]
-    if not distinct:
-        serial.append("the kernel's arrays may share memory")
-    if serial:
-        raise Serial(serial)
     for p in found:
-        starts, _ = _positions(kernel.context, p.call.argtypes)
-        custom_rules.bind_parallel_loop(p, _only_written(p, kernel.context),
-                                        [starts[k] + numba_abi.DATA for k in p.written])
+        if p.parallel:
+            starts, _ = _positions(kernel.context, p.call.argtypes)
+            custom_rules.bind_parallel_loop(p, _only_written(p, kernel.context),
+                                            [starts[k] + numba_abi.DATA for k in p.written])
     return found
 
 
@@ -236,7 +248,7 @@ def check_distinct(loops, primal_, pointers):
     """:class:`Serial` unless, at every chunk call, the arrays passed are distinct objects
     (no two point into the same argument or allocation; none of unknown origin)."""
     from .pointers import UNKNOWN
-    symbols = {p.call.symbol: p for p in loops}
+    symbols = {p.call.symbol: p for p in loops if p.parallel}
     ctx = primal_.kernel.context
     for instr in primal_.func.instructions():
         loop = symbols.get(instr.callee) if instr.opcode == "call" else None
@@ -252,6 +264,78 @@ def check_distinct(loops, primal_, pointers):
                 raise Serial([f"parallel loop at line {loop.call.line}: arrays it receives may "
                               f"share memory"])
             seen |= {id(b) for b in bases}
+
+
+# -- the forward pass: the chunk function on every thread ----------------------------------
+_forwards = {}           # chunk symbol -> njit forward
+
+
+def _chunk_caller(call):
+    """An njit intrinsic ``run((sched, args...))`` calling ``call``'s chunk function."""
+    cres, argtypes = call.cres, call.argtypes
+
+    @intrinsic
+    def run(typingctx, args):
+        if not isinstance(args, nbtypes.BaseTuple) or len(args) != len(argtypes):
+            return None
+
+        def codegen(context, builder, sig, llargs):
+            values = cgutils.unpack_tuple(builder, llargs[0], len(argtypes))
+            fnty = context.call_conv.get_function_type(nbtypes.none, argtypes)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, cres.fndesc.llvm_func_name)
+            context.call_conv.call_function(builder, fn, nbtypes.none, argtypes, values)
+            context.active_code_library.add_linking_library(cres.library)
+            return context.get_dummy_value()
+        return nbtypes.none(args), codegen
+    return run
+
+
+# A loop's range in ``per`` chunks per thread, handed out in turn (thread t, holding a
+# contiguous block of chunk numbers, runs ranges t, t + threads, ...), so that loops whose
+# iterations grow or shrink (a triangle of pairs) share the work evenly.
+_SPLIT = """
+    lo = np.int64(a0[0])
+    hi = np.int64(a0[a0.shape[0] // 2])
+    n = hi - lo + 1
+    threads = numba.get_num_threads()
+    per = max(1, min(8, n // threads))
+    chunks = threads * per
+"""
+_CHUNK = """
+        r = (c % per) * threads + c // per
+        first = lo + (n * r) // chunks
+        last = lo + (n * (r + 1)) // chunks - 1
+        s = a0.copy()
+        s[0] = first
+        s[a0.shape[0] // 2] = last
+"""
+
+
+def forward_function(loop):
+    """The njit function running ``loop``'s chunk function on Numba's threads, one range
+    per thread, with the chunk function's own arguments (what the gradient's forward pass
+    calls instead of the whole range on one thread)."""
+    if loop.call.symbol not in _forwards:
+        names = ", ".join(f"a{k}" for k in range(len(loop.call.argtypes)))
+        rest = ", ".join(f"a{k}" for k in range(1, len(loop.call.argtypes)))
+        source = (f"def forward({names}):" + _SPLIT +
+                  "    if n <= 0:\n        return\n"
+                  "    for c in numba.prange(chunks):" + _CHUNK +
+                  f"        if first <= last:\n            run((s, {rest}))\n")
+        scope = {"np": np, "numba": numba, "run": _chunk_caller(loop.call)}
+        exec(source, scope)
+        _forwards[loop.call.symbol] = numba.njit(parallel=True)(scope["forward"])
+    return _forwards[loop.call.symbol]
+
+
+def forward_call(gen, instr, rule):
+    """The forward pass's call of a parallel loop's chunk function: the same arguments, to
+    :func:`forward_function`."""
+    from .custom_rules import native_symbol
+    symbol, _ = native_symbol(forward_function(rule.loop), rule.argtypes)
+    params = ", ".join(o.type for o in instr.operands)
+    gen.e.declare(symbol, f"declare i32 @{symbol}({params})")
+    return gen.copy_text(instr).replace(f"@{instr.callee}(", f"@{symbol}(", 1)
 
 
 # -- the reverse: one gradient of the chunk function per thread ----------------------------
@@ -291,32 +375,20 @@ def _build_reverse(loop, shadowed):
                       f"arrays the kernel does not differentiate"])
     names = [f"a{k}" for k in range(len(argtypes))]
     arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
-    shadows = {k: f"d{k}" for k in arrays}
     floats = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Float)]
-    lines = [f"def reverse({', '.join(names + [shadows[k] for k in arrays])}):",
-             f"    lo = np.int64(a0[0])",
-             f"    hi = np.int64(a0[a0.shape[0] // 2])",
-             f"    n = hi - lo + 1"]
-    results = ", ".join(f"r{k}.sum()" for k in floats)
-    empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
-    lines += [f"    if n <= 0:", f"        return {empty}",
-              f"    chunks = min(numba.get_num_threads(), n)"]
     private = [k for k in loop.private if k in shadowed]
-    for k in private:
-        lines.append(f"    p{k} = np.zeros((chunks,) + d{k}.shape, d{k}.dtype)")
-    for k in floats:
-        lines.append(f"    r{k} = np.zeros(chunks)")
-    call_shadows = [f"p{k}[c]" if k in private else f"d{k}" for k in shadowed]
-    lines += ["    for c in numba.prange(chunks):",
-              "        s = a0.copy()",
-              "        s[0] = lo + (n * c) // chunks",
-              "        s[a0.shape[0] // 2] = lo + (n * (c + 1)) // chunks - 1",
-              f"        out = grad(s, {', '.join(names[1:] + call_shadows)})"]
-    for j, k in enumerate(floats):
-        lines.append(f"        r{k}[c] = out[{j}]")
-    for k in private:
-        lines.append(f"    d{k} += p{k}.sum(axis=0)")
-    lines.append(f"    return ({results},)" if floats else "    return None")
-    scope = {"np": np, "numba": numba, "grad": grad.native}
-    exec(textwrap.dedent("\n".join(lines)), scope)
+    empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
+    lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}):" + _SPLIT.rstrip("\n"),
+             "    if n <= 0:", f"        return {empty}"]
+    lines += [f"    p{k} = np.zeros((threads,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
+    call_shadows = [f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
+    lines += ["    for c in numba.prange(chunks):" + _CHUNK.rstrip("\n"),
+              "        if first <= last:",
+              f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
+    lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
+    lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
+    scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": _iget_thread_id}
+    exec("\n".join(lines), scope)
     return numba.njit(parallel=True)(scope["reverse"])

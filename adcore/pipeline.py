@@ -56,10 +56,13 @@ class Primal:
     def __init__(self, dispatcher, argtypes, parfors="loops"):
         with stage("capture"):
             self.kernel = capture(dispatcher, argtypes, parfors)
+        with stage("parallel loops"):       # those whose reverse runs on threads stay calls
+            self.loops = parallel_loops.plans(self.kernel) if getattr(self.kernel, "chunk_calls", ()) else []
         with stage("clean"):
             keep = {fn.name for fn in self.kernel.module.functions
                     if not fn.is_declaration and custom_rules.find(fn.name) is not None}
             keep |= set(getattr(self.kernel, "keep", ()))     # calls a generator handles itself
+            keep |= {loop.call.symbol for loop in self.loops if loop.parallel}
             self.module = clean(self.kernel.module, self.kernel.symbol, keep)
         with stage("read"):
             self.ir = str(self.module)
@@ -213,7 +216,7 @@ def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None,
         except parallel_loops.Serial as serial:
             reasons = serial.plans
         except (UnsupportedError, NotImplementedError) as err:
-            reasons = [f"its reverse cannot run on threads ({err})"]
+            reasons = [parallel_loops.serial_reason(err)]
         result = _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name,
                            keep_primal, "loops")
         result[2].parallel_loops = reasons
@@ -224,7 +227,10 @@ def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None,
 
 def _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name, keep_primal, parfors):
     primal_ = primal(dispatcher, argtypes, parfors)
-    loops = parallel_loops.plans(primal_, distinct) if primal_.kernel.__dict__.get("chunk_calls") else []
+    loops = primal_.loops
+    if not distinct and any(loop.parallel for loop in loops):
+        raise parallel_loops.Serial(["parallel loops: reverse runs serially (the kernel's arrays "
+                                     "may share memory)"])
     with stage("layout"):
         layout = Layout(primal_, anns, argtypes, ret_activity, seed_type, keep_primal)
     symbol = f"adcore_grad_{next(_counter)}" + (f"_{name[:24]}" if name else "")

@@ -47,9 +47,10 @@ class CacheReport:
     """Per loop, what the reverse pass of ``function`` caches each iteration, and the loops
     whose reverse counts up (:mod:`adcore.loop_order`); ``str()`` is a table."""
 
-    def __init__(self, function, loops, upward=()):
+    def __init__(self, function, loops, upward=(), parallel=()):
         self.function, self.loops = function, loops
         self.upward = list(upward)       # source lines (or None) of loops reversed counting up
+        self.parallel = list(parallel)   # how each parallel loop's reverse runs, and why
 
     def __str__(self):
         out = [f"cached by the reverse pass of {self.function}, per loop iteration:"]
@@ -59,6 +60,7 @@ class CacheReport:
             where = ", ".join(f"line {line}" if line else "#?" for line in self.upward)
             out.append(f"  reversed counting up, their iterations independent: {len(self.upward)} "
                        f"loop(s) ({where})")
+        out += [f"  {line}" for line in self.parallel]
         for k, loop in enumerate(self.loops, 1):
             where = f"at line {loop.line}" if loop.line else f"#{k}"
             out.append(f"  loop {where} (depth {loop.depth}): "
@@ -82,7 +84,8 @@ def build_report(generator):
     order = {b: k for k, b in enumerate(cfg.rpo)}
     upward = [_line(h) for h in sorted(generator.forward_order, key=order.get)]
     return CacheReport(generator.spec.pyname,
-                       [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])], upward)
+                       [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])], upward,
+                       getattr(generator, "parallel_loops", ()))
 
 
 def _item(kind, value, block):

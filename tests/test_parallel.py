@@ -94,8 +94,36 @@ def float32_sum(x):
     return s
 
 
+def gather(w, x, idx):
+    """Every iteration reads a shared parameter at a data-dependent index."""
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += math.tanh(w[idx[i]] * x[i])
+    return s
+
+
+def in_place(x):
+    for i in prange(x.shape[0]):
+        x[i] = math.sin(x[i]) * 2.0
+    return np.sum(x * x)
+
+
+def overwritten_after(x, out):
+    for i in prange(x.shape[0]):
+        out[i] = x[i] ** 2
+    for i in range(x.shape[0]):
+        x[i] = 0.0
+    return out.sum()
+
+
+def two_inputs(x, y, out):
+    for i in prange(x.shape[0]):
+        out[i] = x[i] * math.exp(y[i])
+    return out.sum()
+
+
 SOURCES = [independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
-           pairwise, scatter, stencil, float32_sum]
+           pairwise, scatter, stencil, float32_sum, gather, in_place, overwritten_after, two_inputs]
 PARALLEL = {f.__name__: numba.njit(parallel=True)(f) for f in SOURCES}
 SERIAL = {f.__name__: numba.njit(f) for f in SOURCES}
 
@@ -114,7 +142,19 @@ ARGUMENTS = {
     "scatter": lambda: (rng.random(12), Const(IDX), Const(np.zeros(4))),
     "stencil": lambda: (rng.random(20), Const(4)),
     "float32_sum": lambda: (rng.random(15).astype(np.float32),),
+    "gather": lambda: (rng.random(4), rng.random(12), Const(IDX)),
+    "in_place": lambda: (rng.random(11),),
+    "overwritten_after": lambda: (rng.random(11), Const(np.zeros(11))),
+    "two_inputs": lambda: (rng.random(9), rng.random(9), Const(np.zeros(9))),
 }
+
+# where the reverse pass of every parallel loop runs on Numba's threads, and where (and
+# why) the kernel's loops are differentiated serially
+ON_THREADS = ["independent", "rows", "cached_inner", "array_expression", "lennard_jones",
+              "float32_sum", "gather", "two_inputs"]
+SERIALLY = {
+            "scatter": "read and written", "in_place": "read and written",
+            "overwritten_after": "overwritten after the loop", "stencil": "overwritten after the loop"}
 
 
 def _copied(args):
@@ -141,7 +181,8 @@ def test_parallel_gradient_equals_serial_gradient(name):
 
 
 @pytest.mark.parametrize("name", ["independent", "nested_serial", "rows", "cached_inner",
-                                  "lennard_jones", "pairwise", "stencil"])
+                                  "lennard_jones", "pairwise", "stencil", "gather", "in_place",
+                                  "overwritten_after"])
 def test_parallel_gradient_matches_finite_differences(name):
     values = [a.val if isinstance(a, Const) else a for a in ARGUMENTS[name]()]
     check(PARALLEL[name], *values, rtol=1e-5, atol=1e-6)
@@ -290,3 +331,65 @@ def test_readme_example_runs_and_matches_finite_differences():
     exec(compile(block, "README.md", "exec"), scope)
     fd = fd_gradient(scope["energy"].py_func, [scope["pos"]], {})[0]
     np.testing.assert_allclose(scope["dpos"], fd, rtol=1e-5, atol=1e-6)
+
+
+def _annotated(args):
+    return [a if isinstance(a, Const) else adcore.Active(a) if isinstance(a, float)
+            else Duplicated(a, np.zeros_like(a)) for a in args]
+
+
+@pytest.mark.parametrize("name", ON_THREADS)
+def test_reverse_of_these_loops_runs_on_threads(name):
+    compiled = adcore.compile_gradient(Reverse, PARALLEL[name], *_annotated(ARGUMENTS[name]()))
+    assert compiled.parallel_loops
+    assert all("reverse runs on Numba's threads" in line for line in compiled.parallel_loops)
+
+
+@pytest.mark.parametrize("name", sorted(SERIALLY))
+def test_loops_that_cannot_run_their_reverse_on_threads_say_why(name):
+    compiled = adcore.compile_gradient(Reverse, PARALLEL[name], *_annotated(ARGUMENTS[name]()))
+    assert any("serially" in line and SERIALLY[name] in line for line in compiled.parallel_loops), \
+        compiled.parallel_loops
+
+
+def test_the_same_array_twice_is_differentiated_serially():
+    x = rng.random(9)
+    got = adcore.gradient(Reverse, PARALLEL["two_inputs"], x, x, Const(np.zeros(9)))
+    expected = adcore.gradient(Reverse, SERIAL["two_inputs"], x, x, Const(np.zeros(9)))
+    _assert_same(got, expected, 1e-12)
+    compiled = adcore.compile_gradient(Reverse, PARALLEL["two_inputs"], Duplicated(x, np.zeros(9)),
+                                       Duplicated(x, np.zeros(9)), Const(np.zeros(9)))
+    assert any("share memory" in line for line in compiled.parallel_loops)
+
+
+RACE = """
+import sys
+sys.path.insert(0, {tests!r})
+import numba, numpy as np
+import adcore
+from adcore import Reverse
+import test_parallel as T
+
+for name in ["independent", "gather", "lennard_jones", "rows", "array_expression"]:
+    args = T.ARGUMENTS[name]()
+    expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
+    for threads in (2, 4):
+        numba.set_num_threads(threads)
+        for _ in range(25):
+            got = adcore.gradient(Reverse, T.PARALLEL[name], *T._copied(args))
+            T._assert_same(got, expected, 1e-12)
+print("same every time")
+"""
+
+
+def test_accumulation_patterns_give_the_same_gradient_every_time_at_2_and_4_threads():
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    env = dict(os.environ, NUMBA_NUM_THREADS="4")
+    done = subprocess.run([sys.executable, "-c", RACE.format(tests=tests)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "same every time" in done.stdout
