@@ -4,12 +4,11 @@ gradient at one thread and at every core, next to the fastest serial hand-writte
     python -m bench parallel [--quick]
 
 Three kernels: a GMM log-likelihood summed over points (diagonal covariances), a
-Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps.  Each
-gradient is checked against the gradient of the same source compiled with
-``parallel=False``.  adcore differentiates a parallel kernel as the serial program Numba
-parallelises (its parallel loops lowered as loops), so the gradient's reverse pass runs on
-one core: the rows show what the primal gains from the cores and what the gradient does not
-yet.
+Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps (whose loops
+adcore differentiates serially: they write rows ``v[i, j]``).  Each gradient is checked
+against the gradient of the same source compiled with ``parallel=False``.  A parallel loop's
+reverse runs its iterations twice (forward, then again before its reverse), so the rows at
+one thread show that cost and those at every core what the threads give back.
 """
 import math
 
