@@ -17,7 +17,8 @@ import numba
 from numba.core import cgutils, codegen as _codegen, compiler, dispatcher as _dispatcher, ir as numba_ir, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import lookup_environment
-from numba.core.extending import _Intrinsic
+from numba.core.extending import _Intrinsic, intrinsic
+from numba.np.ufunc.parallel import _iget_thread_id as thread_id   # njit: the running thread's number
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import _nrt_python as _nrt, rtsys
 
@@ -352,6 +353,28 @@ def parfors_as_calls(py_func, found):
 
     with _patched(parfor_lowering, "call_parallel_gufunc", replacement):
         yield
+
+
+def chunk_runner(call):
+    """An njit intrinsic ``run((sched, args...))`` calling the chunk function of ``call`` (a
+    :class:`ChunkCall`) with Numba's calling convention (its status is not read: a chunk
+    function compiled with ``error_model="numpy"`` raises nothing)."""
+    cres, argtypes = call.cres, call.argtypes
+
+    @intrinsic
+    def run(typingctx, args):
+        if not isinstance(args, types.BaseTuple) or len(args) != len(argtypes):
+            return None
+
+        def codegen(context, builder, sig, llargs):
+            values = cgutils.unpack_tuple(builder, llargs[0], len(argtypes))
+            fnty = context.call_conv.get_function_type(types.none, argtypes)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, cres.fndesc.llvm_func_name)
+            context.call_conv.call_function(builder, fn, types.none, argtypes, values)
+            context.active_code_library.add_linking_library(cres.library)
+            return context.get_dummy_value()
+        return types.none(args), codegen
+    return run
 
 
 def _lower_chunk_call(lowerer, cres, expr_args, loop_ranges, redvars, reddict, redarrdict,

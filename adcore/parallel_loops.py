@@ -36,9 +36,7 @@ import itertools
 
 import numba
 import numpy as np
-from numba.core import cgutils, types as nbtypes
-from numba.extending import intrinsic
-from numba.np.ufunc.parallel import _iget_thread_id
+from numba.core import types as nbtypes
 from numba.np.numpy_support import as_dtype
 
 from . import numba_abi
@@ -270,26 +268,6 @@ def check_distinct(loops, primal_, pointers):
 _forwards = {}           # chunk symbol -> njit forward
 
 
-def _chunk_caller(call):
-    """An njit intrinsic ``run((sched, args...))`` calling ``call``'s chunk function."""
-    cres, argtypes = call.cres, call.argtypes
-
-    @intrinsic
-    def run(typingctx, args):
-        if not isinstance(args, nbtypes.BaseTuple) or len(args) != len(argtypes):
-            return None
-
-        def codegen(context, builder, sig, llargs):
-            values = cgutils.unpack_tuple(builder, llargs[0], len(argtypes))
-            fnty = context.call_conv.get_function_type(nbtypes.none, argtypes)
-            fn = cgutils.get_or_insert_function(builder.module, fnty, cres.fndesc.llvm_func_name)
-            context.call_conv.call_function(builder, fn, nbtypes.none, argtypes, values)
-            context.active_code_library.add_linking_library(cres.library)
-            return context.get_dummy_value()
-        return nbtypes.none(args), codegen
-    return run
-
-
 # A loop's range in ``per`` chunks per thread, handed out in turn (thread t, holding a
 # contiguous block of chunk numbers, runs ranges t, t + threads, ...), so that loops whose
 # iterations grow or shrink (a triangle of pairs) share the work evenly.
@@ -322,7 +300,7 @@ def forward_function(loop):
                   "    if n <= 0:\n        return\n"
                   "    for c in numba.prange(chunks):" + _CHUNK +
                   f"        if first <= last:\n            run((s, {rest}))\n")
-        scope = {"np": np, "numba": numba, "run": _chunk_caller(loop.call)}
+        scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call)}
         exec(source, scope)
         _forwards[loop.call.symbol] = numba.njit(parallel=True)(scope["forward"])
     return _forwards[loop.call.symbol]
@@ -389,6 +367,6 @@ def _build_reverse(loop, shadowed):
     lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
-    scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": _iget_thread_id}
+    scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
     exec("\n".join(lines), scope)
     return numba.njit(parallel=True)(scope["reverse"])

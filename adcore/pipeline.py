@@ -56,8 +56,10 @@ class Primal:
     def __init__(self, dispatcher, argtypes, parfors="loops"):
         with stage("capture"):
             self.kernel = capture(dispatcher, argtypes, parfors)
-        with stage("parallel loops"):       # those whose reverse runs on threads stay calls
-            self.loops = parallel_loops.plans(self.kernel) if getattr(self.kernel, "chunk_calls", ()) else []
+        self.loops = []
+        if getattr(self.kernel, "chunk_calls", ()):
+            with stage("parallel loops"):   # those whose reverse runs on threads stay calls
+                self.loops = parallel_loops.plans(self.kernel)
         with stage("clean"):
             keep = {fn.name for fn in self.kernel.module.functions
                     if not fn.is_declaration and custom_rules.find(fn.name) is not None}
