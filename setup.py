@@ -20,7 +20,8 @@ setup(
         "test": ["pytest", "pytest-xdist", "hypothesis",            # tests run in 2 processes
                  "jsonschema", "matplotlib",                        # bench: schema, charts
                  "scikit-learn",                                    # the digits data set
-                 "ziglang"],                                        # C to LLVM IR (zig cc)
+                 "ziglang",                                         # C to LLVM IR (zig cc)
+                 "tbb"],                                            # Numba's tbb threading layer
         "digits": ["scikit-learn", "matplotlib"],   # python -m bench digits
         "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
         "plot": ["matplotlib"],
