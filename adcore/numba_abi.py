@@ -730,7 +730,7 @@ def linked_libraries(library):
 # A kernel that talks to Python (print) loads its Environment object from a global
 # ``@_ZN08NumbaEnv...`` that Numba fills in when it loads the code; the gradient's module
 # gets the address as a constant instead, and the environments are kept alive here.
-_ENV_GLOBAL = re.compile(r'^(@"?(_ZN08NumbaEnv[^"\s]*)"?) = internal global ptr null', re.M)
+_ENV_GLOBAL = re.compile(r'^(@"?(_ZN08NumbaEnv[^"\s]*)"?) = internal (?:[a-z_]+ )*global ptr null', re.M)
 _bound_environments = {}
 
 

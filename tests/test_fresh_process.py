@@ -243,6 +243,25 @@ fa, fx, _ = fd_gradient(f.py_func, [a, x, out], {})
 np.testing.assert_allclose(ga, fa, rtol=1e-7)
 np.testing.assert_allclose(gx, fx, rtol=1e-7)
 """, None),
+    "print_in_a_callee_compiled_before": ("""
+import numba
+import numpy as np
+import adcore
+
+@numba.njit
+def prints_its_sum(x):
+    print("callee", x[0])
+    return np.sum(x ** 2)
+
+@numba.njit
+def calls_it(x):
+    return 3.0 * prints_its_sum(x)
+
+prints_its_sum(np.ones(2))        # compiled and optimised by Numba before adcore reads it
+x = np.array([0.5, -1.5, 2.0])
+(gx,) = adcore.gradient(adcore.Reverse, calls_it, x)
+np.testing.assert_allclose(gx, 6.0 * x, rtol=1e-12)
+""", None),
     "gradient_parallel_loop": (KERNEL + """
 from numba import prange
 
