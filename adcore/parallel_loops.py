@@ -42,6 +42,7 @@ from numba.np.numpy_support import as_dtype
 from . import numba_abi
 from .capture import Kernel, unoptimised_module
 from .ir import gep_element_type
+from .rules import is_pure_call
 
 _counter = itertools.count()
 _reverses = {}           # (chunk symbol, shadowed arrays) -> njit reverse
@@ -137,6 +138,14 @@ def _accesses(users, data, index):
     return reads, writes, far_reads, far_writes
 
 
+def _repeatable(call):
+    """Whether running ``call`` again (the reverse reruns the loop's iterations) changes
+    nothing the user sees: math, LLVM intrinsics, Numba's reference counts and allocations,
+    the thread number."""
+    callee = call.callee or ""
+    return is_pure_call(call) or callee.startswith(("llvm.", "NRT_")) or callee == "get_thread_id"
+
+
 def _same_value(defn, index):
     while defn is not None and getattr(defn, "opcode", None) in ("sext", "zext"):
         defn = defn.operands[0].defn
@@ -154,6 +163,10 @@ def plan(chunk_primal, kernel):
     index = _loop_index(func, sched)
     if index is None:
         return LoopPlan(call, kernel, "its loop counter was not found")
+    effect = next((i for i in func.instructions() if i.opcode == "call" and not _repeatable(i)), None)
+    if effect is not None:          # its reverse runs the iterations again: printed twice, ...
+        return LoopPlan(call, kernel, f"the loop body calls {numba_abi.python_name(effect.callee)}, which "
+                                      f"must not run twice")
     users = _uses(func)
     written, private, shared = [], [], []
     for k, (t, args) in enumerate(groups[1:], 1):

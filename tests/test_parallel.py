@@ -402,3 +402,22 @@ def test_accumulation_patterns_give_the_same_gradient_every_time_at_2_and_4_thre
 def test_every_threading_layer_numba_ships(layer):
     out = _run({"NUMBA_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": layer}, threads=(2,), repeat=3)
     assert f"same every time on {layer}" in out
+
+
+@numba.njit(parallel=True)
+def prints_in_its_loop(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        print(x[i])
+        s += x[i] ** 2
+    return s
+
+
+def test_a_loop_that_prints_prints_once_and_runs_its_reverse_serially(capfd):
+    x = np.array([0.5, 1.5, -2.0])
+    capfd.readouterr()
+    (gx,) = adcore.gradient(Reverse, prints_in_its_loop, x)
+    assert sorted(capfd.readouterr().out.split()) == sorted(str(v) for v in x)
+    np.testing.assert_allclose(gx, 2 * x, rtol=1e-12)
+    compiled = adcore.compile_gradient(Reverse, prints_in_its_loop, Duplicated(x, np.zeros(3)))
+    assert any("must not run twice" in line for line in compiled.parallel_loops)
