@@ -124,8 +124,11 @@ def _accesses(users, data, index):
         ptr, far, element = stack.pop()
         for user, k in users.get(id(ptr), []):
             if user.opcode == "getelementptr" and k == 0:
-                at_index = (ptr is data and len(user.operands) == 2
-                            and _same_value(user.operands[1].defn, index))
+                step = user.operands[1].defn if len(user.operands) == 2 else False
+                if ptr is data:
+                    at_index = _same_value(step, index)
+                else:                    # data[i] then Numba's wrap of a negative i: no move
+                    at_index = not far and _wraps(step, index) and gep_element_type(user) == element
                 stack.append((user, not at_index, gep_element_type(user)))
             elif user.opcode == "load" and k == 0:       # an access of another width reaches
                 reads = True                             # the next element
@@ -144,6 +147,16 @@ def _repeatable(call):
     the thread number."""
     callee = call.callee or ""
     return is_pure_call(call) or callee.startswith(("llvm.", "NRT_")) or callee == "get_thread_id"
+
+
+def _wraps(defn, index):
+    """Whether ``defn`` is Numba's wrap-around of a negative index ``i``, ``i < 0 ? n : 0``:
+    zero for the loop index, which the split ranges keep nonnegative (:data:`_SPLIT`)."""
+    if getattr(defn, "opcode", None) != "select" or defn.operands[2].ref != "0":
+        return False
+    test = defn.operands[0].defn
+    return (getattr(test, "opcode", None) == "icmp" and " slt " in test.text
+            and _same_value(test.operands[0].defn, index) and test.operands[1].ref == "0")
 
 
 def _same_value(defn, index):
@@ -288,7 +301,8 @@ _SPLIT = """
     lo = np.int64(a0[0])
     hi = np.int64(a0[a0.shape[0] // 2])
     n = hi - lo + 1
-    threads = numba.get_num_threads()
+    workers = numba.get_num_threads()
+    threads = workers if lo >= 0 else 1    # a negative index wraps: one piece, the serial loop
     per = max(1, min(8, n // threads))
     chunks = threads * per
 """
@@ -371,7 +385,7 @@ def _build_reverse(loop, shadowed):
     empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
     lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}):" + _SPLIT.rstrip("\n"),
              "    if n <= 0:", f"        return {empty}"]
-    lines += [f"    p{k} = np.zeros((threads,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
     call_shadows = [f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
     lines += ["    for c in numba.prange(chunks):" + _CHUNK.rstrip("\n"),

@@ -14,18 +14,49 @@ def reverse_rule_call(gen, instr, rule):
     for k, o in enumerate(instr.operands):
         if o.type == "ptr" and k not in rule.outputs and reads_array(gen.memory.pointers, o) \
                 and gen.clobbers.clobbered_after(instr, o):
-            if not (rule.is_external and rule.extents is not None):
+            if not (rule.is_external and rule.extents is not None or _loop_array_size(gen, instr, rule, k)):
                 raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
                                               f"the call, but its custom rule reads it in the reverse pass")
             copied[k] = None
     if copied:
-        copied = _copy_operands(gen, instr, rule, copied)
+        copied = _copy_operands(gen, instr, rule, copied) if rule.loop is None else \
+            _copy_loop_operands(gen, instr, rule, copied)
     if rule.loop is not None:
         rule = _parallel_loop_rule(gen, instr, rule)
     if rule.is_external:
         _external(gen, instr, rule, copied)
     else:
-        _njit(gen, instr, rule)
+        _njit(gen, instr, rule, copied)
+
+
+def _loop_array_size(gen, instr, rule, k):
+    """For a parallel loop's chunk call: ``(nitems operand, itemsize operand)`` when operand
+    ``k`` is the data of a C-contiguous array argument (its bytes are nitems x itemsize), else
+    None."""
+    if rule.loop is None:
+        return None
+    pos = 2
+    for t in rule.argtypes:
+        n = len(numba_abi.flat_types(gen.context, t))
+        if isinstance(t, nbtypes.Array) and t.layout == "C" and k == pos + numba_abi.DATA:
+            return instr.operands[pos + numba_abi.NITEMS], instr.operands[pos + numba_abi.ITEMSIZE]
+        pos += n
+    return None
+
+
+def _copy_loop_operands(gen, instr, rule, positions):
+    """Have the forward pass copy the arrays at ``positions`` (data operands of a parallel
+    loop's chunk call that the kernel overwrites later) just before the call; returns
+    ``{position: copy}``: the loop's reverse runs its iterations again on the copies."""
+    e, lines, copies = gen.e, [], {}
+    for k in positions:
+        nitems, itemsize = _loop_array_size(gen, instr, rule, k)
+        size, copy = e.fresh("bytes"), e.fresh("copy")
+        lines += [f"{size} = mul i64 {nitems.ref}, {itemsize.ref}",
+                  f"{copy} = call ptr @ad.copy.operand(ptr %ad.rawfrees, ptr {instr.operands[k].ref}, i64 {size})"]
+        copies[k] = copy
+    gen.stack_types.add("ptr")
+    return gen.before_call(instr, lines, copies)
 
 
 def _copy_operands(gen, instr, rule, positions):
@@ -88,12 +119,15 @@ def _external(gen, instr, rule, copied):
     call_rule(gen, rule.reverse, args, types_, out_type="i64")
 
 
-def _njit(gen, instr, rule):
+def _njit(gen, instr, rule, copied=None):
     """``reverse(args..., shadows of array args..., dret)`` for an njit callee, whose
-    call passes Numba's flattened arguments after its return slot and excinfo."""
+    call passes Numba's flattened arguments after its return slot and excinfo (``copied``:
+    copies to pass instead of some operands, by position)."""
     e, act, ctx = gen.e, gen.act, gen.context
     ops = instr.operands
-    groups, args, types_ = njit_rule_arguments(gen, rule, ops, gen.values.materialise, gen.shadow)
+    copies = {id(ops[k]): c for k, c in (copied or {}).items()}
+    groups, args, types_ = njit_rule_arguments(
+        gen, rule, ops, lambda o: gen.values.materialise(copies.get(id(o), o)), gen.shadow)
     float_ret = isinstance(rule.restype, nbtypes.Float)
     if float_ret:
         rt = str(ctx.get_value_type(rule.restype))

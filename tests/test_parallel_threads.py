@@ -1,0 +1,47 @@
+"""Parallel gradients run again and again, at 2 and 4 threads and on each threading layer
+Numba ships, in fresh processes (``NUMBA_NUM_THREADS`` and ``NUMBA_THREADING_LAYER`` are read
+at start-up): every run must give the serial gradient to rounding.  The kernels are those of
+``tests/test_parallel.py``."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+RACE = """
+import sys
+sys.path.insert(0, {tests!r})
+import numba, numpy as np
+import adcore
+from adcore import Reverse
+import test_parallel as T
+
+for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil"]:
+    args = T.ARGUMENTS[name]()
+    expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
+    for threads in {threads}:
+        numba.set_num_threads(threads)
+        for _ in range({repeat}):
+            got = adcore.gradient(Reverse, T.PARALLEL[name], *T._copied(args))
+            T._assert_same(got, expected, 1e-12)
+print("same every time on", numba.threading_layer())
+"""
+
+
+def _run(env, **fields):
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run([sys.executable, "-c", RACE.format(tests=tests, **fields)],
+                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_accumulation_patterns_give_the_same_gradient_every_time_at_2_and_4_threads():
+    assert "same every time" in _run({"NUMBA_NUM_THREADS": "4"}, threads=(2, 4), repeat=25)
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "omp", "tbb"])
+def test_every_threading_layer_numba_ships(layer):
+    out = _run({"NUMBA_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": layer}, threads=(2,), repeat=3)
+    assert f"same every time on {layer}" in out
