@@ -212,6 +212,12 @@ def _sums():
 _SUMS = _sums()
 
 
+def one_thread():
+    """True when Numba runs on one thread (``NUMBA_NUM_THREADS=1``): a reverse on threads
+    would only run the loops' iterations twice."""
+    return numba.config.NUMBA_NUM_THREADS == 1
+
+
 class Serial(Exception):
     """The kernel's parallel loops cannot all run their reverse on threads: ``plans`` says why."""
 

@@ -211,6 +211,12 @@ def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None,
     the generator's ``parallel_loops`` says which it did and why."""
     if parfors is None:
         parfors = "calls" if numba_abi.is_parallel(dispatcher) else "loops"
+    if parfors == "calls" and parallel_loops.one_thread():
+        result = _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name,
+                           keep_primal, "loops")
+        result[2].parallel_loops = ["parallel loops: reverse runs serially (Numba has one thread: "
+                                    "NUMBA_NUM_THREADS=1)"]
+        return result
     if parfors == "calls":
         try:
             return _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, name,

@@ -45,3 +45,28 @@ def test_accumulation_patterns_give_the_same_gradient_every_time_at_2_and_4_thre
 def test_every_threading_layer_numba_ships(layer):
     out = _run({"NUMBA_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": layer}, threads=(2,), repeat=3)
     assert f"same every time on {layer}" in out
+
+
+ONE_THREAD = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import adcore
+from adcore import Duplicated, Reverse
+import test_parallel as T
+
+args = T.ARGUMENTS["gather"]()
+T._assert_same(adcore.gradient(Reverse, T.PARALLEL["gather"], *T._copied(args)),
+               adcore.gradient(Reverse, T.SERIAL["gather"], *T._copied(args)), 1e-12)
+compiled = adcore.compile_gradient(Reverse, T.PARALLEL["gather"], *T._annotated(args))
+print(compiled.parallel_loops)
+"""
+
+
+def test_with_one_thread_the_loops_are_differentiated_serially():
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run([sys.executable, "-c", ONE_THREAD.format(tests=tests)],
+                          env=dict(os.environ, NUMBA_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Numba has one thread" in done.stdout
