@@ -80,8 +80,9 @@ class LoopPlan:
         where = f"parallel loop at line {self.call.line}"
         if not self.parallel:
             return f"{where}: reverse runs serially ({self.reason})"
-        return (f"{where}: reverse runs on Numba's threads; shadows written at the loop index: "
-                f"{len(self.written) + len(self.shared)}, private per thread then added: "
+        return (f"{where}: reverse runs on Numba's threads; arrays accessed only at the loop "
+                f"index or reduced (shared shadows): {len(self.written) + len(self.shared)}, "
+                f"read elsewhere (a private shadow per thread, added after the loop): "
                 f"{len(self.private)}")
 
 
