@@ -4,8 +4,9 @@ gradient at one thread and at every core, next to the fastest serial hand-writte
     python -m bench parallel [--quick]
 
 Three kernels: a GMM log-likelihood summed over points (diagonal covariances), a
-Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps (whose loops
-adcore differentiates serially: they write rows ``v[i, j]``).  Each gradient is checked
+Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps, written with
+rows ``v[i, j]`` (whose loops adcore differentiates serially: it cannot show that rows do
+not overlap) and on the grid stored flat (whose reverse runs on threads).  Each gradient is checked
 against the gradient of the same source compiled with ``parallel=False``.  A parallel loop's
 reverse runs its iterations twice (forward, then again before its reverse), so the rows at
 one thread show that cost and those at every core what the threads give back.
@@ -78,6 +79,23 @@ def stencil(u, v, steps):
         for i in prange(1, m - 1):
             for j in range(1, p - 1):
                 u[i, j] = v[i, j]
+    return np.sum(u * u)
+
+
+def flat_stencil(u, v, p, steps):
+    """The same steps on the grid stored flat (``u[i * p + j]``), one ``prange`` over all
+    cells: every write is at the loop index, so its reverse runs on threads."""
+    n = u.shape[0]
+    for _ in range(steps):
+        for k in prange(n):
+            i, j = k // p, k % p
+            if 0 < i < n // p - 1 and 0 < j < p - 1:
+                lap = u[k - p] + u[k + p] + u[k - 1] + u[k + 1] - 4.0 * u[k]
+                v[k] = u[k] + 0.1 * lap + 0.01 * math.sin(u[k])
+            else:
+                v[k] = u[k]
+        for k in prange(n):
+            u[k] = v[k]
     return np.sum(u * u)
 
 
@@ -173,6 +191,8 @@ def cases(quick, size):
              lambda p: (lennard_jones_gradient(p, np.zeros_like(p)),)),
         Case("2-D stencil", f"{m}x{m}, 10 steps", stencil,
              lambda: (u0.copy(), np.zeros_like(u0), 10), 1),
+        Case("2-D stencil, flat index", f"{m}x{m}, 10 steps", flat_stencil,
+             lambda: (u0.ravel().copy(), np.zeros(m * m), m, 10), 1),
     ]
 
 

@@ -149,6 +149,6 @@ def test_parallel_workload_checks_every_gradient_at_each_thread_count():
     assert not failures(rows)
     grads = [r for r in rows if r["impl"].startswith("adcore gradient")]
     threads = {1, parallel.numba.config.NUMBA_NUM_THREADS}
-    assert len(grads) == 3 * len(threads) and all(r["ok"] for r in grads)
+    assert len(grads) == 4 * len(threads) and all(r["ok"] for r in grads)
     hand = [r for r in rows if r["impl"].startswith("hand-written")]
     assert len(hand) == 2 and all(r["ok"] for r in hand)
