@@ -5,11 +5,13 @@ gradient at one thread and at every core, next to the fastest serial hand-writte
 
 Three kernels: a GMM log-likelihood summed over points (diagonal covariances), a
 Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps, written with
-rows ``v[i, j]`` (whose loops adcore differentiates serially: it cannot show that rows do
-not overlap) and on the grid stored flat (whose reverse runs on threads).  Each gradient is checked
-against the gradient of the same source compiled with ``parallel=False``.  A parallel loop's
-reverse runs its iterations twice (forward, then again before its reverse), so the rows at
-one thread show that cost and those at every core what the threads give back.
+rows ``v[i, j]`` (whose loops adcore differentiates serially: it cannot show that rows do not
+overlap) and on the grid stored flat (whose reverse runs on threads).  Each gradient is
+checked against the gradient of the same source compiled with ``parallel=False``.  A
+parallel loop's reverse runs its iterations twice (forward, then again before its reverse),
+so the rows at one thread show that cost and those at every core what the threads give
+back.  The digits CNN's training epoch with ``Duplicated`` at both thread counts closes the
+table.
 """
 import math
 
@@ -22,7 +24,7 @@ from adcore import Const, Duplicated, Reverse
 
 from .measure import rel_err
 from .registry import workload
-from .rows import failed, row
+from .rows import failed, row, skipped
 
 W = "parallel"
 
@@ -238,6 +240,33 @@ def case_rows(c, sampler, all_threads):
     return rows
 
 
+def digits_rows(sampler, all_threads):
+    """One epoch of the digits CNN with ``Duplicated`` (``bench.digits``) at 1 thread and at
+    ``all_threads``: the staged programs do not split a batch across threads yet."""
+    from adcore import Duplicated
+    from layers import train
+    from optim import Adam, setup
+    from . import digits
+    try:
+        split = digits.data()
+    except ImportError:
+        return [skipped(W, "digits CNN epoch", "layers, Duplicated: train", digits.MISSING)]
+    model = digits.models()["CNN"]
+    dup, state = Duplicated(model), setup(Adam(3e-3), model)
+    items = digits.epoch_batches(split[0], split[1], 32, np.random.default_rng(0))
+    rows, at_one = [], None
+    for threads in sorted({1, all_threads}):
+        timing = _at_threads(threads, lambda: sampler.time(lambda: train(digits.loss, dup, items, state),
+                                                            number=1))
+        t = timing.stats()["median"]
+        at_one = at_one or t
+        rows.append(row(W, f"digits CNN epoch ({len(items)} batches of 32)",
+                        f"layers, Duplicated: train, {threads} thread" + ("s" if threads > 1 else ""),
+                        timing, note=f"{at_one / t:.2f}x the speed at 1 thread (batches are not "
+                                     f"split across threads yet)"))
+    return rows
+
+
 @workload(W, "prange kernels: primal and gradient at 1 thread and every core")
 def run(config):
     all_threads = numba.config.NUMBA_NUM_THREADS
@@ -247,4 +276,8 @@ def run(config):
             rows += case_rows(c, config.sampler, all_threads)
         except Exception as exc:  # a failing case is a failed row, not a crash of the suite
             rows.append(failed(W, c.name, "adcore gradient", exc))
+    try:
+        rows += digits_rows(config.sampler, all_threads)
+    except Exception as exc:
+        rows.append(failed(W, "digits CNN epoch", "layers, Duplicated: train", exc))
     return rows
