@@ -64,6 +64,16 @@ def flat_types(context, numba_type):
             for t in context.get_arg_packer([numba_type]).argument_types]
 
 
+def argument_starts(context, argtypes):
+    """``(starts, end)``: the position of each argument's first flattened field among the
+    parameters of a Numba-ABI function (after its return slot and excinfo), and the end."""
+    starts, pos = [], 2
+    for t in argtypes:
+        starts.append(pos)
+        pos += len(flat_types(context, t))
+    return starts, pos
+
+
 def data_position(context, array_type):
     """Position of the data pointer among an array argument's flattened fields."""
     position = context.data_model_manager[array_type]._fields.index("data")

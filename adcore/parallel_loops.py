@@ -88,21 +88,20 @@ class LoopPlan:
 
 def _groups(func, ctx, argtypes):
     """``[(Numba type, LLVM arguments)]`` of a Numba-ABI function's flattened parameters."""
-    out, pos = [], 2
-    for t in argtypes:
-        n = len(numba_abi.flat_types(ctx, t))
-        out.append((t, func.args[pos:pos + n]))
-        pos += n
-    return out
+    starts, end = numba_abi.argument_starts(ctx, argtypes)
+    return [(t, func.args[a:b]) for t, a, b in zip(argtypes, starts, starts[1:] + [end])]
 
 
 def _loop_index(func, sched_data):
-    """The outermost loop's counter: the phi whose value entering the loop is ``sched[0]``."""
+    """The outermost loop's counter: the phi ``i = phi [sched[0], entry], [i + 1, latch]``."""
     starts = {i for i in func.instructions() if i.opcode == "load" and i.operands
               and i.operands[0].defn is sched_data}
     for i in func.instructions():
-        if i.opcode == "phi" and any(o.defn in starts for o in i.operands):
-            return i
+        if i.opcode == "phi" and len(i.operands) == 2 and any(o.defn in starts for o in i.operands):
+            step = next(o.defn for o in i.operands if o.defn not in starts)
+            if getattr(step, "opcode", None) == "add" and step.operands[0].defn is i \
+                    and step.operands[1].ref == "1":
+                return i
     return None
 
 
@@ -251,25 +250,16 @@ def plans(kernel):
         found.append(plan(primal(chunk, call.argtypes), chunk))
     for p in found:
         if p.parallel:
-            starts, _ = _positions(kernel.context, p.call.argtypes)
+            starts, _ = numba_abi.argument_starts(kernel.context, p.call.argtypes)
             custom_rules.bind_parallel_loop(p, _only_written(p, kernel.context),
                                             [starts[k] + numba_abi.DATA for k in p.written])
     return found
 
 
-def _positions(context, argtypes):
-    """The position of each argument's first flattened field among a Numba-ABI call's operands."""
-    out, pos = [], 2
-    for t in argtypes:
-        out.append(pos)
-        pos += len(numba_abi.flat_types(context, t))
-    return out, pos
-
-
 def _only_written(loop, context):
     """Operand positions of the chunk call that its reverse does not read: the return slot,
     excinfo, every array's meminfo and parent, and the data of the arrays it writes."""
-    starts, end = _positions(context, loop.call.argtypes)
+    starts, end = numba_abi.argument_starts(context, loop.call.argtypes)
     read = {starts[k] + numba_abi.DATA for k, t in enumerate(loop.call.argtypes)
             if isinstance(t, nbtypes.Array) and k not in loop.written}
     return tuple(k for k in range(end) if k not in read)
@@ -285,7 +275,7 @@ def check_distinct(loops, primal_, pointers):
         loop = symbols.get(instr.callee) if instr.opcode == "call" else None
         if loop is None:
             continue
-        starts, _ = _positions(ctx, loop.call.argtypes)
+        starts, _ = numba_abi.argument_starts(ctx, loop.call.argtypes)
         seen = set()
         for k, t in enumerate(loop.call.argtypes):
             if not isinstance(t, nbtypes.Array) or k == 0:

@@ -18,6 +18,8 @@ def reverse_rule_call(gen, instr, rule):
                 raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
                                               f"the call, but its custom rule reads it in the reverse pass")
             copied[k] = None
+    if rule.loop is not None:   # the range lives on the stack, refilled each time the loop runs
+        copied[2 + numba_abi.DATA] = None
     if copied:
         copied = _copy_operands(gen, instr, rule, copied) if rule.loop is None else \
             _copy_loop_operands(gen, instr, rule, copied)
@@ -35,12 +37,10 @@ def _loop_array_size(gen, instr, rule, k):
     None."""
     if rule.loop is None:
         return None
-    pos = 2
-    for t in rule.argtypes:
-        n = len(numba_abi.flat_types(gen.context, t))
+    starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
+    for t, pos in zip(rule.argtypes, starts):
         if isinstance(t, nbtypes.Array) and t.layout == "C" and k == pos + numba_abi.DATA:
             return instr.operands[pos + numba_abi.NITEMS], instr.operands[pos + numba_abi.ITEMSIZE]
-        pos += n
     return None
 
 
@@ -95,13 +95,9 @@ def _parallel_loop_rule(gen, instr, rule):
     """``rule`` with the reverse of its parallel loop for the arrays that have shadows here."""
     from .parallel_loops import reverse_function
     from .custom_rules import BoundRule
-    pos, shadowed = 2, []
-    for k, t in enumerate(rule.argtypes):
-        n = len(numba_abi.flat_types(gen.context, t))
-        if isinstance(t, nbtypes.Array) and \
-                gen.memory.is_shadowed(instr.operands[pos + numba_abi.data_position(gen.context, t)]):
-            shadowed.append(k)
-        pos += n
+    starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
+    shadowed = [k for k, (t, pos) in enumerate(zip(rule.argtypes, starts))
+                if isinstance(t, nbtypes.Array) and gen.memory.is_shadowed(instr.operands[pos + numba_abi.DATA])]
     return BoundRule(rule.symbol, reverse_function(rule.loop, shadowed), rule.outputs,
                      rule.argtypes, rule.restype)
 

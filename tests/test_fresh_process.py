@@ -243,6 +243,30 @@ fa, fx, _ = fd_gradient(f.py_func, [a, x, out], {})
 np.testing.assert_allclose(ga, fa, rtol=1e-7)
 np.testing.assert_allclose(gx, fx, rtol=1e-7)
 """, None),
+    "parallel_loop_forward_hvp_report": ("""
+import math
+import numba
+import numpy as np
+import adcore
+from adcore import Const, Duplicated, Forward, Reverse
+from numba import prange
+
+@numba.njit(parallel=True)
+def g(x, w):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += math.sin(w[0] * x[i]) * x[i]
+    return s
+
+x, w, v = np.array([0.5, -1.0, 2.0]), np.array([0.7]), np.array([1.0, 0.5, -2.0])
+# first call of the process: forward mode; then hvp and the plan report
+t = adcore.autodiff(Forward, g, Duplicated(x, v), Const(w))
+np.testing.assert_allclose(t, np.sum((np.sin(0.7 * x) + 0.7 * x * np.cos(0.7 * x)) * v), rtol=1e-12)
+hv = adcore.hvp(g, x, v, w)
+np.testing.assert_allclose(hv, (2 * 0.7 * np.cos(0.7 * x) - 0.49 * x * np.sin(0.7 * x)) * v, rtol=1e-12)
+report = str(adcore.cache_report(g, x, Const(w)))
+assert "reverse runs on Numba's threads" in report, report
+""", None),
     "print_in_a_callee_compiled_before": ("""
 import numba
 import numpy as np

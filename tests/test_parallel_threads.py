@@ -17,7 +17,8 @@ import adcore
 from adcore import Reverse
 import test_parallel as T
 
-for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil"]:
+for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil",
+             "moving_range"]:
     args = T.ARGUMENTS[name]()
     expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
     for threads in {threads}:
