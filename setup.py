@@ -1,8 +1,14 @@
+import re
+from pathlib import Path
+
 from setuptools import setup, find_packages
+
+VERSION = re.search(r'__version__ = "(.+)"', Path(__file__).with_name("adcore").joinpath(
+    "__init__.py").read_text()).group(1)
 
 setup(
     name="adcore",
-    version="0.1.0",
+    version=VERSION,
     description="Reverse-mode automatic differentiation of Numba kernels at the LLVM IR level, "
                 "with a tape engine and a Flux-like layers/optim API",
     packages=find_packages(include=["adcore", "adcore.*", "layers", "layers.*",
@@ -21,9 +27,11 @@ setup(
                  "jsonschema", "matplotlib",                        # bench: schema, charts
                  "scikit-learn",                                    # the digits data set
                  "ziglang",                                         # C to LLVM IR (zig cc)
-                 "tbb"],                                            # Numba's tbb threading layer
+                 "tbb",                                             # Numba's tbb threading layer
+                 "distributed"],                                    # adcore.distributed
         "digits": ["scikit-learn", "matplotlib"],   # python -m bench digits
         "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
         "plot": ["matplotlib"],
+        "distributed": ["distributed"],             # adcore.distributed, train(cluster=)
     },
 )

@@ -6,6 +6,8 @@ operator-overloading engine) needs neither.
 """
 import importlib
 
+__version__ = "0.1.0"
+
 from .errors import ADError, UnsupportedError, ActivityError, CompileError, LinkError
 from .annotations import (Active, BatchDuplicated, Const, Duplicated, Forward, ForwardWithPrimal,
                           Reverse, ReverseWithPrimal)

@@ -24,7 +24,7 @@ class NonFiniteLossError(FloatingPointError):
                          "training (the update for this item was not applied)")
 
 
-def train(loss, model, data, state, *, epochs=1, progress=False):
+def train(loss, model, data, state, *, epochs=1, progress=False, cluster=None):
     """For each item of ``data``, ``epochs`` times over: compute ``loss(model, *item)``
     (tuples are splatted, any other item is passed whole) and its gradient, then
     ``optim.update`` the model in place.
@@ -34,10 +34,21 @@ def train(loss, model, data, state, *, epochs=1, progress=False):
     and optimiser steps, runs as one native loop.  Returns the list of losses, one per
     step (``epochs * len(data)``).  A non-finite loss raises ``NonFiniteLossError``
     before that item's update.  ``progress=True`` shows a tqdm bar with the running loss.
+
+    ``cluster=client`` (a ``distributed.Client``) trains data-parallel on its workers:
+    each batch is split by rows across them, the gradients of the parts are summed in a
+    fixed order and one step is applied, so the result equals training in one process to
+    rounding (the loss must be a sum or a mean over rows; the first step checks it).
+    ``data`` may then be ``adcore.distributed.scatter_batches(client, data)``, sent once
+    for several calls.  See ``layers.data_parallel``.
     """
     optim.state.check_state(state, "train")
     if type(epochs) is not int or epochs < 1:
         raise ValueError(f"train: epochs must be a positive int, got {epochs!r}")
+    if cluster is not None:
+        from .data_parallel import train_on_cluster
+        return train_on_cluster(loss, model, data, state, cluster, epochs, progress,
+                                NonFiniteLossError)
     if epochs > 1 or (isinstance(model, Duplicated) and not progress):
         data = data if isinstance(data, (list, tuple)) else list(data)
     if isinstance(model, Duplicated) and not progress:
