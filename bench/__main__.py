@@ -64,6 +64,9 @@ def _parser():
     parser.add_argument("--json", metavar="FILE", help="write the results, samples and environment")
     parser.add_argument("--output", metavar="DIR",
                         help="write RESULTS.md and the charts there (a full run: the current directory)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="the distributed workload on this Dask scheduler's workers "
+                             "(default: local clusters of 1 and 2 workers)")
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
     parser.add_argument("--load", action="append", default=[], metavar="MODULE",
                         help="import a module (name or .py path) that registers workloads")
@@ -106,7 +109,7 @@ def _what_to_run(args, parser):
     sampler = Sampler(repeat=args.repeat or default.repeat,
                       min_time=default.min_time if args.min_time is None else args.min_time)
     return names, registry.Config(quick=args.quick, size=args.size, sampler=sampler,
-                                 output=args.output)
+                                 output=args.output, scheduler=args.scheduler)
 
 
 def main(argv=None):

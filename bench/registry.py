@@ -20,11 +20,13 @@ ENTRY_POINT_GROUP = "adcore.bench"
 class Config:
     """What a workload is asked for: ``quick`` (smaller, fewer repeats), ``size`` (scales the
     problem sizes), the ``sampler`` to time with (``config.sampler.time(fn)``) and the
-    ``--output`` folder for any files of its own (``None`` when not given)."""
+    ``--output`` folder for any files of its own (``None`` when not given); ``scheduler``
+    the address of a Dask scheduler for the distributed workload (``None``: local clusters)."""
     quick: bool = False
     size: float = 1.0
     sampler: Sampler = Sampler()
     output: str = None
+    scheduler: str = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ import importlib
 
 import numpy as np
 
-from . import compile_times, digits, forward, gmm_points, mlp, mlp_train, parallel, scale, seed_peers  # noqa: F401 (compile_times, forward and parallel register themselves)
+from . import compile_times, digits, distributed, forward, gmm_points, mlp, mlp_train, parallel, scale, seed_peers  # noqa: F401 (compile_times, distributed, forward and parallel register themselves)
 from .registry import workload
 from .rows import failed, row, skipped
 from .timing import Timing, first_call

@@ -10,14 +10,13 @@ Splitting a batch is right when the loss is a sum or a mean over the batch's row
 first step checks which, against the gradient of the whole batch computed once on a
 worker, and refuses a loss that is neither (a layer that mixes rows, say).
 """
-import uuid
-
 import numpy as np
 
 import optim
 from adcore.annotations import Duplicated
 from adcore.distributed import ScatteredBatches, DistributedError, scatter_batches
-from adcore.distributed.holdings import Holdings, live_workers, recovering, tree_sum
+from adcore.distributed.holdings import (Holdings, by_value_or_sent, live_workers, recovering,
+                                        tree_sum)
 from adcore.distributed.shipping import name_of, pickled
 from adcore.distributed.worker import add, versions
 from adcore.tree import children, is_node, leaves
@@ -32,8 +31,8 @@ def train_on_cluster(loss, model, data, state, client, epochs, progress, nonfini
     duplicated = isinstance(model, Duplicated)
     value = model.val if duplicated else model
     _check_stateless(value)
-    pickled(loss, f"the loss {name_of(loss)!r}")
-    payload = pickled((loss, value, duplicated), "the model")
+    payload = (pickled(loss, f"the loss {name_of(loss)!r}"), pickled(value, "the model"),
+               duplicated)
     own = not isinstance(data, ScatteredBatches)
     batches = scatter_batches(client, data) if own else data
     if batches.client is not client:
@@ -55,7 +54,7 @@ class _Run:
         self.client, self.loss, self.model, self.batches = client, loss, model, batches
         self.value = model.val if isinstance(model, Duplicated) else model
         self.params = replica.unique_arrays(self.value)
-        self.token = uuid.uuid4().hex
+        self.token = replica.token(payload[0], self.value, payload[2])
         self.expected = versions()
         self.holdings = Holdings(client)
         self.payload = self.holdings.own([payload], ["the model"], broadcast=True)[0]
@@ -103,15 +102,15 @@ class _Run:
     def _step(self, b):
         """``(loss, gradient)`` of batch ``b`` at the current parameters."""
         client = self.client
-        params = client.scatter(tuple(self.params), broadcast=True, hash=False)
+        params = by_value_or_sent(client, tuple(self.params))
         rows = self.batches.rows(b)
-        weights = {"sum": [1.0] * len(rows), "mean": [r / sum(rows) for r in rows],
-                   None: [1.0] * len(rows)}[self.weighting]
+        weights = [r / sum(rows) for r in rows] if self.weighting == "mean" and len(rows) > 1 \
+            else [1.0] * len(rows)
         parts = [client.submit(replica.part_gradient, self.token, self.holdings.futures[self.payload],
                                params, f, w, pure=False)
                  for f, w in zip(self.batches.futures(b), weights)]
-        if self.weighting is not None:
-            return tree_sum(parts, lambda x, y: client.submit(add, x, y, pure=False)).result()
+        if self.weighting is not None or len(rows) == 1:
+            return tree_sum(client.gather(parts), add)
         whole = client.submit(replica.part_gradient, self.token, self.holdings.futures[self.payload],
                               params, self.batches.whole(b), 1.0, pure=False)
         return self._weigh(client.gather(parts), whole.result(), rows, b)

@@ -1,16 +1,19 @@
 """What a worker does in data-parallel training (``train(..., cluster=client)``): it keeps
 a replica of the model, and each step sets the replica's parameters to the client's and
 returns the gradient of the loss on its part of the batch."""
+import hashlib
+
 import numpy as np
 
 from adcore.annotations import Duplicated
+from adcore.distributed.shipping import pickled
 from adcore.distributed.worker import check_versions, failed
-from adcore.tree import leaves
+from adcore.tree import fmap, leaves
 
 from .grad import first_output, withgradient
 
-_REPLICAS = {}          # run token -> Replica, in this worker process
-_KEEP = 2               # replicas kept: a new run's replaces the oldest
+_REPLICAS = {}          # token -> Replica, in this worker process
+_KEEP = 4               # replicas kept: a new one replaces the oldest
 
 
 class Replica:
@@ -51,12 +54,19 @@ def positions(model, grad):
     return out
 
 
+def token(loss, model, duplicated):
+    """What names a replica on the workers: the loss (a ``Payload``) and everything of the
+    model but the values of its trainable arrays, which each step sets.  Calls of ``train``
+    with the same loss and model structure share the replica and its compiled program."""
+    skeleton = pickled(fmap(lambda a: (a.shape, a.dtype.str), model), "the model")
+    return hashlib.sha1(f"{loss.digest} {skeleton.digest} {duplicated}".encode()).hexdigest()
+
+
 def _replica(token, payload):
     replica = _REPLICAS.get(token)
     if replica is None:
-        loss, model, duplicated = payload.load()
-        import copy
-        replica = Replica(loss, copy.deepcopy(model), duplicated)
+        loss, model, duplicated = payload
+        replica = Replica(loss.load(), model.load(keep=False), duplicated)
         while len(_REPLICAS) >= _KEEP:
             _REPLICAS.pop(next(iter(_REPLICAS)))
         _REPLICAS[token] = replica

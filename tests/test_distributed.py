@@ -381,3 +381,31 @@ def test_a_cluster_that_cannot_finish_leaves_the_last_completed_step(client, arm
         layers.train(mlp_loss, Duplicated(failing), data, state, cluster=client)
     assert_same_model(failing, done)
     assert_same_model(state, s_done)            # the optimiser's moments and step counts
+
+
+# -- the README's example, as the first call of a fresh process ------------------------------
+README_CHECKS = """
+    mu, s = 0.5, 1.5
+    z = (x - mu) / s
+    np.testing.assert_allclose(dmu, np.sum(-z / s), rtol=1e-10)
+    np.testing.assert_allclose(ds, np.sum(-z * z / s + 1 / s), rtol=1e-10)
+    assert len(losses) == 20 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+    print("checked")
+"""
+
+
+def test_readme_example_in_a_fresh_process(tmp_path):
+    import pathlib
+    import re
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                 if "adcore.distributed.gradient(nll" in b)
+    script = tmp_path / "example.py"
+    script.write_text(block + README_CHECKS)
+    env = dict(os.environ, PYTHONPATH=str(root), ADCORE_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "checked" in proc.stdout, proc.stderr[-3000:]

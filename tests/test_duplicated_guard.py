@@ -355,3 +355,24 @@ def test_a_plain_argument_then_wrapped_in_const_or_retyped_is_guarded():
         plain = [a.val if isinstance(a, adcore.Const) else a for a in args]
         assert_same(gradient(loss, MODEL, *plain)[0], g[0])
         assert all(v is None for v in g[1:])
+
+
+# -- arrays that come unpickled (from Dask, multiprocessing, joblib) ----------------------
+def pickled_input_loss(m, x, y):
+    return np.sum((m(x) - y) ** 2)
+
+
+def test_an_unpickled_array_reuses_the_program():
+    """An unpickled array's dtype is a new object equal to the old: the guard compares
+    dtypes by value, so a new batch from a worker process compiles nothing."""
+    import pickle
+    xs, ys = data((4, 3)), data((4, 2))
+    check(lambda m: pickled_input_loss(m, xs, ys))
+    first = gradient(pickled_input_loss, DUP, xs, ys)[0]
+    assert programs(pickled_input_loss) == 1
+    for _ in range(3):
+        xu, yu = pickle.loads(pickle.dumps((xs, ys)))
+        assert xu.dtype is not xs.dtype
+        again = gradient(pickled_input_loss, DUP, xu, yu)[0]
+        assert_same(first, again)
+    assert programs(pickled_input_loss) == 1

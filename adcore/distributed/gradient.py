@@ -6,7 +6,7 @@ import numpy as np
 from ..annotations import Annotation, Const
 from ..errors import ActivityError
 from . import worker
-from .holdings import Holdings, recovering, tree_sum
+from .holdings import Holdings, by_value_or_sent, recovering, tree_sum
 from .shipping import name_of, pickled
 
 
@@ -35,10 +35,10 @@ def gradient(kernel, client, shards, *params):
         expected = worker.versions()
 
         def attempt():
-            parts = [client.submit(worker.shard_gradient, payload, params, holdings.futures[i], n,
+            sent = by_value_or_sent(client, params)
+            parts = [client.submit(worker.shard_gradient, payload, sent, holdings.futures[i], n,
                                    expected, pure=False) for n, i in enumerate(indices)]
-            total = tree_sum(parts, lambda a, b: client.submit(worker.add, a, b, pure=False))
-            return total.result()
+            return tree_sum(client.gather(parts), worker.add)
         return recovering(holdings, attempt, f"the gradient of {name!r}")
     finally:
         holdings.release()

@@ -17,12 +17,15 @@ ATTEMPTS = 4          # tries of one piece of work, the first included
 _GONE = ("cancelled", "lost", "error")
 
 
+class NoWorkers(DistributedError):
+    """The cluster has no workers (for now: a nanny may be starting one)."""
+
+
 def live_workers(client):
-    """The addresses of the client's workers, sorted; a ``DistributedError`` when there
-    are none."""
+    """The addresses of the client's workers, sorted; ``NoWorkers`` when there are none."""
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
-        raise DistributedError("the cluster has no workers")
+        raise NoWorkers("the cluster has no workers")
     return workers
 
 
@@ -74,31 +77,36 @@ class Holdings:
         for n, k in enumerate(lost):
             broadcast = self.broadcast[k]
             target = None if broadcast else [workers[n % len(workers)]]
-            self.futures[k] = self.client.scatter([self.values[k]], workers=target,
-                                                  broadcast=broadcast, hash=False)[0]
+            try:
+                self.futures[k] = self.client.scatter([self.values[k]], workers=target,
+                                                      broadcast=broadcast, hash=False)[0]
+            except KeyError:                # the scheduler no longer knows that worker
+                raise NoWorkers(f"the worker chosen for {self.names[k]} died") from None
 
     def release(self):
-        """Let the workers drop the values."""
-        for f in self.futures:
-            f.release()
-        self.futures = []
+        """Let the workers drop the values the client sent (the user's futures stay)."""
+        for value, f in zip(self.values, self.futures):
+            if value is not None:
+                f.release()
+        self.values, self.futures, self.names, self.broadcast = [], [], [], []
 
 
 def recovering(holdings, attempt, what):
-    """``attempt()``, tried again after a worker dies (lost values sent again); a
+    """``attempt()``, tried again after a worker dies (lost values sent again first); a
     ``DistributedError`` naming ``what`` when the cluster cannot finish it."""
     last = None
-    for _ in range(ATTEMPTS):
+    for n in range(ATTEMPTS):
         try:
+            if n:
+                _wait_for_a_worker(holdings.client, what)
+                holdings.recover()
             return attempt()
         except KilledWorker as err:
             raise DistributedError(f"{what} cannot finish: {err.allowed_failures + 1} workers died "
                                    f"while running its task {err.task!r} (the last was "
                                    f"{getattr(err.last_worker, 'address', err.last_worker)})") from None
-        except (CancelledError, CommClosedError, OSError) as err:
-            last = err
-            _wait_for_a_worker(holdings.client, what)
-            holdings.recover()
+        except (CancelledError, CommClosedError, OSError, NoWorkers) as err:
+            last = err                      # a worker died: its values are sent again
     raise DistributedError(f"{what} cannot finish: the cluster lost its work {ATTEMPTS} times "
                            f"(last: {type(last).__name__}: {last})")
 
@@ -109,6 +117,18 @@ def _wait_for_a_worker(client, what, timeout=60):
     except TimeoutError:
         raise DistributedError(f"{what} cannot finish: the cluster has had no workers for "
                                f"{timeout} s") from None
+
+
+BY_VALUE = 1 << 20      # bytes of parameters sent inside each task; more are scattered once
+
+
+def by_value_or_sent(client, params):
+    """``params`` to pass to the tasks of one step: as they are when small (they travel with
+    each task), else a future of them sent to every worker (one transfer each)."""
+    size = sum(getattr(p, "nbytes", 0) for p in params)
+    if size <= BY_VALUE:
+        return params
+    return client.scatter([params], broadcast=True, hash=False)[0]
 
 
 def tree_sum(items, add):

@@ -24,8 +24,11 @@ class Payload:
     def __reduce__(self):
         return Payload, (self.data,)
 
-    def load(self):
-        """The object (one per worker process and digest)."""
+    def load(self, keep=True):
+        """The object: one per worker process and digest, or with ``keep=False`` a new one
+        (not kept)."""
+        if not keep:
+            return cloudpickle.loads(self.data)
         obj = _UNPICKLED.get(self.digest)
         if obj is None:
             obj = _UNPICKLED[self.digest] = cloudpickle.loads(self.data)

@@ -71,9 +71,11 @@ class GuardWriter:
 
     def array(self, var, value):
         """Check type, shape and dtype (contiguity is left to the driver, whose
-        ``reshape`` refuses other layouts)."""
+        ``reshape`` refuses other layouts).  The dtype is checked equal, not only the same
+        object: an unpickled array's dtype is a new object."""
+        dtype = self.const(value.dtype)
         self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
-                   f"{var}.dtype is {self.const(value.dtype)}", var)
+                   f"({var}.dtype is {dtype} or {var}.dtype == {dtype})", var)
 
     def _body(self, checked_natively, ret):
         lines = []

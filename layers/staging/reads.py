@@ -184,8 +184,9 @@ class Reads:
     def _compound(self, v, var, where):
         w, t = self.w, type(v)
         if t is np.ndarray and v.dtype in _FLOATS:
+            dtype = w.const(v.dtype)          # equal: an unpickled array's dtype is a new object
             w.check(f"type({var}) is ndarray and {var}.shape == {v.shape!r} and "
-                    f"{var}.dtype is {w.const(v.dtype)}")
+                    f"({var}.dtype is {dtype} or {var}.dtype == {dtype})")
             return self._input(f"_contiguous({var})", v, v)
         if isinstance(v, np.ndarray):
             if v.dtype.hasobject:
