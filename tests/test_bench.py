@@ -152,3 +152,12 @@ def test_parallel_workload_checks_every_gradient_at_each_thread_count():
     assert len(grads) == 4 * len(threads) and all(r["ok"] for r in grads)
     hand = [r for r in rows if r["impl"].startswith("hand-written")]
     assert len(hand) == 2 and all(r["ok"] for r in hand)
+
+
+def test_distributed_workload_checks_gradients_and_training_at_1_and_2_workers():
+    from bench import distributed
+    rows = distributed.run(TINY)
+    assert not failures(rows)
+    checked = [r for r in rows if r["impl"].startswith(("adcore.distributed", "layers.train(cluster"))]
+    assert len(checked) == 4 and all(r["ok"] for r in checked)
+    assert any(r["impl"] == "1 and 2 workers agree bit for bit" and r["ok"] for r in rows)
