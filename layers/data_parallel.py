@@ -93,7 +93,7 @@ class _Run:
         finally:
             if bar is not None:
                 bar.close()
-        return losses
+        return np.array(losses, dtype=np.float64)
 
     def _retrying_step(self, b):
         self.holdings.recover()         # the model's payload, when its workers died

@@ -31,8 +31,8 @@ def train(loss, model, data, state, *, epochs=1, progress=False, cluster=None):
 
     ``model`` may be a ``Duplicated`` model: then adcore computes the gradients, and when
     the items all have the same shapes (and ``progress`` is off) every epoch, gradients
-    and optimiser steps, runs as one native loop.  Returns the list of losses, one per
-    step (``epochs * len(data)``).  A non-finite loss raises ``NonFiniteLossError``
+    and optimiser steps, runs as one native loop.  Returns the losses, one per step
+    (``epochs * len(data)``), as a float64 numpy array.  A non-finite loss raises ``NonFiniteLossError``
     before that item's update.  ``progress=True`` shows a tqdm bar with the running loss.
 
     ``cluster=client`` (a ``distributed.Client``) trains data-parallel on its workers:
@@ -58,7 +58,7 @@ def train(loss, model, data, state, *, epochs=1, progress=False, cluster=None):
     losses = []
     for epoch in range(epochs):
         losses += _epoch(loss, model, data, state, progress, epoch)
-    return losses
+    return np.array(losses, dtype=np.float64)
 
 
 def _epoch(loss, model, data, state, progress, epoch):

@@ -523,7 +523,7 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
     exception for a non-finite loss."""
     items = _items(data)
     if not items:
-        return []
+        return np.empty(0)
     first = items[0] if type(items[0]) is tuple else (items[0],)
     staged, (dargs, _) = lookup(loss, (dup,) + tuple(first))
     plan = staged.plans.get(id(state))      # its state keeps the id while the plan lives
@@ -554,7 +554,7 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
             plan.stack, staged.plans[id(state)] = packed.stack, plan
             values = (*values[:len(dargs)], *plan.tail, losses)
             stop, code = plan.call.run(n * epochs, n, values)
-        losses = losses.tolist()
+        losses = losses.copy()           # the buffer is the plan's, reused by the next call
     if code == 1:
         raise error(losses[stop], stop % n, items[stop % n], stop // n)
     if code >= 2:
