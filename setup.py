@@ -33,5 +33,7 @@ setup(
         "peers": ["torch==2.13.0", "jax[cpu]", "autograd", "matplotlib"],
         "plot": ["matplotlib"],
         "distributed": ["distributed"],             # adcore.distributed, train(cluster=)
+        "docs": ["sphinx>=7", "myst-parser>=2",        # the documentation site (docs/)
+                 "distributed"],                    # autodoc imports adcore.distributed
     },
 )
