@@ -274,7 +274,7 @@ report = adcore.last_compile_report()
 print(json.dumps(dict(grads=[a.tolist() for _, a in leaves(grads)],
                       tape=[a.tolist() for _, a in leaves(tape)], stages=stages,
                       train=[report.what, list(report.seconds)],
-                      losses=losses, params=[a.tolist() for _, a in leaves(trained.val)])))
+                      losses=losses.tolist(), params=[a.tolist() for _, a in leaves(trained.val)])))
 """
 
 
