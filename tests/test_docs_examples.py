@@ -61,7 +61,11 @@ def test_page_examples_run(page, tmp_path):
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env.setdefault("ADCORE_CACHE_DIR", str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+    # Run as `python -c` executing the file: the same as `python script.py`, except that
+    # Dask's worker processes (started by multiprocessing's spawn) do not run the whole
+    # page again when they start, as they would import a main script.
+    run = f"path = {str(script)!r}; exec(compile(open(path).read(), path, 'exec'))"
+    proc = subprocess.run([sys.executable, "-c", run], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (f"{_name(page)}'s examples failed:\n{proc.stdout[-2000:]}\n"
                                   f"{proc.stderr[-4000:]}")
