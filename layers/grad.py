@@ -8,6 +8,7 @@ not depend on them), ``None`` for non-trainable parts.
 """
 from adcore.annotations import Duplicated
 from adcore.tape import ValueAndGradient
+from adcore.tape import withgradient as tape_withgradient
 
 from .staging.program import gradients, loss_part as first_output, stage
 
@@ -27,8 +28,7 @@ def withgradient(f, *args, zero=True):
     for a in args:
         if isinstance(a, Duplicated):
             return ValueAndGradient(*stage(f, args, zero))
-    from adcore import tape
-    return tape.withgradient(f, *args)
+    return tape_withgradient(f, *args)
 
 
 def gradient(f, *args, zero=True):

@@ -13,9 +13,13 @@ __all__ = ["only", "onehot", "onehotbatch", "onecold", "f32", "f64", "destructur
 
 def only(x):
     """The single element of ``x`` (an error unless ``x`` has exactly one)."""
-    n = int(np.prod(np.shape(x)))
-    if n != 1:
-        raise ValueError(f"only expects exactly one element, got shape {np.shape(x)}")
+    shape = getattr(x, "shape", None)  # arrays and tracked arrays: no numpy dispatch (tape overhead)
+    if type(shape) is not tuple:
+        shape = np.shape(x)
+    if math.prod(shape) != 1:
+        raise ValueError(f"only expects exactly one element, got shape {shape}")
+    if len(shape) == 1 and hasattr(x, "reshape"):
+        return x[0]  # one op fewer on the tape
     return x.reshape(-1)[0] if hasattr(x, "reshape") else np.asarray(x).reshape(-1)[0]
 
 

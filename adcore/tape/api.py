@@ -42,7 +42,7 @@ def record(f, *args):
     arrays from tracked values (see ``builders``).
     """
     tape = Tape()
-    tracked = tuple(track(_unwrap(a), tape) for a in args)
+    tracked = tuple([track(_unwrap(a), tape) for a in args])
     with building_arrays():
         out = f(*tracked)
     return Recording(tape, tracked, out)
@@ -78,7 +78,7 @@ def withgradient(f, *args):
         if np.size(loss) != 1 or not isinstance(np.asarray(loss).item(), (int, float, complex)):
             raise ADError(f"gradient needs a scalar float loss, but f returned {loss!r}")
         adjoints = None  # the loss does not depend on the arguments
-    return ValueAndGradient(primal(out), tuple(grad_tree(t, adjoints) for t in tracked))
+    return ValueAndGradient(primal(out), tuple([grad_tree(t, adjoints) for t in tracked]))
 
 
 def gradient(f, *args):

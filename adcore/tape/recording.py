@@ -62,7 +62,9 @@ class Tape:
 
     def leaf(self, value):
         """Record a leaf (an input being differentiated) and return its id."""
-        out = self.push("input", (), (), value, {})
+        records = self.records
+        out = len(records)
+        records.append(Record("input", (), (), out, value, {}))
         self.inputs.append(out)
         return out
 
@@ -74,8 +76,7 @@ class Tape:
         from the output reaches it); adjoints of intermediate values are dropped
         as soon as they have been propagated.
         """
-        from .rules import RULES
-
+        rules = _RULES if _RULES is not None else _load_rules()
         records = self.records
         value = records[out].value
         if seed is None:
@@ -86,16 +87,20 @@ class Tape:
         owned = bytearray(len(records))  # adj[i] is a private buffer we may add into
         adj[out] = seed
         for k in range(out, -1, -1):
-            rec = records[k]
             g = adj[k]
-            if g is None or not rec.inputs:
+            if g is None:
+                continue
+            rec = records[k]
+            inputs = rec.inputs
+            if not inputs:
                 continue
             adj[k] = None
-            contribs = RULES[rec.op].vjp(g, rec)
-            for i, c, arg in zip(rec.inputs, contribs, rec.args):
+            contribs = rules[rec.op].vjp(g, rec)
+            for i, c, arg in zip(inputs, contribs, rec.args):
                 if i is None or c is None:
                     continue
-                c = fit(c, arg)
+                if c.shape != arg.shape or c.dtype != arg.dtype:
+                    c = fit(c, arg)
                 old = adj[i]
                 if old is None:
                     adj[i] = c
@@ -104,7 +109,21 @@ class Tape:
                 else:
                     adj[i] = old + c
                     owned[i] = isinstance(adj[i], np.ndarray)
-        return [adj[i] if owned[i] or adj[i] is None else np.array(adj[i]) for i in range(len(adj))]
+        for i, a in enumerate(adj):  # the leaves' adjoints (the rest is None by now) as private arrays
+            if a is not None and not owned[i]:
+                adj[i] = np.array(a)
+        return adj
+
+
+_RULES = None
+
+
+def _load_rules():
+    """The rule table (imported on first use: ``rules`` imports this module)."""
+    global _RULES
+    from .rules import RULES
+    _RULES = RULES
+    return RULES
 
 
 def unbroadcast(g, shape):

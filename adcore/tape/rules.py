@@ -548,6 +548,15 @@ rule("min", np.min)(_extremum_vjp)
 def _matmul_vjp(g, r):
     """out = a @ b:  da = g @ b^T,  db = a^T @ g  (1-D operands promoted, batch dims summed)."""
     a, b = r.args
+    if a.ndim <= 2 and b.ndim <= 2 and a.ndim and b.ndim:  # no batch axes: the same formula, fewer calls
+        ta, tb = r.inputs[0] is not None, r.inputs[1] is not None
+        if a.ndim == 1:
+            if b.ndim == 1:                           # a . b
+                return (g * b if ta else None), (g * a if tb else None)
+            return (b @ g if ta else None), (a[:, None] * g[None, :] if tb else None)
+        if b.ndim == 1:                               # (m, k) @ (k,)
+            return (g[:, None] * b[None, :] if ta else None), (g @ a if tb else None)
+        return (g @ b.T if ta else None), (a.T @ g if tb else None)
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     g2 = g
@@ -570,17 +579,30 @@ rule("matmul", np.matmul, complex_ok=True)(_matmul_vjp)
 
 # ---------------------------------------------------------------- shape and copies
 
-@rule("reshape", lambda x, shape: np.reshape(x, shape), view=True, complex_ok=True)
+def reshape_forward(x, shape):
+    return x.reshape(shape) if type(x) is np.ndarray else np.reshape(x, shape)
+
+
+def transpose_forward(x, axes=None):
+    return x.transpose(axes) if type(x) is np.ndarray else np.transpose(x, axes)
+
+
+@rule("reshape", reshape_forward, view=True, complex_ok=True)
 def _reshape(g, r):
     """out = x reshaped:  dx = g reshaped back to x.shape."""
-    return (np.reshape(g, np.shape(r.args[0])),)
+    return (g.reshape(r.args[0].shape) if type(g) is np.ndarray else np.reshape(g, np.shape(r.args[0])),)
 
 
-@rule("transpose", lambda x, axes=None: np.transpose(x, axes), view=True, complex_ok=True)
+@rule("transpose", transpose_forward, view=True, complex_ok=True)
 def _transpose(g, r):
     """out = x with axes permuted by p:  dx = g permuted by the inverse of p."""
     axes = r.attrs.get("axes")
-    return (np.transpose(g, None if axes is None else np.argsort(axes)),)
+    if axes is None:
+        return (np.transpose(g),)
+    inverse = [0] * len(axes)
+    for i, a in enumerate(axes):
+        inverse[a] = i
+    return (g.transpose(inverse) if type(g) is np.ndarray else np.transpose(g, inverse),)
 
 
 @rule("broadcast_to", lambda x, shape: np.broadcast_to(x, shape), view=True, complex_ok=True)

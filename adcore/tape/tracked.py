@@ -1,4 +1,6 @@
 """The tracked array: a numpy value plus its id on a tape; every op on it is recorded."""
+import math
+
 import numpy as np
 
 from ..errors import ADError, UnsupportedError
@@ -17,6 +19,8 @@ def apply(op, args, attrs=EMPTY):
     A tracked result that is not floating-point (or complex for a rule that is not
     ``complex_ok``) raises ``UnsupportedError``: the path is never dropped silently.
     """
+    # The dispatch path of every recorded op: kept short (see bench.tape_bench).
+    rule = RULES[op]
     tape = None
     ids = []
     vals = []
@@ -32,18 +36,19 @@ def apply(op, args, attrs=EMPTY):
         else:
             ids.append(None)
             vals.append(a)
-    rule = RULES[op]
-    out = rule.forward(*vals, **attrs)
     if tape is None:
-        return out
+        return rule.forward(*args, **attrs)
+    out = rule.forward(*vals, **attrs) if attrs else rule.forward(*vals)
     kind = out.dtype.kind
-    if rule.complex_ok:
-        if kind != "f" and kind != "c":
+    if kind != "f":
+        if kind != "c" or not rule.complex_ok:
             raise _untracked(op, out)
-    elif kind != "f" or any(i is not None and v.dtype.kind == "c" for i, v in zip(ids, vals)):
-        raise _untracked(op, out)
+    elif not rule.complex_ok:
+        for a in args:
+            if type(a) is Tracked and a.value.dtype.kind == "c":
+                raise _untracked(op, out)
     records = tape.records
-    t = Tracked.__new__(Tracked)
+    t = _new(Tracked)
     t.value = out
     t._tape = tape
     t._alias = False
@@ -52,6 +57,9 @@ def apply(op, args, attrs=EMPTY):
     if rule.view:
         _mark_alias(t, args)
     return t
+
+
+_new = object.__new__
 
 
 def _untracked(op, out):
@@ -103,13 +111,21 @@ def _norm_axis(axis, ndim):
 
 def _resolve_shape(shape, size):
     """A reshape target as a tuple of ints, with a ``-1`` entry resolved against ``size``."""
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if type(shape) is int:
+        shape = (shape,)
+    elif isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    else:
+        shape = tuple([int(n) for n in shape])
     if -1 in shape:
-        known = int(np.prod([n for n in shape if n != -1]))
-        shape = tuple(size // known if known and n == -1 else n for n in shape)
-    if int(np.prod(shape)) != size:
+        known = math.prod([n for n in shape if n != -1])
+        shape = tuple([size // known if known and n == -1 else n for n in shape])
+    if math.prod(shape) != size:
         raise ValueError(f"cannot reshape an array of size {size} into shape {shape}")
     return shape
+
+
+_REVERSED = [tuple(range(n))[::-1] for n in range(64)]  # the axes of .T by ndim
 
 
 def _binary(op):
@@ -140,6 +156,8 @@ class Tracked:
 
     def __init__(self, value, tape):
         """Track ``value`` (a float or complex array or scalar) as a new leaf of ``tape``."""
+        if not isinstance(value, (np.ndarray, np.generic)):
+            value = np.asarray(value)[()]
         self.value = value
         self._tape = tape
         self._id = tape.leaf(value)
@@ -155,11 +173,12 @@ class Tracked:
         return self._tape
 
     # ------------------------------------------------------------ attributes
-    shape = property(lambda self: np.shape(self.value))
-    ndim = property(lambda self: np.ndim(self.value))
-    size = property(lambda self: np.size(self.value))
+    # ``value`` is always a numpy array or scalar (``track`` and the rules make sure)
+    shape = property(lambda self: self.value.shape)
+    ndim = property(lambda self: self.value.ndim)
+    size = property(lambda self: self.value.size)
     dtype = property(lambda self: self.value.dtype)
-    T = property(lambda self: self.transpose())
+    T = property(lambda self: apply("transpose", (self,), {"axes": _REVERSED[self.value.ndim]}))
     real = property(lambda self: apply("real", (self,)))
     imag = property(lambda self: apply("imag", (self,)))
 

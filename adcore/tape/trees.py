@@ -11,6 +11,10 @@ import numpy as np
 
 from ..annotations import Const
 from ..tree import is_node, node_fields
+
+
+def is_node_class(cls):
+    return hasattr(cls, "__tree_fields__")
 from .tracked import Tracked
 
 
@@ -20,6 +24,24 @@ def track(tree, tape):
     Containers and nodes are rebuilt (nodes by ``copy.copy`` and field assignment);
     ``Const`` wrappers are removed and their contents left untracked.
     """
+    t = type(tree)
+    if t is np.ndarray:  # the common leaves first: this runs on every gradient call
+        if tree.dtype.kind not in "fc":
+            return tree
+        leaf = _new(Tracked)
+        leaf.value = tree
+        leaf._tape = tape
+        leaf._id = tape.leaf(tree)
+        leaf._alias = True  # the caller holds the array: never update it in place
+        return leaf
+    fields = _node_fields(t)
+    if fields is not None:
+        node = _shallow_copy(tree)
+        for name in fields:
+            setattr(node, name, track(getattr(tree, name), tape))
+        return node
+    if t is tuple or t is list:
+        return t([track(v, tape) for v in tree])
     if isinstance(tree, Const):
         return tree.val
     if isinstance(tree, np.ndarray):
@@ -35,15 +57,44 @@ def track(tree, tape):
         return type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items)
     if isinstance(tree, dict):
         return type(tree)((k, track(v, tape)) for k, v in tree.items())
-    if is_node(tree):
-        node = copy.copy(tree)
-        for name, value in node_fields(tree):
-            setattr(node, name, track(value, tape))
-        return node
-    if type(tree) is Tracked:
+    if t is Tracked:
         raise TypeError("an argument is already tracked: nested adcore.tape.gradient calls "
                         "(higher-order derivatives) are not supported")
     return tree
+
+
+_new = object.__new__
+_FIELDS = {}  # class -> its __tree_fields__ (None: not a node), cached: classes do not change them
+_PLAIN_COPY = {}  # class -> True when copy.copy(obj) is a new instance with obj.__dict__ copied
+
+
+def _node_fields(cls):
+    try:
+        return _FIELDS[cls]
+    except KeyError:
+        # containers and numbers keep their own meaning even if a subclass declared fields
+        plain = issubclass(cls, (Const, np.ndarray, np.generic, float, complex, tuple, list, dict))
+        fields = tuple(cls.__tree_fields__) if is_node_class(cls) and not plain else None
+        _FIELDS[cls] = fields
+        return fields
+
+
+def _shallow_copy(obj):
+    """``copy.copy(obj)``, without copy's dispatch for the plain classes of models."""
+    cls = type(obj)
+    plain = _PLAIN_COPY.get(cls)
+    if plain is None:
+        plain = _PLAIN_COPY[cls] = (
+            "__copy__" not in dir(cls) and cls.__reduce_ex__ is object.__reduce_ex__
+            and cls.__reduce__ is object.__reduce__
+            and not any("__getstate__" in vars(k) for k in cls.__mro__[:-1])
+            and "__setstate__" not in dir(cls) and cls.__new__ is object.__new__
+            and not any("__slots__" in vars(k) for k in cls.__mro__) and hasattr(obj, "__dict__"))
+    if not plain:
+        return copy.copy(obj)
+    new = object.__new__(cls)
+    new.__dict__.update(obj.__dict__)
+    return new
 
 
 def grad_tree(tracked, adjoints):
@@ -53,19 +104,25 @@ def grad_tree(tracked, adjoints):
     depend on them), floats get floats, complex numbers complex numbers, tuples/lists give tuples, dicts give dicts, nodes give
     ``{field: gradient}`` dicts, and everything else gives ``None``.
     """
-    if type(tracked) is Tracked:
+    t = type(tracked)
+    if t is Tracked:
         value = tracked.value
-        g = None if adjoints is None else adjoints[tracked.id]
+        g = None if adjoints is None else adjoints[tracked._id]
+        if type(value) is np.ndarray:
+            return np.zeros_like(value) if g is None else g
         if isinstance(value, np.generic):
             g = 0.0 if g is None else g
             if value.dtype == np.float64:
                 return float(g)
             return complex(g) if value.dtype == np.complex128 else type(value)(g)
         return np.zeros_like(value) if g is None else g
+    fields = _node_fields(t)
+    if fields is not None:
+        return {name: grad_tree(getattr(tracked, name), adjoints) for name in fields}
+    if t is tuple or t is list:
+        return tuple([grad_tree(v, adjoints) for v in tracked])
     if isinstance(tracked, (tuple, list)):
         return tuple(grad_tree(v, adjoints) for v in tracked)
     if isinstance(tracked, dict):
         return {k: grad_tree(v, adjoints) for k, v in tracked.items()}
-    if is_node(tracked):
-        return {name: grad_tree(value, adjoints) for name, value in node_fields(tracked)}
     return None
