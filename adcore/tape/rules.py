@@ -135,6 +135,8 @@ def _divide(g, r):
 def _power(g, r):
     """out = a ** b:  da = g b a**(b-1) (0 where b = 0),  db = g out log a (0 where a = 0, or real a < 0)."""
     a, b = r.args
+    if r.inputs[1] is None and type(b) is int and b == 2:  # the common square: no power call
+        return g * (a + a), None
     ga = g * b * a ** _exponent_less_one(b) if r.inputs[0] is not None else None
     gb = g * r.value * _log_base(a) if r.inputs[1] is not None else None
     return ga, gb
@@ -432,8 +434,16 @@ def _nan_to_num(g, r):
 def sigmoid_forward(x):
     """1 / (1 + e**-x), evaluated without overflow for either sign of x."""
     x = np.asarray(x)
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1, e) / (1 + e)
+    if x.ndim == 0 or x.dtype.kind != "f":
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1, e) / (1 + e)
+    e = np.abs(x)                      # the same formula, in place: e = e**-|x|
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    out = np.where(x >= 0, 1, e)
+    e += 1
+    out /= e
+    return out
 
 
 def softplus_forward(x):
@@ -452,8 +462,14 @@ def logsumexp_forward(x, axis=None, keepdims=False):
 
 def softmax_forward(x, axis=-1):
     """e**x / sum(e**x) along ``axis``, shifted by the maximum."""
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    x = np.asarray(x)
+    if x.ndim == 0 or x.dtype.kind not in "fc":
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+    e = x - x.max(axis=axis, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
 
 
 def logsoftmax_forward(x, axis=-1):
@@ -499,7 +515,11 @@ def _softmax(g, r):
     """s = softmax(x):  dx = s (g - sum(g s))  (sums along the softmax axis)."""
     s = r.value
     axis = r.attrs.get("axis", -1)
-    return (s * (g - np.sum(g * s, axis=axis, keepdims=True)),)
+    gs = g * s
+    if type(gs) is not np.ndarray or gs.ndim == 0:
+        return (s * (g - np.sum(gs, axis=axis, keepdims=True)),)
+    gs -= s * gs.sum(axis=axis, keepdims=True)  # = s (g - sum(g s))
+    return (gs,)
 
 
 @rule("logsoftmax", logsoftmax_forward)
