@@ -41,6 +41,9 @@ CASES = {
     "array_from_complex_values": (lambda z: np.array([z[0], z[1] * 1j]), C(2)),
     "complex_scalar_argument": (lambda z: z * z + 1, 1.5 - 0.5j),
     "inv_solve_det": (lambda a, b: np.linalg.inv(a) @ np.linalg.solve(a, b) * np.linalg.det(a), C(3, 3), C(3, 2)),
+    "max_min_lexicographic": (lambda z: np.max(z) * np.min(z, axis=0), C(3, 2)),
+    "real_if_close_not_close": (np.real_if_close, C(3)),
+    "real_if_close_close": (lambda z: np.real_if_close(z * 0 + np.real(z)) * z, C(3)),
     "fft_free_dft": (lambda x: np.abs(np.exp(-2j * np.pi * np.outer(np.arange(4), np.arange(4)) / 4) @ x), R(4)),
 }
 

@@ -5,8 +5,23 @@ call ``Tracked.__array__``, which raises.  While ``record`` runs ``f`` they are
 replaced by wrappers (module attributes of numpy, put back when the outermost
 recording ends) that call numpy first and, only when numpy meets a tracked value,
 build the result from recorded ops: a nested list or tuple is stacked level by level,
-a ``dtype`` is a recorded cast, ``ndmin`` a reshape.  Code holding its own
-reference to the original ``np.array`` keeps getting ``UnsupportedError``.
+a ``dtype`` is a recorded cast, ``ndmin`` a reshape.  ``dtype=object`` with tracked
+values is refused (an object array would hide them from the tape).
+
+The reductions HIPS autograd accepts lists of tracked values in (``np.mean([x, x + 2])``,
+``np.std``, ``np.var``, ``np.linalg.norm``, and ``np.sum``, ``np.prod``, ``np.max``,
+``np.min``, ``np.amax``, ``np.amin``) are wrapped the same way: a list
+or tuple holding tracked values is built into a tracked array first.  Other numpy
+functions and ufuncs given such a list raise ``UnsupportedError`` (build the array
+with ``np.array`` first).  Code holding its own reference to the original functions
+(``from numpy import array``) keeps getting ``UnsupportedError``.
+
+Assigning a tracked value into a plain numpy array (``a = np.zeros(3); a[0] = x``) cannot
+be recorded (the plain array cannot hold it) and raises, as in autograd: numpy reports
+``ValueError: setting an array element with a sequence`` (for a tracked scalar; its cause
+is the tape's ``UnsupportedError``) or the ``UnsupportedError`` itself.  Build the array
+from the values (``np.array([x, 0.0, 0.0])``, ``np.stack``, ``np.concatenate``), or update
+an array that is already tracked (``a = np.zeros(3) * x; a[0] = x`` is recorded).
 """
 import threading
 
@@ -46,13 +61,31 @@ def _wrapper(name, copies):
     original = getattr(np, name)
 
     def wrapper(obj, *args, **kwargs):
+        dtype = args[0] if args else kwargs.get("dtype")
+        if dtype is not None and np.dtype(dtype) == object and _has_tracked(obj):
+            raise UnsupportedError(f"numpy.{name} with dtype=object of tracked values",
+                                   detail="the tape cannot follow values inside an object array")
         try:
             return original(obj, *args, **kwargs)
         except UnsupportedError:
             if not _has_tracked(obj):
                 raise
-        dtype = args[0] if args else kwargs.get("dtype")
         return build(obj, dtype, kwargs.get("ndmin", 0), copy=kwargs.get("copy", copies) is True)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper.__doc__ = original.__doc__
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+def _list_wrapper(module, name):
+    """``module.name(a, ...)`` whose first argument may be a list or tuple of tracked values."""
+    original = getattr(module, name)
+
+    def wrapper(a, *args, **kwargs):
+        if (type(a) is list or type(a) is tuple) and _has_tracked(a):
+            a = build(a)
+        return original(a, *args, **kwargs)
 
     wrapper.__name__ = wrapper.__qualname__ = name
     wrapper.__doc__ = original.__doc__
@@ -64,6 +97,10 @@ _ORIGINAL = {name: getattr(np, name) for name in ("array", "asarray", "asanyarra
 _WRAPPED = {"array": _wrapper("array", True), "asarray": _wrapper("asarray", False),
             "asanyarray": _wrapper("asanyarray", False),
             "ascontiguousarray": _wrapper("ascontiguousarray", False)}
+# (module, name, original, wrapper) of the functions taking lists of tracked values
+_LIST_FUNCTIONS = [(m, n, getattr(m, n), _list_wrapper(m, n)) for m, n in (
+    (np, "sum"), (np, "mean"), (np, "std"), (np, "var"), (np, "prod"), (np, "max"), (np, "min"),
+    (np, "amax"), (np, "amin"), (np.linalg, "norm"))]
 _lock = threading.Lock()
 _depth = 0
 
@@ -77,6 +114,8 @@ class _BuildingArrays:
             if _depth == 0:
                 for name, w in _WRAPPED.items():
                     setattr(np, name, w)
+                for module, name, _, w in _LIST_FUNCTIONS:
+                    setattr(module, name, w)
                 if _index_tricks is not None:
                     _index_tricks.array = _WRAPPED["array"]
             _depth += 1
@@ -88,6 +127,8 @@ class _BuildingArrays:
             if _depth == 0:
                 for name, original in _ORIGINAL.items():
                     setattr(np, name, original)
+                for module, name, original, _ in _LIST_FUNCTIONS:
+                    setattr(module, name, original)
                 if _index_tricks is not None:
                     _index_tricks.array = _ORIGINAL["array"]
         return False

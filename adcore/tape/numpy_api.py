@@ -278,6 +278,11 @@ def _imag(val):
     return apply("imag", (val,))
 
 
+@implements(np.real_if_close)
+def _real_if_close(a, tol=100):
+    return apply("real_if_close", (a,), {"tol": tol})
+
+
 @implements(np.angle)
 def _angle(z, deg=False):
     out = apply("angle", (z,))

@@ -215,10 +215,15 @@ def _unpack(packed, sizes, shapes):
 
 @implements(np.linalg.eigh)
 def _eigh(a, UPLO="L"):
-    _real_only("eigh", a)
     n = _shape(a)[-1]
     packed = apply("eigh", (a,), {"UPLO": UPLO})
-    return _RESULTS["eigh"](*_unpack(packed, (n, n * n), ((n,), (n, n))))
+    w, v = _unpack(packed, (n, n * n), ((n,), (n, n)))
+    return _RESULTS["eigh"](_real_part(w), v)
+
+
+def _real_part(x):
+    """The real values (eigenvalues, singular values) packed beside complex vectors."""
+    return np.real(x) if np.iscomplexobj(primal(x)) else x
 
 
 @implements(np.linalg.eigvalsh)
@@ -240,7 +245,6 @@ def _eigvals(a):
 
 @implements(np.linalg.svd)
 def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
-    _real_only("svd", a)
     if hermitian:
         raise UnsupportedError("numpy.linalg.svd with hermitian=True")
     m, n = _shape(a)[-2:]
@@ -251,12 +255,12 @@ def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
                                detail="the extra singular vectors are not unique; pass full_matrices=False")
     k = min(m, n)
     packed = apply("svd", (a,))
-    return _RESULTS["svd"](*_unpack(packed, (m * k, k, k * n), ((m, k), (k,), (k, n))))
+    u, s, vh = _unpack(packed, (m * k, k, k * n), ((m, k), (k,), (k, n)))
+    return _RESULTS["svd"](u, _real_part(s), vh)
 
 
 @implements(np.linalg.svdvals)
 def _svdvals(x):
-    _real_only("svdvals", x)
     return apply("svdvals", (x,))
 
 
@@ -318,7 +322,6 @@ def _matrix_norm(x, ord, axes, keepdims):
         pick = np.max if ord > 0 else np.min
         out = pick(s, axis=over, keepdims=True)
     elif ord in (2, -2, "nuc"):
-        _real_only("norm", x)
         s = apply("svdvals", (np.moveaxis(x, (row, col), (-2, -1)),))
         out = np.sum(s, axis=-1) if ord == "nuc" else (np.max if ord == 2 else np.min)(s, axis=-1)
         out = np.expand_dims(out, (-2, -1))

@@ -169,17 +169,18 @@ def _positive(g, r):
     return (g,)
 
 
-@rule("maximum", np.maximum, scalar=choose("{0} >= {1}", "{0}", "{1}"))
+@rule("maximum", np.maximum, complex_ok=True, scalar=choose("{0} >= {1}", "{0}", "{1}"))
 def _maximum(g, r):
-    """out = max(a, b):  da = g [a >= b],  db = g [a < b]."""
+    """out = max(a, b):  da = g [a >= b],  db = g [a < b]  (complex: numpy's order, by real
+    part then imaginary part; out is a or b, so the cotangent goes to the one chosen)."""
     a, b = r.args
     pick_a = np.greater_equal(a, b)
     return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
 
 
-@rule("minimum", np.minimum, scalar=choose("{0} <= {1}", "{0}", "{1}"))
+@rule("minimum", np.minimum, complex_ok=True, scalar=choose("{0} <= {1}", "{0}", "{1}"))
 def _minimum(g, r):
-    """out = min(a, b):  da = g [a <= b],  db = g [a > b]."""
+    """out = min(a, b):  da = g [a <= b],  db = g [a > b]  (complex: numpy's order, as maximum)."""
     a, b = r.args
     pick_a = np.less_equal(a, b)
     return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
@@ -550,7 +551,8 @@ def _mean(g, r):
 
 
 def _extremum_vjp(g, r):
-    """out = max x (or min x):  dx = g [x == out] / (number of ties)."""
+    """out = max x (or min x):  dx = g [x == out] / (number of ties).  Complex x: numpy orders
+    by real part, then imaginary part; out is then one of the z (a selection), dz = g there."""
     x = r.args[0]
     axis, keepdims = r.attrs.get("axis"), r.attrs.get("keepdims", False)
     hit = x == _expand(r.value, axis, keepdims, x.ndim)
@@ -559,8 +561,8 @@ def _extremum_vjp(g, r):
     return (_expand(g, axis, keepdims, x.ndim) * share,)
 
 
-rule("max", np.max)(_extremum_vjp)
-rule("min", np.min)(_extremum_vjp)
+rule("max", np.max, complex_ok=True)(_extremum_vjp)
+rule("min", np.min, complex_ok=True)(_extremum_vjp)
 
 
 # ---------------------------------------------------------------- linear algebra

@@ -31,3 +31,15 @@ def _angle(g, r):
     """out = atan2(y, x):  dz = -i g conj(z) / |z|**2  (0 at z = 0, and for a real operand)."""
     z = r.args[0]
     return (np.multiply(g, -1j) * np.conj(z) / _nonzero(z * np.conj(z)),)
+
+
+def real_if_close_forward(x, tol=100):
+    return np.real_if_close(x, tol=tol)
+
+
+@rule("real_if_close", real_if_close_forward, view=True, complex_ok=True)
+def _real_if_close(g, r):
+    """out = x where every |y| <= tol (in machine epsilons when tol > 1, as numpy), else z:
+    dz = g  (the cotangent of x alone in the first case: the tape casts it to z's type).
+    As autograd: the branch is fixed by the primal value, as for any piecewise function."""
+    return (g,)

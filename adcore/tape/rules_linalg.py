@@ -2,13 +2,15 @@
 
 Notation: ``A^T`` swaps the last two axes, ``<X, Y> = sum X * Y`` (no conjugate: see the
 complex convention in ``rules``).  Holomorphic rules (einsum, inv, solve, det, slogdet
-of a real matrix) are ``complex_ok``; the decompositions are real only.  Ops with several
+of a real matrix) are ``complex_ok``, and so are ``eigh``, ``svd`` and ``svdvals`` (Hermitian and
+complex matrices, ``A^H = conj(A)^T``); the other decompositions are real only.  Ops with several
 outputs (``eigh``, ``eig``, ``svd``) record one packed value, the outputs flattened over
 their matrix axes and concatenated on the last axis; ``numpy_linalg`` unpacks it with
 recorded indexing, so the rule receives the cotangent of the packed value.
 """
 import numpy as np
 
+from ..errors import UnsupportedError
 from .recording import unbroadcast
 from .rules import rule
 from .rules_scan import _products_of_others
@@ -31,11 +33,42 @@ def _off_diagonal_inverse(d):
 
 
 def _tril_gradient(G, lower):
-    """Cotangent of A for f(S) with S the symmetric matrix read from A's lower (upper) triangle,
-    given a cotangent G of S:  dA_ij = G_ij + G_ji below (above) the diagonal, G_ii on it."""
-    sym = G + _T(G)
+    """Cotangent of A for f(S) with S the symmetric (Hermitian) matrix read from A's lower
+    (upper) triangle, given a cotangent G of S:  dA_ij = G_ij + conj(G_ji) below (above) the
+    diagonal, Re G_ii on it (S_ii = Re A_ii: LAPACK ignores the imaginary part there)."""
+    sym = G + np.conj(_T(G))
     tri = np.tril(sym, -1) if lower else np.triu(sym, 1)
-    return tri + _diag(np.diagonal(G, axis1=-2, axis2=-1))
+    diag = np.diagonal(G, axis1=-2, axis2=-1)
+    return tri + _diag(np.real(diag).astype(G.dtype) if np.iscomplexobj(G) else diag)
+
+
+def _refuse_degenerate(values, what):
+    """Refuse a derivative through the vectors of ``values`` (eigenvalues, or squared singular
+    values) that repeat: there the vectors are not unique and their derivative is undefined."""
+    n = values.shape[-1]
+    if n < 2:
+        return
+    v = np.sort(values, axis=-1)
+    gap = np.min(np.diff(v, axis=-1))
+    scale = np.max(np.abs(v))
+    if not gap > 10 * n * np.finfo(v.dtype).eps * scale:
+        raise UnsupportedError(
+            f"the {what} at repeated values (a gap of {gap:.3g})",
+            detail="the vectors of a repeated value are not unique, so their derivative is undefined; "
+                   "a loss of the values alone, or of the projector onto the whole subspace written "
+                   "without the decomposition, is differentiable")
+
+
+def _refuse_phase_dependence(phase_cotangent, scale, what):
+    """Complex vectors are defined up to a phase each (numpy's choice is arbitrary): a loss is
+    differentiable only if it does not depend on them, i.e. when the cotangent of those phases,
+    ``phase_cotangent`` (the imaginary parts of the relevant diagonal), is zero."""
+    if np.any(np.abs(phase_cotangent) > 1e-8 * scale):
+        raise UnsupportedError(
+            f"a loss that depends on the phases of the {what}",
+            detail="numpy picks each complex vector's phase arbitrarily, so the derivative would "
+                   "depend on that choice; use quantities that do not (|v|, v v^H, the values), as "
+                   "HIPS autograd's tests do")
 
 
 # ---------------------------------------------------------------- einsum
@@ -148,14 +181,25 @@ def eigh_forward(A, UPLO="L"):
     return np.concatenate([w, V.reshape(V.shape[:-2] + (-1,))], axis=-1)
 
 
-@rule("eigh", eigh_forward)
+@rule("eigh", eigh_forward, complex_ok=True)
 def _eigh(g, r):
-    """A = V diag(w) V^T (symmetric, from one triangle):  G = V (diag(gw) + F o (V^T gV)) V^T,
-    F_ij = 1 / (w_j - w_i) (0 on the diagonal);  dA = triangle gradient of G."""
+    """A = V diag(w) V^H (Hermitian, from one triangle; w real):  G = conj(V) (diag(gw) +
+    F o (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) (0 on the diagonal);  dA = triangle gradient of G.
+    The eigenvector term needs distinct eigenvalues and, for complex A, a loss that does not
+    depend on the eigenvectors' phases (Im diag(V^T gV) = 0); else ``UnsupportedError``."""
     n = r.args[0].shape[-1]
     w, V = r.value[..., :n], r.value[..., n:].reshape(r.value.shape[:-1] + (n, n))
     gw, gV = g[..., :n], g[..., n:].reshape(g.shape[:-1] + (n, n))
-    G = V @ (_diag(gw) + _off_diagonal_inverse(w) * (_T(V) @ gV)) @ _T(V)
+    K = _diag(np.real(gw).astype(V.dtype) if np.iscomplexobj(gw) else gw)
+    if np.any(gV):  # as autograd: values alone stay differentiable at repeated eigenvalues
+        w = np.real(w)
+        _refuse_degenerate(w, "eigenvectors of numpy.linalg.eigh")
+        VtgV = _T(V) @ gV
+        if np.iscomplexobj(VtgV):
+            _refuse_phase_dependence(np.imag(np.diagonal(VtgV, axis1=-2, axis2=-1)),
+                                     np.max(np.abs(VtgV)), "eigenvectors of numpy.linalg.eigh")
+        K = K + _off_diagonal_inverse(w) * VtgV
+    G = np.conj(V) @ K @ _T(V)
     return (_tril_gradient(G, lower=r.attrs.get("UPLO", "L") == "L"),)
 
 
@@ -184,33 +228,54 @@ def svd_forward(A):
     return np.concatenate([U.reshape(flat), s, Vh.reshape(flat)], axis=-1)
 
 
-@rule("svd", svd_forward)
+@rule("svd", svd_forward, complex_ok=True)
 def _svd(g, r):
-    """A = U diag(s) V^T (reduced):  dA = U [(F o (U^T gU - gU^T U)) S + diag(gs)
-    + S (F o (V^T gV - gV^T V))] V^T + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T),
-    F_ij = 1 / (s_j**2 - s_i**2) (0 on the diagonal); distinct nonzero singular values."""
+    """A = U diag(s) V^H (reduced; s real, V = Vh^H), with Gu = U^T gU, Gv = V^T gV (gV = gVh^H):
+    dA = conj(U) [(F o (Gu - Gu^H)) S + diag(gs) + S (F o (Gv - Gv^H)) + i diag(Im Gu) S^-1] V^T
+    + (gU - conj(U) Gu) S^-1 V^T + conj(U) S^-1 gVh (I - Vh^T conj(Vh)),  F_ij = 1 / (s_j**2 -
+    s_i**2) (0 on the diagonal); the last two terms for tall and wide A.  The singular-vector
+    terms need distinct nonzero singular values and, for complex A, a loss that does not depend
+    on the vectors' common phases (Im diag(Gu + Gv) = 0); else ``UnsupportedError``."""
     m, n = r.args[0].shape[-2:]
     k = min(m, n)
     batch = r.value.shape[:-1]
 
     def split(p):
         return (p[..., :m * k].reshape(batch + (m, k)), p[..., m * k:m * k + k],
-                _T(p[..., m * k + k:].reshape(batch + (k, n))))
-    U, s, V = split(r.value)
-    gU, gs, gV = split(g)
+                p[..., m * k + k:].reshape(batch + (k, n)))
+    U, s, Vh = split(r.value)
+    gU, gs, gVh = split(g)
+    s = np.real(s)
+    gA = np.conj(U) @ _diag(np.real(gs).astype(U.dtype)) @ np.conj(Vh)
+    if not (np.any(gU) or np.any(gVh)):  # as autograd: values alone need no distinct values
+        return (gA,)
+    _refuse_degenerate(s * s, "singular vectors of numpy.linalg.svd")
+    V, gV = np.conj(_T(Vh)), np.conj(_T(gVh))
+    Gu, Gv = _T(U) @ gU, _T(V) @ gV
+    complex_ = np.iscomplexobj(U)
+    tall_or_wide = m > k or n > k
+    if complex_ or tall_or_wide:
+        if not np.min(s) > max(m, n) * np.finfo(s.dtype).eps * np.max(s):
+            raise UnsupportedError("the singular vectors of numpy.linalg.svd at a zero singular value",
+                                   detail="there they are not unique, so their derivative is undefined")
     F = _off_diagonal_inverse(s * s)
     S, Sinv = _diag(s), _diag(1 / s)
-    core = ((F * (_T(U) @ gU - _T(gU) @ U)) @ S + _diag(gs) + S @ (F * (_T(V) @ gV - _T(gV) @ V)))
-    gA = U @ core @ _T(V)
+    core = (F * (Gu - np.conj(_T(Gu)))) @ S + S @ (F * (Gv - np.conj(_T(Gv))))
+    if complex_:
+        du, dv = np.diagonal(Gu, axis1=-2, axis2=-1), np.diagonal(Gv, axis1=-2, axis2=-1)
+        _refuse_phase_dependence(np.imag(du + dv), np.max(np.abs(Gu)) + np.max(np.abs(Gv)),
+                                 "singular vectors of numpy.linalg.svd")
+        core = core + _diag(1j * np.imag(du) / s)
+    gA = gA + np.conj(U) @ core @ _T(V)
     if m > k:
-        gA = gA + (gU - U @ (_T(U) @ gU)) @ Sinv @ _T(V)
+        gA = gA + (gU - np.conj(U) @ Gu) @ Sinv @ _T(V)
     if n > k:
-        gA = gA + U @ Sinv @ (_T(gV) - (_T(gV) @ V) @ _T(V))
+        gA = gA + np.conj(U) @ Sinv @ (gVh - (gVh @ _T(Vh)) @ np.conj(Vh))
     return (gA,)
 
 
-@rule("svdvals", lambda A: np.linalg.svd(A, compute_uv=False))
+@rule("svdvals", lambda A: np.linalg.svd(A, compute_uv=False), complex_ok=True)
 def _svdvals(g, r):
-    """s = singular values of A:  dA = U diag(gs) V^T."""
+    """s = singular values of A = U diag(s) V^H:  dA = conj(U) diag(gs) conj(V^H)."""
     U, _, Vh = np.linalg.svd(r.args[0], full_matrices=False)
-    return ((U * g[..., None, :]) @ Vh,)
+    return ((np.conj(U) * np.real(g)[..., None, :]) @ np.conj(Vh),)

@@ -198,9 +198,11 @@ class Tracked:
     def __float__(self):
         observe.to_python("float()")
         raise UnsupportedError(
-            "float() of a tracked value (also math.* functions, which call it)",
+            "float() of a tracked value (also math.* functions, which call it, and the "
+            "assignment of a tracked scalar into a plain array, a[i] = x)",
             detail="it would drop the gradient; use numpy functions (np.sin(x) for "
-                   "math.sin(x)), or x.item() / tape.primal(x) to leave the gradient on purpose")
+                   "math.sin(x)), build arrays from tracked values with np.array([...]) or "
+                   "np.stack, or use x.item() / tape.primal(x) to leave the gradient on purpose")
 
     def __complex__(self):
         observe.to_python("complex()")
@@ -228,10 +230,12 @@ class Tracked:
 
     def __array__(self, dtype=None, copy=None):
         raise UnsupportedError(
-            "conversion of a tracked array to a plain numpy array (np.asarray, np.array, "
-            "assignment into a plain array)",
-            detail="it would drop the gradient; use numpy functions on the tracked array, "
-                   "or adcore.tape.primal(x) to stop differentiating on purpose")
+            "conversion of a tracked array to a plain numpy array (assignment into a plain "
+            "array, a list holding tracked values given to a numpy function or ufunc, "
+            "np.array & co. outside adcore.tape.gradient)",
+            detail="it would drop the gradient; use numpy functions on the tracked array, build "
+                   "arrays from tracked values with np.array([...]) or np.stack inside the "
+                   "differentiated function, or adcore.tape.primal(x) to stop differentiating on purpose")
 
     # ------------------------------------------------------------ arithmetic
     __add__, __radd__, __iadd__ = _binary("add")
