@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from adcore import tape
-from test_tape_coverage import C, P, R, check
+from test_tape_coverage import C, P, R, check, distinct
 
 CASES = {
     "issue_real_of_shifted": (lambda a: np.sin(np.real(a + 1.0j)), R(3)),
@@ -41,7 +41,7 @@ CASES = {
     "array_from_complex_values": (lambda z: np.array([z[0], z[1] * 1j]), C(2)),
     "complex_scalar_argument": (lambda z: z * z + 1, 1.5 - 0.5j),
     "inv_solve_det": (lambda a, b: np.linalg.inv(a) @ np.linalg.solve(a, b) * np.linalg.det(a), C(3, 3), C(3, 2)),
-    "max_min_lexicographic": (lambda z: np.max(z) * np.min(z, axis=0), C(3, 2)),
+    "max_min_lexicographic": (lambda z: np.max(z) * np.min(z, axis=0), distinct(3, 2) + 1j * R(3, 2)),
     "real_if_close_not_close": (np.real_if_close, C(3)),
     "real_if_close_close": (lambda z: np.real_if_close(z * 0 + np.real(z)) * z, C(3)),
     "fft_free_dft": (lambda x: np.abs(np.exp(-2j * np.pi * np.outer(np.arange(4), np.arange(4)) / 4) @ x), R(4)),

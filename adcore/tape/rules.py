@@ -172,9 +172,12 @@ def _positive(g, r):
 @rule("maximum", np.maximum, complex_ok=True, scalar=choose("{0} >= {1}", "{0}", "{1}"))
 def _maximum(g, r):
     """out = max(a, b):  da = g [a >= b],  db = g [a < b]  (complex: numpy's order, by real
-    part then imaginary part; out is a or b, so the cotangent goes to the one chosen)."""
+    part then imaginary part; out is a or b, so the cotangent goes to the one chosen; equal
+    real parts with different imaginary parts are a jump: ``UnsupportedError``)."""
     a, b = r.args
     pick_a = np.greater_equal(a, b)
+    if np.iscomplexobj(a) or np.iscomplexobj(b):
+        _refuse_complex_jump(np.real(a) == np.real(b), a == b, "maximum")
     return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
 
 
@@ -183,6 +186,8 @@ def _minimum(g, r):
     """out = min(a, b):  da = g [a <= b],  db = g [a > b]  (complex: numpy's order, as maximum)."""
     a, b = r.args
     pick_a = np.less_equal(a, b)
+    if np.iscomplexobj(a) or np.iscomplexobj(b):
+        _refuse_complex_jump(np.real(a) == np.real(b), a == b, "minimum")
     return np.where(pick_a, g, 0), np.where(pick_a, 0, g)
 
 
@@ -550,12 +555,27 @@ def _mean(g, r):
     return (np.broadcast_to(g, x.shape),)
 
 
+def _refuse_complex_jump(same_real, same, what):
+    """numpy orders complex numbers by real part, then imaginary part: where two candidates
+    have equal real parts and different imaginary parts the choice jumps with the real part
+    (a discontinuity, not a kink), so there is no derivative."""
+    if np.any(same_real & ~same):
+        from ..errors import UnsupportedError
+        raise UnsupportedError(f"numpy.{what} of complex values at a tie of their real parts",
+                               detail="numpy orders complex numbers by real part first, so the result "
+                                      "jumps there and has no derivative")
+
+
 def _extremum_vjp(g, r):
     """out = max x (or min x):  dx = g [x == out] / (number of ties).  Complex x: numpy orders
-    by real part, then imaginary part; out is then one of the z (a selection), dz = g there."""
+    by real part, then imaginary part; out is then one of the z (a selection), dz = g there
+    (a tie of real parts with different imaginary parts is a jump: ``UnsupportedError``)."""
     x = r.args[0]
     axis, keepdims = r.attrs.get("axis"), r.attrs.get("keepdims", False)
-    hit = x == _expand(r.value, axis, keepdims, x.ndim)
+    out = _expand(r.value, axis, keepdims, x.ndim)
+    hit = x == out
+    if x.dtype.kind == "c":
+        _refuse_complex_jump(np.real(x) == np.real(out), hit, "max or min")
     hit = hit.astype(x.dtype)
     share = hit / np.sum(hit, axis=axis, keepdims=True)
     return (_expand(g, axis, keepdims, x.ndim) * share,)
