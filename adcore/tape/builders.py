@@ -101,6 +101,24 @@ _WRAPPED = {"array": _wrapper("array", True), "asarray": _wrapper("asarray", Fal
 _LIST_FUNCTIONS = [(m, n, getattr(m, n), _list_wrapper(m, n)) for m, n in (
     (np, "sum"), (np, "mean"), (np, "std"), (np, "var"), (np, "prod"), (np, "max"), (np, "min"),
     (np, "amax"), (np, "amin"), (np.linalg, "norm"))]
+# the module dicts to update on entering and on leaving (one dict update each: this runs on
+# every gradient call)
+_INSTALL, _RESTORE = [], []
+_by_module = {}
+for _name in _WRAPPED:
+    _by_module.setdefault(np, ({}, {}))
+    _by_module[np][0][_name] = _WRAPPED[_name]
+    _by_module[np][1][_name] = _ORIGINAL[_name]
+for _module, _name, _original, _w in _LIST_FUNCTIONS:
+    _by_module.setdefault(_module, ({}, {}))
+    _by_module[_module][0][_name] = _w
+    _by_module[_module][1][_name] = _original
+if _index_tricks is not None:
+    _by_module[_index_tricks] = ({"array": _WRAPPED["array"]}, {"array": _ORIGINAL["array"]})
+for _module, (_wrapped, _originals) in _by_module.items():
+    _INSTALL.append((vars(_module), _wrapped))
+    _RESTORE.append((vars(_module), _originals))
+del _by_module
 _lock = threading.Lock()
 _depth = 0
 
@@ -112,12 +130,8 @@ class _BuildingArrays:
         global _depth
         with _lock:
             if _depth == 0:
-                for name, w in _WRAPPED.items():
-                    setattr(np, name, w)
-                for module, name, _, w in _LIST_FUNCTIONS:
-                    setattr(module, name, w)
-                if _index_tricks is not None:
-                    _index_tricks.array = _WRAPPED["array"]
+                for namespace, values in _INSTALL:
+                    namespace.update(values)
             _depth += 1
 
     def __exit__(self, *exc):
@@ -125,12 +139,8 @@ class _BuildingArrays:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                for name, original in _ORIGINAL.items():
-                    setattr(np, name, original)
-                for module, name, original, _ in _LIST_FUNCTIONS:
-                    setattr(module, name, original)
-                if _index_tricks is not None:
-                    _index_tricks.array = _ORIGINAL["array"]
+                for namespace, values in _RESTORE:
+                    namespace.update(values)
         return False
 
 
