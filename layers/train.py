@@ -1,4 +1,6 @@
 """``train``: Flux's ``train!`` — one gradient step per data item."""
+import math
+
 import numpy as np
 
 import optim
@@ -72,7 +74,7 @@ def _epoch(loss, model, data, state, progress, epoch):
         args = item if isinstance(item, tuple) else (item,)
         val, grad = withgradient(loss, model, *args)
         l = float(first_output(val))
-        if not np.isfinite(l):
+        if not math.isfinite(l):
             if progress:
                 items.close()
             raise NonFiniteLossError(l, i, item, epoch)

@@ -80,7 +80,7 @@ class Tape:
         records = self.records
         value = records[out].value
         if seed is None:
-            seed = np.ones_like(value)
+            seed = value.dtype.type(1) if isinstance(value, np.generic) else np.ones_like(value)
         elif np.shape(seed) != np.shape(value):
             raise ADError(f"seed of shape {np.shape(seed)} for an output of shape {np.shape(value)}")
         adj = [None] * len(records)
