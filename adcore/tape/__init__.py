@@ -30,7 +30,9 @@ those of ``numpy_api.FUNCTIONS`` (many composed from recorded ops).  Anything el
 Comparisons, ``argmax``, ``np.sign``/``floor`` etc. give plain arrays (derivative zero
 almost everywhere); ``float(x)`` and ``x.item()`` give plain Python numbers.  While ``f``
 runs, ``np.array``/``np.asarray``/``np.r_``/``np.c_`` build tracked arrays from tracked
-values (``builders``); ``tape.primal(x)`` stops the gradient on purpose.  In-place updates
+values, and ``np.sum``/``mean``/``std``/``var``/``prod``/``max``/``min``/``amax``/``amin``/
+``linalg.norm`` accept lists of them (``builders``); assigning a tracked value into a plain
+array raises, as in autograd; ``tape.primal(x)`` stops the gradient on purpose.  In-place updates
 (``x += y``, ``x[i] = v``) of intermediate arrays are recorded functionally; on arguments
 of ``f``, views and arrays with views they raise ``UnsupportedError``.  Plain arrays used
 as operands are kept by reference until the backward pass: do not modify them in place
