@@ -125,6 +125,7 @@ class AdjointGenerator(GeneratorBase):
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
+        self.loop_tapes = {}         # parallel loop's call -> (its tape's address, shadowed arrays)
         extents = {} if spec.split else {args[d]: (args[n], args[i]) for d, (n, i) in spec.extents.items()}
         self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
                                    extents, spec.distinct_arrays)

@@ -33,6 +33,7 @@ loops lowered as loops (serially), which is always exact.  The plan report
 their reverse on threads, and why the others do not.
 """
 import itertools
+import os
 
 import numba
 import numpy as np
@@ -42,7 +43,9 @@ from numba.np.numpy_support import as_dtype
 from . import numba_abi
 from .capture import Kernel, unoptimised_module
 from .ir import gep_element_type
+from .custom_rules import carray
 from .rules import is_pure_call
+from .runtime import FRAME_BYTES
 
 _counter = itertools.count()
 _reverses = {}           # (chunk symbol, shadowed arrays) -> njit reverse
@@ -76,14 +79,17 @@ class LoopPlan:
     def parallel(self):
         return self.reason is None
 
-    def describe(self):
+    def describe(self, taped=False):
+        """One line for the plan report; ``taped``: the chunks keep their values on tapes."""
         where = f"parallel loop at line {self.call.line}"
         if not self.parallel:
             return f"{where}: reverse runs serially ({self.reason})"
+        how = "each chunk keeps its values on a tape of its own" if taped else \
+            "each chunk's iterations run again before their reverse"
         return (f"{where}: reverse runs on Numba's threads; arrays accessed only at the loop "
                 f"index or reduced (shared shadows): {len(self.written) + len(self.shared)}, "
                 f"read elsewhere (a private shadow per thread, added after the loop): "
-                f"{len(self.private)}")
+                f"{len(self.private)}; {how}")
 
 
 def _groups(func, ctx, argtypes):
@@ -332,12 +338,88 @@ def forward_function(loop):
 
 def forward_call(gen, instr, rule):
     """The forward pass's call of a parallel loop's chunk function: the same arguments, to
-    :func:`forward_function`."""
+    :func:`forward_function` (or, where the reverse reads the chunks' tapes, to
+    :func:`taped_forward_function` with the tape's address)."""
     from .custom_rules import native_symbol
-    symbol, _ = native_symbol(forward_function(rule.loop), rule.argtypes)
-    params = ", ".join(o.type for o in instr.operands)
-    gen.e.declare(symbol, f"declare i32 @{symbol}({params})")
-    return gen.copy_text(instr).replace(f"@{instr.callee}(", f"@{symbol}(", 1)
+    tape = gen.loop_tapes.get(instr)
+    if tape is None:
+        symbol, _ = native_symbol(forward_function(rule.loop), rule.argtypes)
+        params = ", ".join(o.type for o in instr.operands)
+        gen.e.declare(symbol, f"declare i32 @{symbol}({params})")
+        return gen.copy_text(instr).replace(f"@{instr.callee}(", f"@{symbol}(", 1)
+    address, shadowed = tape
+    symbol, _ = native_symbol(taped_forward_function(rule.loop, shadowed),
+                              list(rule.argtypes) + [nbtypes.int64])
+    gen.e.declare(symbol, f"declare i32 @{symbol}({', '.join(o.type for o in instr.operands)}, i64)")
+    args = ", ".join(f"{o.type} {o.ref}" for o in instr.operands)
+    return f"{instr.ref} = call i32 @{symbol}({args}, i64 {address})"
+
+
+# -- tapes: each chunk's values kept for its reverse (adcore.chunk_tape) --------------------
+_tapes = {}              # (chunk symbol, shadowed arrays) -> TapedChunk or None
+_taped_forwards = {}     # (chunk symbol, shadowed arrays) -> njit forward
+_MAX_CHUNKS = 8 * numba.config.NUMBA_NUM_THREADS       # _SPLIT: at most 8 chunks a thread
+_HEAD = 3 + _MAX_CHUNKS  # words: chunks, per, threads, then the thread each chunk ran on
+
+
+def tape_bytes():
+    """Bytes of a parallel loop's tape: its head, then each chunk's frame stacks."""
+    return 8 * _HEAD + _MAX_CHUNKS * FRAME_BYTES
+
+
+def taped(loop, shadowed):
+    """``loop``'s chunk function split at a tape of its own for the arrays ``shadowed``
+    (:func:`adcore.chunk_tape.taped_chunk`), or None: then its reverse runs each chunk's
+    iterations again.  ``ADCORE_CHUNK_TAPES=0`` turns tapes off."""
+    key = (loop.call.symbol, tuple(shadowed))
+    if key not in _tapes:
+        from .chunk_tape import taped_chunk
+        _tapes[key] = None if os.environ.get("ADCORE_CHUNK_TAPES", "1") == "0" else \
+            taped_chunk(loop.kernel, _annotations(loop.call.argtypes, shadowed), loop.call.argtypes,
+                        tuple(shadowed))
+    return _tapes[key]
+
+
+# A chunk's range, as _CHUNK, in a schedule followed by the reduction slot its iterations use
+# (chunk_tape.slotted_module): the thread that runs its forward.
+_SLOTTED = """
+        r = (c % per) * threads + c // per
+        first = lo + (n * r) // chunks
+        last = lo + (n * (r + 1)) // chunks - 1
+        m = a0.shape[0]
+        buf = np.empty(m + 1, a0.dtype)
+        s = buf[:m]
+        s[:] = a0
+        s[0] = first
+        s[m // 2] = last
+        buf[m] = slot
+"""
+
+
+def taped_forward_function(loop, shadowed):
+    """The njit function running ``loop``'s chunks on Numba's threads as
+    :func:`forward_function`, each chunk through its augmented forward onto its own tape
+    ``forward(args..., tape)``, and noting in the tape's head which thread ran it."""
+    key = (loop.call.symbol, tuple(shadowed))
+    if key not in _taped_forwards:
+        names = [f"a{k}" for k in range(len(loop.call.argtypes))]
+        passed = ", ".join(names[1:] + [f"a{k}" for k in shadowed])
+        source = (f"def forward({', '.join(names)}, tape):" + _SPLIT +
+                  f"    head = carray(tape, {_HEAD}, np.int64)\n"
+                  "    head[0] = chunks if n > 0 else 0\n"
+                  "    head[1] = per\n"
+                  "    head[2] = threads\n"
+                  "    if n <= 0:\n        return\n"
+                  "    for c in numba.prange(chunks):\n"
+                  "        slot = thread_id()\n" + _SLOTTED +
+                  "        head[3 + c] = slot\n"
+                  "        if first <= last:\n"
+                  f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES})\n")
+        scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
+                 "aug": taped(loop, shadowed).aug}
+        exec(source, scope)
+        _taped_forwards[key] = numba.njit(parallel=True)(scope["forward"])
+    return _taped_forwards[key]
 
 
 # -- the reverse: one gradient of the chunk function per thread ----------------------------
@@ -392,5 +474,50 @@ def _build_reverse(loop, shadowed):
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
+    exec("\n".join(lines), scope)
+    return numba.njit(parallel=True)(scope["reverse"])
+
+
+def taped_reverse_function(loop, shadowed):
+    """The njit reverse of ``loop``'s chunk call reading the chunks' tapes (the rule's
+    reverse as :func:`reverse_function`, with the tape's address last): the chunks a thread
+    ran forward are reversed together, last first, with that thread's reduction slot and
+    private shadows, so no two threads touch one slot."""
+    key = ("taped", loop.call.symbol, tuple(shadowed))
+    if key not in _reverses:
+        _reverses[key] = _build_taped_reverse(loop, tuple(shadowed))
+    return _reverses[key]
+
+
+def _build_taped_reverse(loop, shadowed):
+    argtypes = loop.call.argtypes
+    names = [f"a{k}" for k in range(len(argtypes))]
+    arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+    floats = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Float)]
+    private = [k for k in loop.private if k in shadowed]
+    empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
+    shadows = [f"p{k}[slot]" if k in private else f"d{k}" for k in shadowed]
+    lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}, tape):",
+             f"    head = carray(tape, {_HEAD}, np.int64)",
+             "    chunks = head[0]",
+             "    if chunks <= 0:", f"        return {empty}",
+             "    per, threads = head[1], head[2]",
+             "    lo = np.int64(a0[0])",
+             "    n = np.int64(a0[a0.shape[0] // 2]) - lo + 1",
+             "    groups = head[3:3 + chunks].max() + 1"]
+    lines += [f"    p{k} = np.zeros((groups,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
+    lines += ["    for slot in numba.prange(groups):",
+              "        for c in range(chunks - 1, -1, -1):",
+              "            if head[3 + c] != slot:",
+              "                continue"]
+    lines += ["    " + line for line in _SLOTTED.strip("\n").split("\n")]
+    lines += ["            if first <= last:",
+              f"                out = rev(s, {', '.join(names[1:] + shadows)}, "
+              f"tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
+    lines += [f"                r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
+    lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
+    scope = {"np": np, "numba": numba, "carray": carray, "rev": taped(loop, shadowed).rev}
     exec("\n".join(lines), scope)
     return numba.njit(parallel=True)(scope["reverse"])

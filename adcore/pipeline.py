@@ -253,7 +253,8 @@ def _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, nam
             adjoint_ir = gradient_module(primal_.module, generator)
     except UnsupportedError as err:
         raise in_user_words(err, primal_.func, primal_.kernel) from None
-    generator.parallel_loops = [loop.describe() for loop in loops]
+    taped = {instr.callee for instr in generator.loop_tapes}
+    generator.parallel_loops = [loop.describe(loop.call.symbol in taped) for loop in loops]
     return primal_, layout, generator, adjoint_ir, scratch
 
 

@@ -23,12 +23,13 @@ def reverse_rule_call(gen, instr, rule):
     if copied:
         copied = _copy_operands(gen, instr, rule, copied) if rule.loop is None else \
             _copy_loop_operands(gen, instr, rule, copied)
+    extra = ()
     if rule.loop is not None:
-        rule = _parallel_loop_rule(gen, instr, rule)
+        rule, extra = _parallel_loop_rule(gen, instr, rule)
     if rule.is_external:
         _external(gen, instr, rule, copied)
     else:
-        _njit(gen, instr, rule, copied)
+        _njit(gen, instr, rule, copied, extra)
 
 
 def _loop_array_size(gen, instr, rule, k):
@@ -92,14 +93,29 @@ def _copy_operands(gen, instr, rule, positions):
 
 
 def _parallel_loop_rule(gen, instr, rule):
-    """``rule`` with the reverse of its parallel loop for the arrays that have shadows here."""
-    from .parallel_loops import reverse_function
+    """``(rule, extra arguments)``: ``rule`` with the reverse of its parallel loop for the
+    arrays that have shadows here; where the loop's chunks keep tapes, the forward pass
+    allocates the tape (from the gradient's arena, freed at its end) and the reverse is
+    given its address."""
+    from . import parallel_loops
     from .custom_rules import BoundRule
     starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
     shadowed = [k for k, (t, pos) in enumerate(zip(rule.argtypes, starts))
                 if isinstance(t, nbtypes.Array) and gen.memory.is_shadowed(instr.operands[pos + numba_abi.DATA])]
-    return BoundRule(rule.symbol, reverse_function(rule.loop, shadowed), rule.outputs,
-                     rule.argtypes, rule.restype)
+    if parallel_loops.taped(rule.loop, shadowed) is None:
+        return BoundRule(rule.symbol, parallel_loops.reverse_function(rule.loop, shadowed), rule.outputs,
+                         rule.argtypes, rule.restype), ()
+    e = gen.e
+    tape, address = e.fresh("tape"), e.fresh("tapeaddr")
+    lines = [f"{tape} = call ptr @ad.arena.alloc(ptr %ad.arena, ptr %ad.rawfrees, i64 {parallel_loops.tape_bytes()})",
+             f"{address} = ptrtoint ptr {tape} to i64"]
+    kept = gen.before_call(instr, lines, {"tape": tape})["tape"]
+    gen.stack_types.add("ptr")
+    gen.loop_tapes[instr] = (address, shadowed)
+    reverse = parallel_loops.taped_reverse_function(rule.loop, shadowed)
+    at = e(f"ptrtoint ptr {gen.values.materialise(kept)} to i64")
+    return BoundRule(rule.symbol, reverse, rule.outputs, rule.argtypes, rule.restype), \
+        [(f"i64 {at}", nbtypes.int64)]
 
 
 def reads_array(pointers, op):
@@ -115,10 +131,11 @@ def _external(gen, instr, rule, copied):
     call_rule(gen, rule.reverse, args, types_, out_type="i64")
 
 
-def _njit(gen, instr, rule, copied=None):
-    """``reverse(args..., shadows of array args..., dret)`` for an njit callee, whose
-    call passes Numba's flattened arguments after its return slot and excinfo (``copied``:
-    copies to pass instead of some operands, by position)."""
+def _njit(gen, instr, rule, copied=None, extra=()):
+    """``reverse(args..., shadows of array args..., dret, extra...)`` for an njit callee,
+    whose call passes Numba's flattened arguments after its return slot and excinfo
+    (``copied``: copies to pass instead of some operands, by position; ``extra``: more
+    ``(IR argument, Numba type)``)."""
     e, act, ctx = gen.e, gen.act, gen.context
     ops = instr.operands
     copies = {id(ops[k]): c for k, c in (copied or {}).items()}
@@ -136,6 +153,8 @@ def _njit(gen, instr, rule, copied=None):
             dret = float_const(rt, 0)
         args.append(f"{rt} {dret}")
         types_.append(rule.restype)
+    args += [a for a, _ in extra]
+    types_ += [t for _, t in extra]
     ret, restype, out_type = call_rule(gen, rule.reverse, args, types_)
     if restype == nbtypes.none:
         return

@@ -28,6 +28,8 @@ def kept_bytes(type_):
 
 
 STACK_TYPE = "{ ptr, ptr, ptr }"
+STACK_BYTES = 24                 # base, top, end
+FRAME_BYTES = STACK_BYTES * len(FRAME_STACKS)   # a gradient's frame stacks, zeroed when empty
 
 
 def type_tag(type_):

@@ -350,7 +350,8 @@ def _annotated(args):
 def test_reverse_of_these_loops_runs_on_threads(name):
     compiled = adcore.compile_gradient(Reverse, PARALLEL[name], *_annotated(ARGUMENTS[name]()))
     assert compiled.parallel_loops
-    assert all("reverse runs on Numba's threads" in line for line in compiled.parallel_loops)
+    assert all("reverse runs on Numba's threads" in line and "tape of its own" in line
+               for line in compiled.parallel_loops)
 
 
 @pytest.mark.parametrize("name", sorted(SERIALLY))

@@ -18,14 +18,16 @@ from adcore import Reverse
 import test_parallel as T
 
 for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil",
-             "moving_range"]:
+             "moving_range", "float32_sum", "cached_inner"]:
     args = T.ARGUMENTS[name]()
     expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
     for threads in {threads}:
         numba.set_num_threads(threads)
         for _ in range({repeat}):
             got = adcore.gradient(Reverse, T.PARALLEL[name], *T._copied(args))
-            T._assert_same(got, expected, 1e-12)
+            T._assert_same(got, expected, 1e-5 if name == "float32_sum" else 1e-12)
+compiled = adcore.compile_gradient(Reverse, T.PARALLEL["gather"], *T._annotated(T.ARGUMENTS["gather"]()))
+print("with tapes" if all("tape of its own" in line for line in compiled.parallel_loops) else "without tapes")
 print("same every time on", numba.threading_layer())
 """
 
@@ -39,7 +41,14 @@ def _run(env, **fields):
 
 
 def test_accumulation_patterns_give_the_same_gradient_every_time_at_2_and_4_threads():
-    assert "same every time" in _run({"NUMBA_NUM_THREADS": "4"}, threads=(2, 4), repeat=25)
+    out = _run({"NUMBA_NUM_THREADS": "4"}, threads=(2, 4), repeat=25)
+    assert "same every time" in out and "with tapes" in out
+
+
+def test_chunks_that_run_their_iterations_again_give_the_same_gradient():
+    """ADCORE_CHUNK_TAPES=0: each chunk's reverse runs its iterations again, no tapes."""
+    out = _run({"NUMBA_NUM_THREADS": "4", "ADCORE_CHUNK_TAPES": "0"}, threads=(2, 4), repeat=5)
+    assert "same every time" in out and "without tapes" in out
 
 
 @pytest.mark.parametrize("layer", ["workqueue", "omp", "tbb"])
