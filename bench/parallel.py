@@ -7,10 +7,10 @@ Three kernels: a GMM log-likelihood summed over points (diagonal covariances), a
 Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps, written with
 rows ``v[i, j]`` (whose loops adcore differentiates serially: it cannot show that rows do not
 overlap) and on the grid stored flat (whose reverse runs on threads).  Each gradient is
-checked against the gradient of the same source compiled with ``parallel=False``.  A
-parallel loop's reverse runs its iterations twice (forward, then again before its reverse),
-so the rows at one thread show that cost and those at every core what the threads give
-back.  The digits CNN's training epoch with ``Duplicated`` at both thread counts closes the
+checked against the gradient of the same source compiled with ``parallel=False``.  Each
+chunk of a parallel loop keeps its values on a tape of its own for its reverse
+(``ADCORE_CHUNK_TAPES=0`` runs its iterations again instead), so the rows at one thread
+show what the parallel machinery costs and those at every core what the threads give back.  The digits CNN's training epoch with ``Duplicated`` at both thread counts closes the
 table.
 """
 import math
@@ -22,6 +22,7 @@ from numba import prange
 import adcore
 from adcore import Const, Duplicated, Reverse
 
+from . import peers
 from .measure import rel_err
 from .registry import workload
 from .rows import failed, row, skipped
@@ -153,12 +154,52 @@ def gmm_gradient(alphas, means, logq, x, galphas, gmeans, glogq, s):
     return galphas
 
 
+def torch_gmm(torch):
+    """PyTorch: the GMM log-likelihood over all points at once (n x K x d terms)."""
+    def grad(alphas, means, logq, x):
+        a, m, lq = (torch.tensor(v, requires_grad=True) for v in (alphas, means, logq))
+        z = torch.exp(lq)[None] * (torch.from_numpy(x)[:, None, :] - m[None])
+        terms = a[None] + lq.sum(1)[None] - 0.5 * (z * z).sum(2)
+        torch.logsumexp(terms, 1).sum().backward()
+        return a.grad.numpy(), m.grad.numpy(), lq.grad.numpy()
+    return grad
+
+
+def torch_lennard_jones(torch):
+    """PyTorch: the energy over the pairs i < j, gathered by index."""
+    def grad(pos):
+        p = torch.tensor(pos, requires_grad=True)
+        i, j = torch.triu_indices(p.shape[0], p.shape[0], 1)
+        d2 = ((p[i] - p[j]) ** 2).sum(1)
+        inv6 = 1.0 / (d2 * d2 * d2)
+        (4.0 * (inv6 * inv6 - inv6)).sum().backward()
+        return (p.grad.numpy(),)
+    return grad
+
+
+def torch_stencil(torch, flat=False):
+    """PyTorch: the stencil's steps on the interior as slices of the grid."""
+    def grad(u0, v0, *rest):
+        steps, m = rest[-1], (rest[0] if flat else u0.shape[0])
+        u = torch.tensor(u0, requires_grad=True)
+        cur = u.reshape(m, -1)
+        for _ in range(steps):
+            c = cur[1:-1, 1:-1]
+            lap = cur[:-2, 1:-1] + cur[2:, 1:-1] + cur[1:-1, :-2] + cur[1:-1, 2:] - 4.0 * c
+            cur = cur.clone()
+            cur[1:-1, 1:-1] = c + 0.1 * lap + 0.01 * torch.sin(c)
+        (cur * cur).sum().backward()
+        return (u.grad.numpy(),)
+    return grad
+
+
 class Case:
     """One kernel: ``args()`` fresh arguments, ``wrt`` how many leading ones are differentiated,
-    ``hand`` an optional serial hand-written gradient returning the same tuple."""
+    ``hand`` an optional serial hand-written gradient returning the same tuple, ``torch`` a
+    function of the torch module giving PyTorch's gradient (the same tuple)."""
 
-    def __init__(self, name, size, source, args, wrt, hand=None):
-        self.name, self.size, self.wrt, self.hand = name, size, wrt, hand
+    def __init__(self, name, size, source, args, wrt, hand=None, torch=None):
+        self.name, self.size, self.wrt, self.hand, self.torch = name, size, wrt, hand, torch
         self.parallel, self.serial = numba.njit(parallel=True)(source), numba.njit(source)
         self.args = args
 
@@ -188,13 +229,14 @@ def cases(quick, size):
 
     return [
         Case("GMM log-likelihood", f"n={n}, d={d}, K={K}", gmm_loglik,
-             lambda: (*gmm_params, x), 3, gmm_hand),
+             lambda: (*gmm_params, x), 3, gmm_hand, torch_gmm),
         Case("Lennard-Jones energy", f"{atoms} atoms", lennard_jones, lambda: (pos.copy(),), 1,
-             lambda p: (lennard_jones_gradient(p, np.zeros_like(p)),)),
+             lambda p: (lennard_jones_gradient(p, np.zeros_like(p)),), torch_lennard_jones),
         Case("2-D stencil", f"{m}x{m}, 10 steps", stencil,
-             lambda: (u0.copy(), np.zeros_like(u0), 10), 1),
+             lambda: (u0.copy(), np.zeros_like(u0), 10), 1, torch=torch_stencil),
         Case("2-D stencil, flat index", f"{m}x{m}, 10 steps", flat_stencil,
-             lambda: (u0.ravel().copy(), np.zeros(m * m), m, 10), 1),
+             lambda: (u0.ravel().copy(), np.zeros(m * m), m, 10), 1,
+             torch=lambda torch: torch_stencil(torch, flat=True)),
     ]
 
 
@@ -208,8 +250,9 @@ def _at_threads(threads, fn):
 
 
 def case_rows(c, sampler, all_threads):
-    """The serial hand-written gradient (when there is one), then the primal and adcore's
-    gradient at 1 thread and at ``all_threads`` (medians net of making the arguments)."""
+    """The serial hand-written gradient (when there is one), adcore's gradient of the
+    ``parallel=False`` build, then the primal and adcore's gradient at 1 thread and at
+    ``all_threads`` (medians net of making the arguments)."""
     case = f"{c.name} ({c.size})"
     expected = c.gradient(c.serial, c.args())
     rows, hand = [], None
@@ -225,11 +268,18 @@ def case_rows(c, sampler, all_threads):
         label = f"{threads} thread" + ("s" if threads > 1 else "")
         got = _at_threads(threads, lambda: c.gradient(c.parallel, c.args()))
         err = max(rel_err(g, e) for g, e in zip(got, expected))
-        t_args, t_primal, t_grad = _at_threads(threads, lambda: sampler.interleaved(
-            [c.args, lambda: c.parallel(*c.args()), lambda: c.gradient(c.parallel, c.args())]))
+        timed = [c.args, lambda: c.parallel(*c.args()), lambda: c.gradient(c.parallel, c.args())]
+        if threads == 1:           # the serial build's gradient beside the parallel one's
+            timed.append(lambda: c.gradient(c.serial, c.args()))
+        t_args, t_primal, t_grad, *t_serial = _at_threads(threads, lambda: sampler.interleaved(timed))
         setup = t_args.stats()["median"]
         p = max(t_primal.stats()["median"] - setup, 1e-12)
         g = max(t_grad.stats()["median"] - setup, 1e-12)
+        if t_serial:
+            s = max(t_serial[0].stats()["median"] - setup, 1e-12)
+            rows.append(row(W, case, "adcore gradient, parallel=False build", t_serial[0],
+                            vs_ref=None if hand is None else s / hand,
+                            note=f"the parallel build's gradient at 1 thread takes {g / s:.2f}x this"))
         primal_at_one, grad_at_one = primal_at_one or p, grad_at_one or g
         rows.append(row(W, case, f"primal, {label}", t_primal,
                         note=f"{primal_at_one / p:.2f}x the speed at 1 thread"))
@@ -237,6 +287,29 @@ def case_rows(c, sampler, all_threads):
                         vs_ref=None if hand is None else g / hand, err=err, tol=1e-9,
                         note=f"{grad_at_one / g:.2f}x the speed at 1 thread; "
                              f"checked against parallel=False"))
+    return rows + torch_rows(c, case, sampler, all_threads, expected, hand)
+
+
+def torch_rows(c, case, sampler, all_threads, expected, hand):
+    """PyTorch's gradient at 1 thread and at ``all_threads`` (its own intra-op pool)."""
+    torch = peers.get("torch")
+    if c.torch is None:
+        return []
+    if torch is None:
+        return [skipped(W, case, "PyTorch gradient", peers.why("torch"))]
+    grad, values, rows, at_one = c.torch(torch), c.args(), [], None
+    try:
+        for threads in sorted({1, all_threads}):
+            torch.set_num_threads(threads)
+            err = max(rel_err(g, e) for g, e in zip(grad(*values), expected))
+            timing = sampler.time(lambda: grad(*values))
+            t = timing.stats()["median"]
+            at_one = at_one or t
+            rows.append(row(W, case, f"PyTorch gradient, {threads} thread" + ("s" if threads > 1 else ""),
+                            timing, vs_ref=None if hand is None else t / hand, err=err, tol=1e-9,
+                            note=f"{at_one / t:.2f}x the speed at 1 thread"))
+    finally:
+        torch.set_num_threads(1)
     return rows
 
 
