@@ -7,10 +7,13 @@ check the rest itself, the calls after it take one generated function (:func:`ca
 unpacks the arguments, checks the types of their values, allocates the fresh shadows,
 checks that no two arrays share memory (a verdict kept for the same array objects) and
 calls the gradient's njit stub, whose dispatch checks the argument types and whose code
-checks each shadow's shape and strides before anything runs.  What one of these checks
+checks each shadow's shape and strides before anything runs (or, before the stub is made,
+the gradient's ctypes entry, which checks as much natively; the caller checks the arrays'
+writeability and alignment).  What one of these checks
 refuses returns ``None`` having touched nothing, and the call is made again the full way,
 which raises the error or handles the case.
 """
+import ctypes
 import weakref
 
 import numpy as np
@@ -19,9 +22,11 @@ from .annotations import Active, Annotation, Duplicated
 from .arguments import _overlaps_itself, is_float_scalar
 from .compiled import _last, _like_strides
 from .errors import ActivityError
+from .python_entry import EntryCall
 
 _DISPATCH = "No matching definition for argument type(s)"      # Numba's dispatch refusal
 _LAYOUT = "must have the shape and strides of its array"         # the stub's layout check
+_ENTRY = ("must be a numpy array, got", "in native byte order, as compiled")   # the entry's type checks
 
 
 def call_key(entry, f, args):
@@ -34,11 +39,11 @@ def call_key(entry, f, args):
 def checked_caller(compiled, entry, args, everything, defaults):
     """The caller of calls like ``entry(mode, f, *args)`` (annotated ``everything``, the
     kernel's ``defaults`` last) when ``compiled`` can check them natively: a gradient
-    compiled for arrays that share no memory, with its njit stub built, and each given
+    compiled for arrays that share no memory, with its njit stub built or its ctypes entry, and each given
     shadow laid out as its array (no copies); else None.  (Calls seeded by a returned
     array do not come here.)"""
     anns = everything[:len(everything) - len(defaults)]
-    if not compiled.distinct or compiled.from_disk or any(
+    if not compiled.distinct or compiled.from_disk and not isinstance(compiled.call, EntryCall) or any(
             isinstance(a, Duplicated) and a.dval.strides != a.val.strides for a in anns):
         return None
     if entry == "gradient" and any(_fresh(a) and not (a.flags.c_contiguous or a.flags.f_contiguous)
@@ -91,10 +96,22 @@ def caller(compiled, entry, args, skip, defaults):
     arrays += [s for k, s in shadows.items() if isinstance(args[k], Annotation)]
     lines += _memory_check(arrays)
     scratch = [shadows.get(k) or f"like_strides({values[k]}, None)" for k in compiled.shadowed]
+    # before its njit stub exists (a fresh gradient), the gradient's ctypes entry: it checks
+    # dimensions, dtype, byte order and contiguity; writeability and alignment, which Numba
+    # types apart (arguments.type_key), are checked here against the first call's
+    entry = compiled.from_disk
+    if entry:
+        flagged = [(x, v) for x, v in zip(values, [a.val if isinstance(a, Annotation) else a for a in args])
+                   if type(v) is np.ndarray]
+        flagged += [(f"defaults[{i}]", d) for i, d in enumerate(defaults) if type(d) is np.ndarray]
+        if flagged:
+            lines.append(f"    if not ({' and '.join(f'{x}.flags.writeable is {v.flags.writeable} and {x}.flags.aligned is {v.flags.aligned}' for x, v in flagged)}):")
+            lines.append("        return None")
+    refusals = "ENTRY[0] in str(err) or ENTRY[1] in str(err)" if entry else "DISPATCH in str(err)"
     lines += ["    try:",
               f"        out = native({', '.join(values + scratch)})",
-              "    except (TypeError, ActivityError) as err:",
-              "        if DISPATCH in str(err) or LAYOUT in str(err):",
+              "    except (TypeError, ActivityError, ArgumentError) as err:",
+              f"        if type(err) is ArgumentError or {refusals} or LAYOUT in str(err):",
               "            return None",
               "        raise",
               "    last['cached_bytes'] = out[-1]"]
@@ -105,7 +122,8 @@ def caller(compiled, entry, args, skip, defaults):
     lines.append(f"    return ({''.join(r + ', ' for r in results)}), "
                  f"{'out[0]' if compiled.has_primal else 'None'}")
     checked = [i for i, x in enumerate(arrays) if x in whole]
-    scope.update({"native": compiled.native, "defaults": defaults, "zeros_like": np.zeros_like,
+    scope.update({"native": compiled.call.call if entry else compiled.native, "defaults": defaults,
+                  "ENTRY": _ENTRY, "ArgumentError": ctypes.ArgumentError, "zeros_like": np.zeros_like,
                   "like_strides": _like_strides, "last": _last, "seen": [None], "ref": weakref.ref,
                   "ActivityError": ActivityError, "DISPATCH": _DISPATCH, "LAYOUT": _LAYOUT,
                   "disjoint": lambda xs: _disjoint(xs, checked)})

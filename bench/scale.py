@@ -4,8 +4,9 @@ A gradient should cost a constant multiple of its primal at every size and cache
 grows like the primal's work, not faster. Three families, each at growing sizes:
 
 - ADBench's GMM at (d, K) = (2, 5), (10, 25) and, in full runs, (32, 50), (64, 100), n = 1000
-  points (``bench.gmm``'s kernels and peers, and ``bench.gmm_points``' kernels), with the peak
-  resident memory of one adcore call;
+  points (``bench.gmm``'s kernels and peers, ``bench.gmm_points``' kernels and
+  ``bench.gmm_c``'s, written as ADBench's C is), with the peak resident memory of one adcore
+  call;
 - ADBench's LSTM (``bench.lstm``) at growing sequence lengths c, checked against the tape engine;
 - kernels of ``bench.kernels`` at n and 10 n (full runs).
 
@@ -24,7 +25,7 @@ import numpy as np
 import adcore
 from adcore import Const, Duplicated, Reverse, tape
 
-from . import gmm, gmm_points, kernels, lstm, peers
+from . import gmm, gmm_c, gmm_points, kernels, lstm, peers
 from .measure import peak_rss, rel_err, reset_peak_rss
 from .rows import failed, row, skipped
 
@@ -47,7 +48,7 @@ def gmm_rows(d, K, n, sampler):
     peak memory."""
     inst = gmm.instance(K, n, d)
     rows = [dict(r, case=f"GMM {r['case']}", workload=W)
-            for r in gmm.time_rows(inst, sampler, layouts=(gmm_points.Kernels,))]
+            for r in gmm.time_rows(inst, sampler, layouts=(gmm_points.Kernels, gmm_c.Kernels))]
     kern = gmm.Kernels(inst)
     peak = peak_bytes(kern.adcore)
     for r in rows:
@@ -171,7 +172,8 @@ def interleaved_gmm(sizes=GMM_SIZES, n=1000, rounds=5, budget=0.3, out=print):
     primal is the faster one."""
     for d, K in sizes:
         inst = gmm.instance(K, n, d)
-        layouts = {"": gmm.Kernels(inst), "points ": gmm_points.Kernels(inst)}
+        layouts = {"": gmm.Kernels(inst), "points ": gmm_points.Kernels(inst),
+                   "ADBench-C-style ": gmm_c.Kernels(inst)}
         fns, checks = {}, {}
         for tag, kern in layouts.items():
             _, hand = kern.hand()

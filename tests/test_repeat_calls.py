@@ -10,6 +10,9 @@ from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWit
 from adcore.compiled import last_cached_bytes
 
 
+_ARRAY_KINDS = python_entry.array_kinds
+
+
 @pytest.fixture(autouse=True)
 def eager_stubs(monkeypatch):
     """Repeat callers call a gradient's njit stub, and a fresh gradient has none until njit
@@ -52,6 +55,45 @@ def _uses_caller(entry, f, *args):
     first = fn(ReverseWithPrimal, f, *args)
     assert _caller(entry, f, *args) is not None
     return first
+
+
+def test_a_fresh_gradient_repeats_through_its_ctypes_entry(monkeypatch):
+    """Before its njit stub is made, a gradient's repeat calls take a caller that calls its
+    ctypes entry: the same numbers, the same refusals, a kernel's exception raised once."""
+    monkeypatch.setattr(python_entry, "array_kinds", _ARRAY_KINDS)
+
+    @numba.njit
+    def fresh(a, x, w, count):
+        count[0] += 1
+        if x[0] > 100.0:
+            raise ValueError("x above limit")
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += a * x[i] * x[i] * w[i]
+        return s
+
+    x, w, dx, count = np.arange(1.0, 5.0), np.linspace(0.5, 2.0, 4), np.zeros(4), np.zeros(1)
+    args = (Active(1.5), Duplicated(x, dx), Const(w), Const(count))
+    (da, _, _, _), value = _uses_caller("autodiff", fresh, *args)
+    assert adcore.compile_gradient(Reverse, fresh, *args).from_disk      # no stub: the entry
+    for k in range(2, 4):
+        assert adcore.autodiff(ReverseWithPrimal, fresh, *args) == ((da, None, None, None), value)
+        np.testing.assert_allclose(dx, k * 2 * 1.5 * x * w)
+    assert count[0] == 3
+    readonly = x.copy()
+    readonly.flags.writeable = False          # another Numba type: the full way compiles it
+    dr = np.zeros(4)
+    adcore.autodiff(Reverse, fresh, Active(1.5), Duplicated(readonly, dr), Const(w), Const(count))
+    np.testing.assert_allclose(dr, 2 * 1.5 * x * w)
+    x32, d32 = x.astype(np.float32), np.zeros(4, np.float32)               # another dtype
+    adcore.autodiff(Reverse, fresh, Active(1.5), Duplicated(x32, d32), Const(w), Const(count))
+    np.testing.assert_allclose(d32, 3 * x * w, rtol=1e-6)
+    with pytest.raises(ActivityError, match=r"shadow is float64\[3\]"):
+        adcore.autodiff(Reverse, fresh, Active(1.5), Duplicated(x, np.zeros(3)), Const(w), Const(count))
+    big, dbig, calls = np.full(4, 200.0), np.zeros(4), count[0]
+    with pytest.raises(ValueError, match="x above limit"):
+        adcore.autodiff(Reverse, fresh, Active(1.5), Duplicated(big, dbig), Const(w), Const(count))
+    assert count[0] == calls + 1 and not dbig.any()
 
 
 def test_repeat_calls_give_the_first_calls_numbers():
