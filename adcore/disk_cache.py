@@ -170,13 +170,30 @@ def _environment():
         for package in _PROJECT:
             spec = importlib.util.find_spec(package)
             for folder in (spec.submodule_search_locations or []) if spec else []:
-                for path in sorted(Path(folder).rglob("*.py")):
-                    source.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+                for relative, path in _sources(folder):
+                    with open(path, "rb") as f:
+                        source.update(relative.encode() + f.read())
         _state["environment"] = (FORMAT, source.hexdigest(), sys.version, np.__version__,
                                  numba.__version__, llvmlite.__version__, llvm.get_host_cpu_name(),
                                  llvm.get_host_cpu_features().flatten(), numba.config.OPT,
                                  numba.config.BOUNDSCHECK, vector_math.key())
     return _state["environment"]
+
+
+def _sources(folder):
+    """``(path relative to folder, path)`` of every ``.py`` file under ``folder``, sorted by
+    relative path (``os.scandir``: a fifth of the time ``Path.rglob`` takes)."""
+    found, stack = [], [("", folder)]
+    while stack:
+        prefix, directory_ = stack.pop()
+        with os.scandir(directory_) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=True):
+                    if entry.name != "__pycache__":
+                        stack.append((prefix + entry.name + "/", entry.path))
+                elif entry.name.endswith(".py") and entry.is_file():
+                    found.append((prefix + entry.name, entry.path))
+    return sorted(found)
 
 
 def _rules():
