@@ -483,13 +483,26 @@ def intrinsic_definition(value):
     return value._defn if isinstance(value, _Intrinsic) else None
 
 
-def typed_variables(cres):
+def typed_variables(cres, seen=None):
     """``(Numba type, (file, line))`` of each variable assigned in the compiled Python
-    function, from Numba's type annotation of compile result ``cres``."""
-    annotation = cres.type_annotation
-    return [(annotation.typemap[stmt.target.name], (os.path.basename(stmt.loc.filename), stmt.loc.line))
-            for block in annotation.blocks.values() for stmt in block.body
-            if isinstance(stmt, numba_ir.Assign) and stmt.target.name in annotation.typemap]
+    function and in the njit functions it calls (their own lines), from Numba's type
+    annotations of compile result ``cres`` and of the callees' overloads."""
+    seen = set() if seen is None else seen
+    annotation = getattr(cres, "type_annotation", None)
+    if annotation is None or id(cres) in seen:
+        return []
+    seen.add(id(cres))
+    out = [(annotation.typemap[stmt.target.name], (os.path.basename(stmt.loc.filename), stmt.loc.line))
+           for block in annotation.blocks.values() for stmt in block.body
+           if isinstance(stmt, numba_ir.Assign) and stmt.target.name in annotation.typemap]
+    for expr, sig in annotation.calltypes.items():
+        func = getattr(expr, "func", None) if getattr(expr, "op", None) == "call" else None
+        fnty = annotation.typemap.get(func.name) if func is not None else None
+        if isinstance(fnty, types.Dispatcher) and sig is not None:
+            callee = fnty.dispatcher.overloads.get(tuple(sig.args))
+            if callee is not None:
+                out += typed_variables(callee, seen)
+    return out
 
 
 def is_debug(dispatcher):
