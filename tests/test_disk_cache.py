@@ -360,6 +360,86 @@ print(json.dumps(dict(hv=adcore.hvp(layer, x, v, A).tolist(), stages=stages)))
 """
 
 
+BLAS = """
+import json, numba, numpy as np, adcore
+from numba.core import event
+from adcore import Reverse, Const, blas_rules
+
+compiled = []                    # every dispatcher Numba compiles in this process
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", Compiles())
+
+@numba.njit
+def blas(A, B, x):               # gemm, gemv, dot and nrm2
+    C = A @ B
+    y = C @ x
+    return np.sum(np.tanh(y)) + np.dot(x, x) * np.linalg.norm(C[0])
+
+A, B = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0.5, -0.5, 15).reshape(3, 5)
+x = np.linspace(0.2, 1.0, 5)
+dA, dB, dx = adcore.gradient(Reverse, blas, A, B, x)
+rules = [n for n in dir(blas_rules) if n.startswith("xx") and hasattr(getattr(blas_rules, n), "overloads")]
+print(json.dumps(dict(grads=[dA.tolist(), dB.tolist(), dx.tolist()],
+                      stages=list(adcore.last_compile_report().seconds), compiled=compiled,
+                      rule_overloads={n: len(getattr(blas_rules, n).overloads) for n in rules})))
+"""
+
+
+def test_blas_kernel_from_the_cache_runs_no_numba_compile(tmp_path):
+    # the rules' reverses and extents are compiled into the gradient's own object code: a
+    # process loading it (here with an empty Numba cache, where any use of a rule's njit
+    # function would be a compile) gets the same gradient without compiling anything
+    first = _process(BLAS, tmp_path / "adcore")
+    second = _process(BLAS, tmp_path / "adcore", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    assert "capture" in first["stages"] and second["stages"] == ["load from disk"]
+    assert any(first["rule_overloads"].values())          # the writer did use the rules
+    assert second["compiled"] == [] and not any(second["rule_overloads"].values())
+    assert second["grads"] == first["grads"]
+    A, B = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0.5, -0.5, 15).reshape(3, 5)
+    x = np.linspace(0.2, 1.0, 5)
+    f = lambda A, B, x: np.sum(np.tanh(A @ B @ x)) + np.dot(x, x) * np.linalg.norm((A @ B)[0])
+    for k, want in enumerate(fd_gradient(f, (A, B, x), {})):
+        np.testing.assert_allclose(second["grads"][k], want, rtol=1e-6, atol=1e-8)
+
+
+DOCS_MLP = """
+import json, numpy as np, layers, adcore
+from numba.core import event
+from adcore import Duplicated, blas_rules
+from adcore.tree import leaves
+
+compiled = []
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", Compiles())
+
+model = layers.Chain(layers.Dense(784, 32, layers.tanh, rng=0), layers.Dense(32, 10, rng=1))
+rng = np.random.default_rng(0)
+x = rng.random((16, 784)).astype(np.float32)
+y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
+loss = lambda m, x, y: layers.logitcrossentropy(m(x), y)
+grads = layers.gradient(loss, Duplicated(model), x, y)[0]
+rules = [n for n in dir(blas_rules) if n.startswith("xx") and hasattr(getattr(blas_rules, n), "overloads")]
+print(json.dumps(dict(grads=[a.tolist() for _, a in leaves(grads)], stages=list(adcore.last_compile_report().seconds),
+                      compiled=compiled, rules=sum(len(getattr(blas_rules, n).overloads) for n in rules))))
+"""
+
+
+def test_docs_mlp_from_the_cache_runs_no_numba_compile(tmp_path):
+    first = _process(DOCS_MLP, tmp_path / "adcore")
+    second = _process(DOCS_MLP, tmp_path / "adcore", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    assert "capture" in first["stages"] and second["stages"] == ["load from disk"]
+    assert second["compiled"] == [] and second["rules"] == 0
+    assert second["grads"] == first["grads"]
+
+
 def test_hvp_of_a_cached_gradient_with_rules(tmp_path):
     # the cached IR names the rules' reverses by the writing process's symbols; hvp in a
     # process that numbered them otherwise must not follow those names
