@@ -489,7 +489,7 @@ def typed_variables(cres, seen=None):
     annotations of compile result ``cres`` and of the callees' overloads."""
     seen = set() if seen is None else seen
     annotation = getattr(cres, "type_annotation", None)
-    if annotation is None or id(cres) in seen:
+    if not hasattr(annotation, "typemap") or id(cres) in seen:   # None, or a str from Numba's cache
         return []
     seen.add(id(cres))
     out = [(annotation.typemap[stmt.target.name], (os.path.basename(stmt.loc.filename), stmt.loc.line))
