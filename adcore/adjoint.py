@@ -131,6 +131,8 @@ class AdjointGenerator(GeneratorBase):
                                    extents, spec.distinct_arrays)
         self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
         self.values.needed = lambda: needed_values(func, self.act, self.rule_of, self.is_callee)
+        self.values.rewritten = frozenset(data for data, _, _ in self.snapshots.bases())
+        self.values.changed_store = lambda store: not spec.keep_primal and self.returns_primal(store)
         # a callee's metadata ids could clash with another callee's: its loops get no hints
         self.hinted_latches = set() if spec.split else varying_latches(self.cfg, self.values.variance)
         self.loop_hints = LoopHints()

@@ -15,7 +15,8 @@ keeping the exps of its log-sum-exp, the LSTM's 1.3x, a 10^6 log-sum-exp's 1.6x)
 from . import runtime
 from .cache_cut import plan_cut
 from .cfg import step_of
-from .ir import Arg, rename, strip_metadata
+from .ir import Arg, gep_element_type, rename, strip_metadata
+from .pointers import UNKNOWN
 from .loop_variance import LoopVariance
 from .rules import math_name
 
@@ -64,6 +65,9 @@ class Values:
         self.variance = LoopVariance(cfg, clobbers.can_reload, self._is_pure)
         self.needed = None           # () -> the values the reverse rules read (cache_cut)
         self._plan = None
+        self.rewritten = frozenset() # bases the reverse pass writes (snapshots restored)
+        self.changed_store = lambda store: False    # a store the forward pass does not copy
+        self._stored = {}
 
     @staticmethod
     def _is_pure(instr):
@@ -99,10 +103,71 @@ class Values:
             ref = self.e.fresh("re")
             mapping[d.ref] = ref
             self.e.line(strip_metadata(rename(d.text, mapping)))
+        elif d not in self.registers and self.stored_copy(d) is not None:
+            address = self.materialise(self.stored_copy(d).operands[1])
+            ref = self.e(f"load {d.type}, ptr {address}", "st")
         else:
             ref = self.e(f"load {d.type}, ptr {self.register(d)}", "ld")
         self.memo[d] = ref
         return ref
+
+    def stored_copy(self, value):
+        """The store of ``value`` into memory that keeps it until the reverse pass, or None:
+        then the reverse pass loads it back instead of the forward pass pushing it (the
+        result of ``t[i] = tanh(...)`` in a loop, as Enzyme loads a cached value from the
+        primal's own array).  The store follows ``value`` in its block, inside exactly one
+        loop, at ``base[i]`` (``base`` set before the loop, ``i`` the loop's counter, a
+        constant nonzero step, elements of the stored type): one address per iteration; and
+        no other write that may alias ``base`` can follow it (nor code outside a callee
+        after it returns, nor the reverse pass restoring a snapshot)."""
+        if value not in self._stored:
+            self._stored[value] = self._find_stored_copy(value)
+        return self._stored[value]
+
+    def _find_stored_copy(self, value):
+        block = value.block
+        loops = [loop for loop in self.cfg.loops if block in loop.blocks]
+        if value.type not in runtime.SIZES or len(loops) != 1:
+            return None
+        loop = loops[0]
+        iv = self.cfg.ivs.get(loop.header)
+        instrs = block.instrs
+        start = instrs.index(value) if value in instrs else None
+        if iv is None or start is None:
+            return None
+        store = next((i for i in instrs[start + 1:] if i.opcode == "store" and len(i.operands) == 2
+                      and i.operands[0].defn is value), None)
+        if store is None or " atomic " in store.text or " volatile " in store.text or \
+                store.operands[0].type != value.type or self.changed_store(store):
+            return None
+        gep = store.operands[1].defn
+        if gep is None or isinstance(gep, Arg) or getattr(gep, "opcode", None) != "getelementptr" or \
+                len(gep.operands) != 2 or gep_element_type(gep) != value.type or \
+                gep.operands[1].defn is not iv.phi:
+            return None
+        base = gep.operands[0].defn
+        if base is not None and not isinstance(base, Arg) and base.block in loop.blocks:
+            return None
+        clobbers = self.clobbers
+        bs = clobbers.pointers.bases(gep.operands[0])
+        if bs == UNKNOWN or not bs or bs & self.rewritten:
+            return None
+
+        def clobbering(ws):
+            if ws == UNKNOWN or ws & bs:
+                return True
+            return not clobbers.distinct_arrays and bool(ws & clobbers.data_args) and \
+                bool(bs & clobbers.data_args)
+
+        if clobbers.outside and clobbering(clobbers.outside):
+            return None
+        pos = instrs.index(store)
+        if any(clobbering(ws) for p, ws in clobbers.written.get(block, ()) if p > pos):
+            return None
+        for blk in clobbers._reachable(block):
+            if any(clobbering(ws) for p, ws in clobbers.written.get(blk, ()) if blk is not block or p != pos):
+                return None
+        return store
 
     def free(self, value):
         """Whether ``value`` costs nothing per loop iteration: outside every loop, a loop

@@ -82,7 +82,8 @@ def test_scale_workload_checks_gradients_at_every_size(monkeypatch):
     assert sum(c.startswith("GMM d=2 ") for c in cases) == 1 and sum("d=10 K=25" in c for c in cases) == 1
     assert sum(c.startswith("LSTM") for c in cases) == 2
     adcore_rows = [r for r in rows if r["impl"].startswith("adcore gradient")]
-    assert len(adcore_rows) == 6 and all(r["ok"] for r in adcore_rows)
+    assert len(adcore_rows) == 8 and all(r["ok"] for r in adcore_rows)     # 3 GMM layouts, 2 LSTMs
+    assert sum("ADBench C style" in r["impl"] for r in adcore_rows) == 2
     assert all(r["cached_bytes"] > 0 for r in adcore_rows)
 
 
@@ -90,8 +91,9 @@ def test_interleaved_gmm_prints_ratios_and_checks_the_gradient(monkeypatch):
     monkeypatch.setattr(peers, "get", lambda name: None)
     lines = []
     scale.interleaved_gmm([(3, 2)], n=20, rounds=2, budget=0.0, out=lines.append)
-    assert len(lines) == 2 and lines[0].startswith("d=3 K=2 n=20: hand-written ")
+    assert len(lines) == 3 and lines[0].startswith("d=3 K=2 n=20: hand-written ")
     assert lines[1].startswith("d=3 K=2 n=20 points layout: hand-written ")
+    assert lines[2].startswith("d=3 K=2 n=20 ADBench-C-style layout: hand-written ")
     assert all("grad/objective" in line and "JAX" not in line for line in lines)
     assert all(float(line.rsplit("error ", 1)[1]) < 1e-10 for line in lines)
 
