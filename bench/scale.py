@@ -127,7 +127,7 @@ def lstm_rows(c, sampler, per_char_ref):
 def kernel_rows(sampler):
     """Kernels of bench.kernels at n and 10 n: adcore's time and cached bytes."""
     rows = []
-    for name, size, primal, grad, hand in kernels.workloads(quick=True) + kernels.workloads(quick=False):
+    for name, size, primal, grad, *_ in kernels.workloads(quick=True) + kernels.workloads(quick=False):
         if name not in ("sum(sin(x)*x*x)", "in-place stencil", "logsumexp"):
             continue
         case = f"{name}, {size}"

@@ -3,7 +3,7 @@ implementation's answer agrees with the reference."""
 import numpy as np
 import pytest
 
-from bench import gmm, lstm, mlp, peers, registry, report, scale, seed_peers, suite
+from bench import gmm, kernels, lstm, mlp, peers, registry, report, scale, seed_peers, suite
 from bench.__main__ import run
 from bench.rows import failures
 from bench.timing import Sampler, default_sampler
@@ -163,3 +163,10 @@ def test_distributed_workload_checks_gradients_and_training_at_1_and_2_workers()
     checked = [r for r in rows if r["impl"].startswith(("adcore.distributed", "layers.train(cluster"))]
     assert len(checked) == 4 and all(r["ok"] for r in checked)
     assert any(r["impl"] == "1 and 2 workers agree bit for bit" and r["ok"] for r in rows)
+
+
+def test_scale_kernel_rows_take_the_kernel_workloads(monkeypatch):
+    small = kernels.workloads(quick=True)
+    monkeypatch.setattr(kernels, "workloads", lambda quick=False: small)
+    rows = scale.kernel_rows(TINY.sampler)
+    assert len(rows) == 6 and all(r["impl"] == "adcore gradient" and r["grad_obj"] > 0 for r in rows)
