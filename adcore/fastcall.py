@@ -34,7 +34,7 @@ import numpy as np
 from numba.core.types import unliteral
 
 from .emit import float_const
-from .numba_abi import flat_types, target_context, target_machine
+from .numba_abi import flat_types, target_context, target_machine_at
 from .python_entry import _DATA, _DESCR, _DIMS, _FLAGS, _NDIM, kernel_exception
 
 REFUSED = -1000                          # status REFUSED - k: argument k is not as compiled
@@ -442,7 +442,7 @@ def _compile(ir, name, box):
     module.verify()
     with _lock:
         if _engine is None:
-            _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _unoptimising_machine())
+            _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine_at(0))
         _engine.add_module(module)
         _engine.finalize_object()
         address = _engine.get_function_address(name)
@@ -450,13 +450,6 @@ def _compile(ir, name, box):
             _engine.get_function_address(f"{name}.{part}"))() for part in ("state", "excinfo"))
     method = _PyMethodDef(name.encode(), address, _METH_FASTCALL, None)
     return _new_builtin(ctypes.byref(method), None, None), method, status, excinfo
-
-
-def _unoptimising_machine():
-    """Numba's target machine (host CPU, features, relocation model) at optimisation level 0."""
-    options = dict(opt=0)
-    target_context().codegen()._customize_tm_options(options)
-    return llvm.Target.from_triple(target_machine().triple).create_target_machine(**options)
 
 
 class NumbaCaller:

@@ -165,6 +165,14 @@ def target_machine():
     return target_context().codegen()._tm
 
 
+def target_machine_at(opt):
+    """A target machine like Numba's (host CPU, features, relocation model) at LLVM
+    code-generation optimisation level ``opt``."""
+    options = dict(opt=opt)
+    target_context().codegen()._customize_tm_options(options)
+    return llvm.Target.from_triple(target_machine().triple).create_target_machine(**options)
+
+
 def run_function_passes(module):
     """Run on each function of ``module`` (llvmlite) the per-function passes Numba runs on
     the code it lowers (``CPUCodeLibrary._optimize_functions``): IR written in Numba's

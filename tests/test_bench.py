@@ -149,9 +149,11 @@ def test_parallel_workload_checks_every_gradient_at_each_thread_count():
     from bench import parallel
     rows = parallel.run(TINY)
     assert not failures(rows)
-    grads = [r for r in rows if r["impl"].startswith("adcore gradient")]
+    grads = [r for r in rows if r["impl"].startswith("adcore gradient") and "thread" in r["impl"]]
     threads = {1, parallel.numba.config.NUMBA_NUM_THREADS}
     assert len(grads) == 4 * len(threads) and all(r["ok"] for r in grads)
+    serial = [r for r in rows if r["impl"] == "adcore gradient, parallel=False build"]
+    assert len(serial) == 4
     hand = [r for r in rows if r["impl"].startswith("hand-written")]
     assert len(hand) == 2 and all(r["ok"] for r in hand)
 
