@@ -1,5 +1,7 @@
 """ADBench's GMM objective written the way ADBench's C is (``gmm.h``): helper functions on
-one point and one component (``subtract``, ``Qtimesx``, ``sqnorm``, ``logsumexp``) and
+one point and one component (``subtract``, ``Qtimesx``, ``sqnorm``, ``logsumexp``; a row is
+passed as its array and index, as C passes a pointer into it; inlined, as a C compiler
+inlines them) and
 scratch buffers for one point's centred vector, its product with Q and the components'
 terms, reused across points and components; Q's diagonals and the sums of the q's are
 computed once (``preprocess_qs``).  The same objective as :mod:`bench.gmm`'s kernel (its
@@ -24,26 +26,28 @@ def preprocess_qs(d, K, icf, sum_qs, Qdiags):
             Qdiags[ik, id_] = math.exp(q)
 
 
-@numba.njit
-def subtract(d, x, y, out):
+@numba.njit(inline="always")
+def subtract(d, x, ix, y, iy, out):
+    """out = x[ix] - y[iy] (rows passed as array and index, as C passes &x[ix * d]: a row
+    view per call would cost Numba a reference count each)."""
     for id_ in range(d):
-        out[id_] = x[id_] - y[id_]
+        out[id_] = x[ix, id_] - y[iy, id_]
 
 
-@numba.njit
-def Qtimesx(d, Qdiag, ltri, x, out):
-    """out = Q x for Q = diag(Qdiag) + the strictly lower triangle ``ltri`` (column by
-    column, after the d diagonal entries of its icf row)."""
+@numba.njit(inline="always")
+def Qtimesx(d, Qdiags, icf, ik, x, out):
+    """out = Q_ik x for Q_ik = diag(Qdiags[ik]) + the strictly lower triangle of icf[ik]
+    (column by column, after its d diagonal entries)."""
     for id_ in range(d):
-        out[id_] = Qdiag[id_] * x[id_]
+        out[id_] = Qdiags[ik, id_] * x[id_]
     li = d
     for i in range(d):
         for j in range(i + 1, d):
-            out[j] = out[j] + ltri[li] * x[i]
+            out[j] = out[j] + icf[ik, li] * x[i]
             li += 1
 
 
-@numba.njit
+@numba.njit(inline="always")
 def sqnorm(d, x):
     res = x[0] * x[0]
     for i in range(1, d):
@@ -51,7 +55,7 @@ def sqnorm(d, x):
     return res
 
 
-@numba.njit
+@numba.njit(inline="always")
 def arr_max(n, x):
     m = x[0]
     for i in range(1, n):
@@ -60,7 +64,7 @@ def arr_max(n, x):
     return m
 
 
-@numba.njit
+@numba.njit(inline="always")
 def logsumexp(n, x):
     mx = arr_max(n, x)
     semx = 0.0
@@ -73,7 +77,9 @@ def logsumexp(n, x):
 def log_wishart_prior(d, K, gamma, m, sum_qs, Qdiags, icf):
     out = 0.0
     for ik in range(K):
-        frobenius = sqnorm(d, Qdiags[ik])
+        frobenius = 0.0
+        for j in range(d):
+            frobenius = frobenius + Qdiags[ik, j] * Qdiags[ik, j]
         for j in range(d, icf.shape[1]):
             frobenius = frobenius + icf[ik, j] * icf[ik, j]
         out = out + 0.5 * gamma * gamma * frobenius - m * sum_qs[ik]
@@ -90,8 +96,8 @@ def objective(alphas, means, icf, x, gamma, m, Qdiags, sum_qs, xcentered, Qxcent
     slse = 0.0
     for ix in range(n):
         for ik in range(K):
-            subtract(d, x[ix], means[ik], xcentered)
-            Qtimesx(d, Qdiags[ik], icf[ik], xcentered, Qxcentered)
+            subtract(d, x, ix, means, ik, xcentered)
+            Qtimesx(d, Qdiags, icf, ik, xcentered, Qxcentered)
             main_term[ik] = alphas[ik] + sum_qs[ik] - 0.5 * sqnorm(d, Qxcentered)
         slse = slse + logsumexp(K, main_term)
     lse_alphas = logsumexp(K, alphas)
