@@ -156,7 +156,8 @@ def autodiff(mode, f, *args, dret=None):
     if mode.forward:
         if dret is not None:
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
-        return forward_api.autodiff_forward(mode, f, *args)
+        from .forward_api import autodiff_forward    # builds on this module: imported when first used
+        return autodiff_forward(mode, f, *args)
     key = repeat_calls.call_key(("autodiff", mode.with_primal), f, args) if dret is None else None
     call = _repeat.get(key) if key is not None else None
     got = call(args) if call is not None else None
@@ -248,6 +249,3 @@ def adjoint_ir(mode, f, *args, optimised=False):
     ret_activity, args = _split_return_activity(args)
     compiled = _compiled(f, annotate(args), ret_activity)
     return compiled.optimised_ir if optimised else compiled.adjoint_ir
-
-
-from . import forward_api  # noqa: E402  (last: it imports this module; a per-call import cost ~5 us)

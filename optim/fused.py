@@ -22,8 +22,8 @@ from adcore.guard_code import used_bindings
 from adcore.numba_abi import native_function
 from adcore.tree import child, children, is_float_array, is_node
 
-from . import state as trees
 from .addresses import view
+from .leaf import Leaf
 
 _natives = {}   # (source, kernels) -> the compiled njit update
 _plans = {}     # id(state) -> (weak reference to the state, its plan or None)
@@ -147,7 +147,7 @@ class Plan:
 
     # -- one array --------------------------------------------------------------------
     def _leaf(self, s, x, g, leaf, xv, gv):
-        if not (type(leaf) is trees.Leaf and not leaf.frozen and id(leaf) not in self.leaves
+        if not (type(leaf) is Leaf and not leaf.frozen and id(leaf) not in self.leaves
                 and _plain(xv) and _plain(gv) and gv.dtype == xv.dtype
                 and gv.shape == xv.shape):
             raise NoPlan

@@ -61,3 +61,46 @@ def test_importing_layers_patches_nothing_in_the_tape():
             "           if d.get(k) is not before[t].get(k)]\n"
             "assert not changed, changed\n")
     run_fresh(code)
+
+
+def _module_imports():
+    """``{module: modules of the project it imports at module level}`` (adcore, layers,
+    optim; imports inside functions are left out: they run after both modules loaded)."""
+    import ast
+    modules = {}
+    for package in ("adcore", "layers", "optim"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else node.module
+                for alias in node.names:
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_no_import_cycles():
+    """No two of the project's modules import each other, directly or through others, at
+    module level (a module that extends another registers itself; the package imports both)."""
+    graph = _module_imports()
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join(path + [start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    assert not cycles, cycles

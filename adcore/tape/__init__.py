@@ -58,9 +58,10 @@ from .api import Recording, ValueAndGradient, gradient, record, withgradient
 from .functions import logsoftmax, logsumexp, relu, sigmoid, softmax, softplus
 from .recording import Record, Tape
 from .rules import RULES
+from . import rules_complex, rules_linalg, rules_scan  # noqa: F401  (register their rules in RULES)
 from .tracked import Tracked, primal
 from .trees import grad_tree, track
-from . import numpy_api  # noqa: F401  (registers the numpy function table)
+from . import numpy_api, numpy_linalg, numpy_shape, numpy_stats  # noqa: F401  (the numpy function table)
 
 __all__ = [
     "gradient", "withgradient", "record", "Recording", "ValueAndGradient",

@@ -337,8 +337,6 @@ def _nanmean(a, axis=None, keepdims=False, **options):
     return _nansum(a, axis=axis, keepdims=keepdims) / count
 
 
-from . import numpy_linalg, numpy_shape, numpy_stats  # noqa: E402,F401  (register their handlers)
-
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method == "__call__" and not kwargs:

@@ -35,8 +35,8 @@ finite uses JAX's convention instead (``d(a**0)/da = 0``; the derivative of a no
 Where the derivative itself is infinite (``sqrt`` or ``log`` at 0) it stays ``inf``,
 and a zero cotangent times it gives ``nan`` as in JAX (mask the input, not only the output).
 
-Rules on more topics live in ``rules_complex``, ``rules_scan`` and ``rules_linalg``,
-imported at the end of this module so that ``RULES`` holds them all.
+Rules on more topics live in ``rules_complex``, ``rules_scan`` and ``rules_linalg``, which
+register theirs in ``RULES`` when the package (``adcore.tape``) imports them.
 """
 import math
 
@@ -787,6 +787,3 @@ def _clip(g, r):
     glo = np.where(to_lo, g, 0) if r.inputs[1] is not None else None
     ghi = np.where(to_hi, g, 0) if r.inputs[2] is not None else None
     return gx, glo, ghi
-
-
-from . import rules_complex, rules_linalg, rules_scan  # noqa: E402,F401  (register their rules)
