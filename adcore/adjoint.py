@@ -481,11 +481,13 @@ class AdjointGenerator(GeneratorBase):
         which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
         for value, reg in kept:
             self.push(value.type, e(f"load {value.type}, ptr {reg}"))
-        self.push("i32", which)
+        returns = len(self.ret_blocks)
+        if returns > 1:                  # which return was taken (one return: nothing to tell)
+            self.push("i32", which)
         e.line(f"ret {rt} {result}" if result else "ret void")
         exit_ = e.lines
         e.lines = []
-        which = self.pop("i32")
+        which = self.pop("i32") if returns > 1 else "0"
         for value, reg in reversed(kept):
             e.line(f"store {value.type} {self.pop(value.type)}, ptr {reg}")
         cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
