@@ -360,18 +360,25 @@ print(json.dumps(dict(hv=adcore.hvp(layer, x, v, A).tolist(), stages=stages)))
 """
 
 
-BLAS = """
-import json, numba, numpy as np, adcore
+# the head of the scripts that count Numba's compiles: ``compiled`` names each dispatcher
+# Numba compiles in the process
+COUNTING = """
 from numba.core import event
-from adcore import Reverse, Const, blas_rules
+from adcore import blas_rules
 
-compiled = []                    # every dispatcher Numba compiles in this process
+compiled = []
 class Compiles(event.Listener):
     def on_start(self, ev):
         compiled.append(ev.data["dispatcher"].py_func.__qualname__)
     def on_end(self, ev):
         pass
 event.register("numba:compile", Compiles())
+RULES = [n for n in dir(blas_rules) if n.startswith("xx") and hasattr(getattr(blas_rules, n), "overloads")]
+"""
+
+BLAS = COUNTING + """
+import json, numba, numpy as np, adcore
+from adcore import Reverse, Const
 
 @numba.njit
 def blas(A, B, x):               # gemm, gemv, dot and nrm2
@@ -382,10 +389,9 @@ def blas(A, B, x):               # gemm, gemv, dot and nrm2
 A, B = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0.5, -0.5, 15).reshape(3, 5)
 x = np.linspace(0.2, 1.0, 5)
 dA, dB, dx = adcore.gradient(Reverse, blas, A, B, x)
-rules = [n for n in dir(blas_rules) if n.startswith("xx") and hasattr(getattr(blas_rules, n), "overloads")]
 print(json.dumps(dict(grads=[dA.tolist(), dB.tolist(), dx.tolist()],
                       stages=list(adcore.last_compile_report().seconds), compiled=compiled,
-                      rule_overloads={n: len(getattr(blas_rules, n).overloads) for n in rules})))
+                      rule_overloads={n: len(getattr(blas_rules, n).overloads) for n in RULES})))
 """
 
 
@@ -406,19 +412,10 @@ def test_blas_kernel_from_the_cache_runs_no_numba_compile(tmp_path):
         np.testing.assert_allclose(second["grads"][k], want, rtol=1e-6, atol=1e-8)
 
 
-DOCS_MLP = """
+DOCS_MLP = COUNTING + """
 import json, numpy as np, layers, adcore
-from numba.core import event
-from adcore import Duplicated, blas_rules
+from adcore import Duplicated
 from adcore.tree import leaves
-
-compiled = []
-class Compiles(event.Listener):
-    def on_start(self, ev):
-        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
-    def on_end(self, ev):
-        pass
-event.register("numba:compile", Compiles())
 
 model = layers.Chain(layers.Dense(784, 32, layers.tanh, rng=0), layers.Dense(32, 10, rng=1))
 rng = np.random.default_rng(0)
@@ -426,9 +423,8 @@ x = rng.random((16, 784)).astype(np.float32)
 y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
 loss = lambda m, x, y: layers.logitcrossentropy(m(x), y)
 grads = layers.gradient(loss, Duplicated(model), x, y)[0]
-rules = [n for n in dir(blas_rules) if n.startswith("xx") and hasattr(getattr(blas_rules, n), "overloads")]
 print(json.dumps(dict(grads=[a.tolist() for _, a in leaves(grads)], stages=list(adcore.last_compile_report().seconds),
-                      compiled=compiled, rules=sum(len(getattr(blas_rules, n).overloads) for n in rules))))
+                      compiled=compiled, rules=sum(len(getattr(blas_rules, n).overloads) for n in RULES))))
 """
 
 
