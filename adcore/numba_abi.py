@@ -19,6 +19,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import lookup_environment
 from numba.core.extending import _Intrinsic, intrinsic
 from numba.np.ufunc.parallel import _iget_thread_id as thread_id   # njit: the running thread's number
+from numba.np.ufunc.parallel import _launch_threads
 from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import _nrt_python as _nrt, rtsys
 
@@ -154,6 +155,12 @@ def untimed_llvm_calls():
             yield
         finally:
             lock._cblist = callbacks
+
+
+def start_threads():
+    """Start Numba's threading layer (what its parallel lowering does first): code calling
+    :data:`thread_id` compiled before it would not link."""
+    _launch_threads()
 
 
 def target_context():

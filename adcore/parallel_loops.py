@@ -6,11 +6,14 @@ parallel array expression) into a *chunk function* ``chunk(sched, inputs..., red
 arrays...)`` that runs the iterations ``sched[0] .. sched[ndim]`` of the outermost loop.
 For reverse mode adcore lowers the kernel with each parfor as one call of its chunk
 function over the whole range (:func:`adcore.numba_abi.parfors_as_calls`), keeps those
-calls as calls, and gives each a rule whose reverse splits the range into one chunk per
-thread and runs, on Numba's threading layer (``prange``), adcore's own gradient of the
-chunk function on each: the chunk's iterations again (they read what they read the
-first time), then their reverse.  Each iteration's values live in its own chunk's gradient:
-no value stack is shared between threads.
+calls as calls, and gives each a rule.  Its forward splits the range into chunks (up to 8
+per thread) run on Numba's threading layer (``prange``), each through the augmented
+forward of the chunk function (:mod:`adcore.chunk_tape`), which keeps the chunk's values on
+a tape of its own; its reverse runs each chunk's reverse from that tape, on whichever
+thread takes it.  No value stack is shared between threads.  Where a chunk cannot keep a
+tape (:func:`taped`), the reverse runs adcore's own gradient of the chunk function on each
+chunk instead: the chunk's iterations again (they read what they read the first time),
+then their reverse.
 
 A loop is run this way only when that is exactly the serial gradient (:func:`plan`):
 
@@ -332,6 +335,7 @@ def forward_function(loop):
                   f"        if first <= last:\n            run((s, {rest}))\n")
         scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call)}
         exec(source, scope)
+        numba_abi.start_threads()
         _forwards[loop.call.symbol] = numba.njit(parallel=True)(scope["forward"])
     return _forwards[loop.call.symbol]
 
@@ -418,6 +422,7 @@ def taped_forward_function(loop, shadowed):
         scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
                  "aug": taped(loop, shadowed).aug}
         exec(source, scope)
+        numba_abi.start_threads()
         _taped_forwards[key] = numba.njit(parallel=True)(scope["forward"])
     return _taped_forwards[key]
 
@@ -475,14 +480,16 @@ def _build_reverse(loop, shadowed):
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
     exec("\n".join(lines), scope)
+    numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
 
 
 def taped_reverse_function(loop, shadowed):
     """The njit reverse of ``loop``'s chunk call reading the chunks' tapes (the rule's
-    reverse as :func:`reverse_function`, with the tape's address last): the chunks a thread
-    ran forward are reversed together, last first, with that thread's reduction slot and
-    private shadows, so no two threads touch one slot."""
+    reverse as :func:`reverse_function`, with the tape's address last), every chunk on
+    whichever thread takes it: a chunk reads its reduction slot's adjoint from a copy of its
+    own (a sum's slot adjoint leaves a chunk's reverse as it came in), adds into the
+    running thread's private shadows, and is given the slot number its forward used."""
     key = ("taped", loop.call.symbol, tuple(shadowed))
     if key not in _reverses:
         _reverses[key] = _build_taped_reverse(loop, tuple(shadowed))
@@ -496,7 +503,8 @@ def _build_taped_reverse(loop, shadowed):
     floats = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Float)]
     private = [k for k in loop.private if k in shadowed]
     empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
-    shadows = [f"p{k}[slot]" if k in private else f"d{k}" for k in shadowed]
+    shadows = [f"d{k}.copy()" if k in loop.call.reductions else
+               f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
     lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}, tape):",
              f"    head = carray(tape, {_HEAD}, np.int64)",
              "    chunks = head[0]",
@@ -504,20 +512,17 @@ def _build_taped_reverse(loop, shadowed):
              "    per, threads = head[1], head[2]",
              "    lo = np.int64(a0[0])",
              "    n = np.int64(a0[a0.shape[0] // 2]) - lo + 1",
-             "    groups = head[3:3 + chunks].max() + 1"]
-    lines += [f"    p{k} = np.zeros((groups,) + d{k}.shape, d{k}.dtype)" for k in private]
+             "    workers = numba.get_num_threads()"]
+    lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
-    lines += ["    for slot in numba.prange(groups):",
-              "        for c in range(chunks - 1, -1, -1):",
-              "            if head[3 + c] != slot:",
-              "                continue"]
-    lines += ["    " + line for line in _SLOTTED.strip("\n").split("\n")]
-    lines += ["            if first <= last:",
-              f"                out = rev(s, {', '.join(names[1:] + shadows)}, "
-              f"tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
-    lines += [f"                r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines += ["    for c in numba.prange(chunks):", "        slot = head[3 + c]", _SLOTTED.strip("\n"),
+              "        if first <= last:",
+              f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
+    lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
-    scope = {"np": np, "numba": numba, "carray": carray, "rev": taped(loop, shadowed).rev}
+    scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
+             "rev": taped(loop, shadowed).rev}
     exec("\n".join(lines), scope)
+    numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
