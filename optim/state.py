@@ -104,9 +104,10 @@ def _fused_step(state, dup):
 
 def _collect(s, x, dx, path, pending):
     """Gather ``{id(leaf): [leaf, array, gradient]}``, summing the gradients of an array
-    that appears more than once (tied weights share one Leaf)."""
-    if is_float_array(x):
-        if dx is None:
+    that appears more than once (tied weights share one Leaf).  ``path`` is ``(parent's
+    path, key)``, spelled out only in an error."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind != "f" or dx is None:
             return
         if not isinstance(s, Leaf):
             raise TypeError(f"optimiser state at {_where(path)} is {s!r}, not a Leaf; "
@@ -122,12 +123,26 @@ def _collect(s, x, dx, path, pending):
         else:
             pending[id(s)] = [s, x, np.array(dx, dtype=x.dtype, order="C").reshape(-1)]
         return
-    for k, c in children(x):
-        _collect(child(s, k), c, child(dx, k), path + (k,), pending)
+    fields = getattr(type(x), "__tree_fields__", None)
+    if fields is not None:
+        kids = [(k, getattr(x, k)) for k in fields]
+    elif isinstance(x, dict):
+        kids = x.items()
+    elif isinstance(x, (tuple, list)):
+        kids = enumerate(x)
+    else:
+        return
+    for k, c in kids:
+        if isinstance(c, (np.ndarray, dict, tuple, list)) or hasattr(type(c), "__tree_fields__"):
+            _collect(child(s, k), c, child(dx, k), (path, k), pending)
 
 
 def _where(path):
-    return ".".join(map(str, path)) or "the top"
+    keys = []
+    while path:
+        path, key = path
+        keys.append(str(key))
+    return ".".join(reversed(keys)) or "the top"
 
 
 def _leaves(tree):
