@@ -14,6 +14,7 @@ __all__ = ["identity", "relu", "leakyrelu", "elu", "gelu", "swish", "softplus",
 
 
 def identity(x):
+    """``x`` itself: the activation of a layer without one."""
     return x
 
 
@@ -61,6 +62,7 @@ def swish(x):
 
 
 def tanh(x):
+    """``tanh(x)``, elementwise."""
     return np.tanh(x)
 
 
