@@ -13,7 +13,13 @@ chunk of a parallel loop keeps its values on a tape of its own for its reverse
 show what the parallel machinery costs and those at every core what the threads give back.  The digits CNN's training epoch with ``Duplicated`` at both thread counts closes the
 table.
 """
+import importlib.util
+import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
 
 import numba
 import numpy as np
@@ -26,6 +32,7 @@ from . import peers
 from .measure import rel_err
 from .registry import workload
 from .rows import failed, row, skipped
+from .timing import Timing
 
 W = "parallel"
 
@@ -196,10 +203,13 @@ def torch_stencil(torch, flat=False):
 class Case:
     """One kernel: ``args()`` fresh arguments, ``wrt`` how many leading ones are differentiated,
     ``hand`` an optional serial hand-written gradient returning the same tuple, ``torch`` a
-    function of the torch module giving PyTorch's gradient (the same tuple)."""
+    function of the torch module giving PyTorch's gradient (the same tuple), ``jax`` a
+    function of the arguments giving ``(objective in bench.parallel_jax, its arrays, its
+    integers)``."""
 
-    def __init__(self, name, size, source, args, wrt, hand=None, torch=None):
+    def __init__(self, name, size, source, args, wrt, hand=None, torch=None, jax=None):
         self.name, self.size, self.wrt, self.hand, self.torch = name, size, wrt, hand, torch
+        self.jax = jax
         self.parallel, self.serial = numba.njit(parallel=True)(source), numba.njit(source)
         self.args = args
 
@@ -229,14 +239,17 @@ def cases(quick, size):
 
     return [
         Case("GMM log-likelihood", f"n={n}, d={d}, K={K}", gmm_loglik,
-             lambda: (*gmm_params, x), 3, gmm_hand, torch_gmm),
+             lambda: (*gmm_params, x), 3, gmm_hand, torch_gmm, lambda *v: ("gmm", v, ())),
         Case("Lennard-Jones energy", f"{atoms} atoms", lennard_jones, lambda: (pos.copy(),), 1,
-             lambda p: (lennard_jones_gradient(p, np.zeros_like(p)),), torch_lennard_jones),
+             lambda p: (lennard_jones_gradient(p, np.zeros_like(p)),), torch_lennard_jones,
+             lambda p: ("lennard_jones", (p,), ())),
         Case("2-D stencil", f"{m}x{m}, 10 steps", stencil,
-             lambda: (u0.copy(), np.zeros_like(u0), 10), 1, torch=torch_stencil),
+             lambda: (u0.copy(), np.zeros_like(u0), 10), 1, torch=torch_stencil,
+             jax=lambda u, v, steps: ("stencil", (u,), (u.shape[0], steps))),
         Case("2-D stencil, flat index", f"{m}x{m}, 10 steps", flat_stencil,
              lambda: (u0.ravel().copy(), np.zeros(m * m), m, 10), 1,
-             torch=lambda torch: torch_stencil(torch, flat=True)),
+             torch=lambda torch: torch_stencil(torch, flat=True),
+             jax=lambda u, v, p, steps: ("stencil", (u,), (p, steps))),
     ]
 
 
@@ -287,7 +300,8 @@ def case_rows(c, sampler, all_threads):
                         vs_ref=None if hand is None else g / hand, err=err, tol=1e-9,
                         note=f"{grad_at_one / g:.2f}x the speed at 1 thread; "
                              f"checked against parallel=False"))
-    return rows + torch_rows(c, case, sampler, all_threads, expected, hand)
+    return rows + torch_rows(c, case, sampler, all_threads, expected, hand) + \
+        jax_rows(c, case, sampler, all_threads, expected, hand)
 
 
 def torch_rows(c, case, sampler, all_threads, expected, hand):
@@ -353,4 +367,33 @@ def run(config):
         rows += digits_rows(config.sampler, all_threads)
     except Exception as exc:
         rows.append(failed(W, "digits CNN epoch", "layers, Duplicated: train", exc))
+    return rows
+
+
+def jax_rows(c, case, sampler, all_threads, expected, hand):
+    """JAX's jitted gradient at 1 thread and at ``all_threads``, each in a process of its
+    own (``bench.parallel_jax``: XLA reads its thread count at start-up)."""
+    if c.jax is None:
+        return []
+    if importlib.util.find_spec("jax") is None:
+        return [skipped(W, case, "JAX gradient (jit)", peers.why("jax"))]
+    name, arrays, static = c.jax(*c.args())
+    rows, at_one = [], None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "arguments.npz")
+        np.savez(path, static=np.array(static, np.int64), **{f"a{k}": a for k, a in enumerate(arrays)})
+        for threads in sorted({1, all_threads}):
+            label = f"JAX gradient (jit), {threads} thread" + ("s" if threads > 1 else "")
+            done = subprocess.run([sys.executable, "-m", "bench.parallel_jax", path, name, str(threads),
+                                   str(max(5, sampler.repeat))], capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                rows.append(failed(W, case, label, RuntimeError(done.stderr.strip().splitlines()[-1])))
+                continue
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            err = max(rel_err(np.array(g), e) for g, e in zip(out["grads"], expected))
+            timing = Timing(tuple(out["seconds"]), 1, 2)
+            t = timing.stats()["median"]
+            at_one = at_one or t
+            rows.append(row(W, case, label, timing, vs_ref=None if hand is None else t / hand, err=err,
+                            tol=1e-9, note=f"{at_one / t:.2f}x the speed at 1 thread"))
     return rows
