@@ -300,6 +300,30 @@ assert gout is None
 np.testing.assert_allclose(ga, np.sum(x * np.cos(a * x)), rtol=1e-12)
 np.testing.assert_allclose(gx, a * np.cos(a * x), rtol=1e-12)
 """, None),
+    "gradient_taped_parallel_reduction": ("""
+import math
+import numba
+import numpy as np
+import adcore
+from adcore import Const, Duplicated, Reverse
+from numba import prange
+
+@numba.njit(parallel=True)
+def g(x, w):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += math.sin(w[0] * x[i]) * x[i]
+    return s
+
+# first call of the process: the gradient of a never-called kernel with a reduction, whose
+# launchers read the thread's number; its pieces keep tapes
+x, w = np.linspace(-1.0, 2.0, 50), np.array([0.7])
+gx, gw = adcore.gradient(Reverse, g, x, w)
+np.testing.assert_allclose(gx, np.sin(0.7 * x) + 0.7 * x * np.cos(0.7 * x), rtol=1e-12)
+np.testing.assert_allclose(gw, [np.sum(x * x * np.cos(0.7 * x))], rtol=1e-12)
+lines = adcore.compile_gradient(Reverse, g, Duplicated(x, np.zeros(50)), Const(w)).parallel_loops
+assert lines and all("tape of its own" in line for line in lines), lines
+""", None),
     "compile_gradient_native_from_python": (NJIT + """
 g = adcore.compile_gradient(Reverse, f, Active(a), Duplicated(x, dx), Duplicated(out, dout))
 assert g.shadowed == [1, 2]

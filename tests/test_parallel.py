@@ -388,3 +388,32 @@ def test_a_loop_that_prints_prints_once_and_runs_its_reverse_serially(capfd):
     np.testing.assert_allclose(gx, 2 * x, rtol=1e-12)
     compiled = adcore.compile_gradient(Reverse, prints_in_its_loop, Duplicated(x, np.zeros(3)))
     assert any("must not run twice" in line for line in compiled.parallel_loops)
+
+
+def test_the_chunk_tape_guards_see_what_they_look_for():
+    """A chunk's augmented forward may not keep a pointer on its value stack nor read a
+    shadow (the reverse may be given copies; the forward is given no shadows): the checks
+    that send such a loop back to running its iterations again find both."""
+    from adcore.chunk_tape import _keeps_pointers, _reads_parameters
+    kept = ("define internal i32 @c.aug(ptr %a) {\n  call void @ad.push.ptr(ptr %ad.stack, ptr %a)\n"
+            "  ret i32 0\n}\n")
+    plain = kept.replace("@ad.push.ptr(ptr %ad.stack,", "@ad.push.ptr(ptr %ad.rawfrees,")
+    assert _keeps_pointers(kept, "c.aug") and not _keeps_pointers(plain, "c.aug")
+    ir = ("define i32 @c.aug.w(ptr %ret, double %p0, ptr %p1, ptr %p12) {\n"
+          "  %v = load double, ptr %p12\n  ret i32 0\n}\n")
+    assert _reads_parameters(ir, "c.aug.w", [2, 12])
+    assert not _reads_parameters(ir, "c.aug.w", [1, 2])      # %p1 is not %p12
+
+
+def test_a_thread_number_read_outside_the_chunk_function_keeps_no_tape():
+    """``slotted_module`` replaces the chunk function's reads of the thread's number with
+    the word after its schedule, and gives None when another function reads it."""
+    import llvmlite.binding as llvm
+    from adcore.chunk_tape import slotted_module
+    head = ("declare i64 @get_thread_id()\n"
+            "define i32 @chunk(ptr %retptr, ptr %excinfo, ptr %s0, ptr %s1, i64 %s2, i64 %s3, "
+            "ptr %s4, i64 %s5, i64 %s6) {\n  %t = call i64 @get_thread_id()\n  ret i32 0\n}\n")
+    slotted = str(slotted_module(llvm.parse_assembly(head), "chunk"))
+    assert "get_thread_id()" not in slotted.split("define", 1)[1] and "load i64, ptr %t.at" in slotted
+    other = head + "define i64 @other() {\n  %u = call i64 @get_thread_id()\n  ret i64 %u\n}\n"
+    assert slotted_module(llvm.parse_assembly(other), "chunk") is None
