@@ -17,8 +17,9 @@ from .tree import make_zero
 _LAZY = {
     "autodiff": "api", "gradient": "api", "primal_ir": "api", "adjoint_ir": "api",
     "last_cached_bytes": "api", "compile_gradient": "api", "cache_report": "api", "last_compile_report": "timings",
-    "register_rule": "custom_rules", "rule": "custom_rules", "carray": "custom_rules",
-    "from_llvm": "foreign", "jacobian": "forward_api", "hvp": "forward_api", "hessian": "forward_api",
+    "register_rule": "rules.custom", "rule": "rules.custom", "carray": "rules.custom",
+    "from_llvm": "frontend.foreign", "jacobian": "forward.api", "hvp": "forward.api",
+    "hessian": "forward.api",
 }
 
 __all__ = ["ADError", "UnsupportedError", "ActivityError", "CompileError", "LinkError", "Active",
@@ -29,7 +30,7 @@ __all__ = ["ADError", "UnsupportedError", "ActivityError", "CompileError", "Link
 def __getattr__(name):
     if name not in _LAZY:
         raise AttributeError(f"module 'adcore' has no attribute {name!r}")
-    importlib.import_module(".blas_rules", __name__)    # registers the rules of Numba's BLAS calls
+    importlib.import_module(".rules.blas", __name__)    # registers the rules of Numba's BLAS calls
     value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
     globals()[name] = value
     return value

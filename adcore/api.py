@@ -8,11 +8,19 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
-from . import disk_cache, numba_abi, pipeline, repeat_calls
+from . import numba_abi, pipeline
 from .annotations import Active, Annotation, Const, Duplicated, Mode
-from .arguments import annotate, check_plain_argument, distinct as _distinct, is_float_scalar, type_key
-from .capture import argument_types, as_dispatcher
-from .compiled import last_cached_bytes  # noqa: F401  (public)
+from .backend import disk_cache
+from .calling import repeat_calls
+from .calling.arguments import (
+    annotate,
+    check_plain_argument,
+    distinct as _distinct,
+    is_float_scalar,
+    type_key,
+)
+from .frontend.capture import argument_types, as_dispatcher
+from .calling.compiled import last_cached_bytes  # noqa: F401  (public)
 from .errors import ActivityError, UnsupportedError
 
 class _Bounded(OrderedDict):
@@ -131,7 +139,7 @@ def _with_defaults(f, anns):
 
 
 def _remember(key, compiled, entry, args, everything, anns):
-    """Keep the caller of repeat calls like this one (:mod:`adcore.repeat_calls`), when
+    """Keep the caller of repeat calls like this one (:mod:`adcore.calling.repeat_calls`), when
     ``compiled`` can check them; it is forgotten with the compiled gradients (same limit)."""
     call = repeat_calls.checked_caller(compiled, entry, args, everything,
                                        [a.val for a in everything[len(anns):]])
@@ -150,13 +158,13 @@ def autodiff(mode, f, *args, dret=None):
     the returned array (its shadow when the reverse pass starts).  Returns one entry per
     argument (a float for ``Active``, else ``None``); with ``ReverseWithPrimal`` returns
     ``(derivatives, value)``.  ``Forward``/``ForwardWithPrimal``: see
-    :func:`adcore.forward_api.autodiff_forward`.
+    :func:`adcore.forward.api.autodiff_forward`.
     """
     _check_mode(mode, forward_ok=True)
     if mode.forward:
         if dret is not None:
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
-        from .forward_api import autodiff_forward    # builds on this module: imported when first used
+        from .forward.api import autodiff_forward  # builds on this module: imported when first used
         return autodiff_forward(mode, f, *args)
     key = repeat_calls.call_key(("autodiff", mode.with_primal), f, args) if dret is None else None
     call = _repeat.get(key) if key is not None else None
@@ -219,10 +227,10 @@ def compile_gradient(mode, f, *args, dret=None):
 
 def cache_report(f, *args, lines=False):
     """What the reverse pass of ``f`` (arguments annotated as for :func:`autodiff`) caches
-    per iteration of each loop: a :class:`adcore.plan_report.CacheReport`; ``print`` it.
+    per iteration of each loop: a :class:`adcore.plan.report.CacheReport`; ``print`` it.
     ``lines=True`` names source lines, from the kernel compiled again with debug info
     (whose plan may differ a little from the optimised kernel's)."""
-    from .plan_report import build_report
+    from .plan.report import build_report
     ret_activity, args = _split_return_activity(args)
     anns = _with_defaults(f, annotate(args))
     dispatcher = _dispatcher(f)

@@ -1,23 +1,27 @@
 """The differentiation pipeline, stage by stage, in the order data flows.
 
-    capture   capture.py     the kernel's unoptimised LLVM module (Numba's, or foreign IR)
-    clean     cleanup.py     one self-contained scalar function: callees inlined, SSA, loops simplified
-    read      ir.py          adcore's model of that function
-    layout    here           which LLVM parameters are Active, shadowed, seeded; the result struct
-    analyse   cfg.py         control flow: RPO, dominators, loops, induction variables
-              pointers.py    which objects every pointer may point into
-              memory.py      which memory has a shadow; which writes may clobber a load
-              activity.py    varied / useful / active values, and what is refused
-    generate  adjoint.py     the gradient function's IR (values.py: what the reverse pass
-                             recomputes or keeps; snapshots.py: scratch arrays restored per
-                             iteration; exit_values.py: loop counters' end values;
-                             advances.py: header phis run back by a nested loop's trips;
-                             reverse.py, rule_calls.py, shadows.py);
-                             forward mode: forward.py (forward_pipeline.py drives it)
-    compile   native.py      O3 with vectorisation, MCJIT, external symbols checked; the
-                             entry Python calls through ctypes (python_entry.py)
-    stub      native.py      an njit function calling it with Numba's calling convention
-                             (when njit code first needs it, unless Python cannot use the entry)
+    capture   frontend/capture.py   the kernel's unoptimised LLVM module (Numba's, or
+                                    foreign IR: frontend/foreign.py)
+    clean     frontend/cleanup.py   one self-contained scalar function: callees inlined,
+                                    SSA, loops simplified
+    read      ir/model.py           adcore's model of that function
+    layout    here                  which LLVM parameters are Active, shadowed, seeded;
+                                    the result struct
+    analyse   analysis/             control flow (cfg.py), pointer bases (pointers.py),
+                                    shadowed memory and clobbers (memory.py), activity and
+                                    refusals (activity.py)
+    plan      plan/                 what the reverse pass keeps or recomputes (values.py,
+                                    cache_cut.py), scratch arrays copied or refilled
+                                    (snapshots.py, replays.py), loop order (loop_order.py)
+    generate  reverse/generator.py  the gradient function's IR (one instruction's reverse:
+                                    reverse/instructions.py; rules: rules/); forward mode:
+                                    forward/generator.py (forward/pipeline.py drives it)
+    compile   backend/native.py     O3 with vectorisation, MCJIT, external symbols checked;
+                                    the entry Python calls through ctypes
+                                    (calling/python_entry.py)
+    stub      backend/native.py     an njit function calling it with Numba's calling
+                                    convention (when njit code first needs it, unless
+                                    Python cannot use the entry)
 
 :func:`differentiate` runs them all; :func:`primal` stops after ``read`` (what
 ``adcore.primal_ir`` shows).  Const arrays that receive derivatives get scratch shadows:
@@ -27,22 +31,26 @@ import itertools
 
 from numba.core import types as nbtypes
 
-from . import custom_rules, native, numba_abi, parallel_loops, python_entry
-from .activity import Activity
-from .adjoint import AdjointGenerator, Analyses, Spec, gradient_module
+from . import numba_abi
+from .analysis.activity import Activity
+from .analysis.cfg import ControlFlow
+from .analysis.memory import Clobbers, ShadowedMemory
+from .analysis.pointers import UNKNOWN, PointerBases
 from .annotations import Active, Const, Duplicated
-from .calls import Callees
-from .capture import capture
-from .cfg import ControlFlow
-from .cleanup import clean
-from .compiled import CompiledGradient
-from .constructs import in_user_words
+from .backend import native
+from .calling import python_entry
+from .calling.compiled import CompiledGradient
 from .errors import ActivityError, UnsupportedError
-from .index_signs import array_sizes, remove_negative_index_tests
-from .ir import read_function, source_locations
-from .memory import Clobbers, ShadowedMemory
-from .pointers import UNKNOWN, PointerBases
-from .rules import is_differentiable_call, is_pure_call
+from .frontend.capture import capture
+from .frontend.cleanup import clean
+from .frontend.constructs import in_user_words
+from .frontend.index_signs import array_sizes, remove_negative_index_tests
+from .ir.model import read_function, source_locations
+from .reverse import parallel_loops
+from .reverse.calls import Callees
+from .reverse.generator import AdjointGenerator, Analyses, Spec, gradient_module
+from .rules import custom as custom_rules
+from .rules.scalar import is_differentiable_call, is_pure_call
 from .timings import compiling, stage
 
 _counter = itertools.count()
@@ -51,7 +59,7 @@ _counter = itertools.count()
 class Primal:
     """The cleaned primal: its kernel (types, symbol, context), module and IR model
     (``parfors``: how a ``parallel=True`` kernel's parallel loops are lowered, as
-    :func:`adcore.capture.capture` takes it)."""
+    :func:`adcore.frontend.capture.capture` takes it)."""
 
     def __init__(self, dispatcher, argtypes, parfors="loops"):
         with stage("capture"):
@@ -155,7 +163,7 @@ def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds
     """Stage ``analyse``, with the scratch-shadow fixed point: returns ``(spec, analyses,
     scratch)``, ``scratch`` the Const array arguments given internal shadows (those a
     pointer may reach together with shadowed memory, and those that receive derivatives).
-    ``callees``: the functions differentiated as calls (:class:`adcore.calls.Callees`), else
+    ``callees``: the functions differentiated as calls (:class:`adcore.reverse.calls.Callees`), else
     ``rule_of`` (default: the custom rules) finds the calls a generator handles itself;
     ``seeds`` are values that carry derivatives besides the Active arguments."""
     func, args = primal_.func, primal_.func.args
@@ -193,7 +201,7 @@ class NativeParts:
     the symbol and :class:`native.Compiled`, the stub's argument types (``types``) and
     their LLVM parameter types (``flat``, per argument), those of its result struct
     (``fields``), the result's Numba type, the shadow layout checks, and the arrays its
-    entry from Python takes (``kinds``: :func:`adcore.python_entry.array_kinds`; None
+    entry from Python takes (``kinds``: :func:`adcore.calling.python_entry.array_kinds`; None
     without an entry)."""
 
     def __init__(self, symbol, compiled, types, flat, fields, result, same_layout, kinds):
@@ -206,7 +214,7 @@ def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None,
     """Stages capture to generate: ``(primal, layout, generator, gradient module IR,
     scratch)`` (the generator's ``cache_plan()`` is what :func:`adcore.cache_report` shows).
     A ``parallel=True`` kernel's parallel loops get a reverse on Numba's threads
-    (``parfors="calls"``, :mod:`adcore.parallel_loops`) where that is exactly the serial
+    (``parfors="calls"``, :mod:`adcore.reverse.parallel_loops`) where that is exactly the serial
     gradient, else the kernel is differentiated with them lowered as loops (``"loops"``);
     the generator's ``parallel_loops`` says which it did and why."""
     if parfors is None:

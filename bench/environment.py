@@ -113,7 +113,7 @@ def collect(load_at_start=None):
 
 def math():
     """The math functions adcore's compiled code calls (no fast-math flag is set anywhere)."""
-    from adcore import vector_math
+    from adcore.backend import vector_math
     if vector_math.ENABLED:
         return ("adcore's gradients: glibc's libmvec for vectorised tanh/exp/log/sin/cos "
                 "(4 ulp), libm elsewhere; Numba's own code: libm")

@@ -6,7 +6,7 @@ time and one row of Q_k (x_i - mu_k) for all n points at once: points are the in
 contiguous loop (``xt`` is x transposed, (d, n), read-only data), so every inner loop is n
 long. The scratch ``z`` (n,) holds one row of Q_k (x_i - mu_k) for every point and is
 overwritten for every (component, row); ``main`` (K, n) the per-point log-likelihood terms.
-Checked against ``bench.gmm``'s kernels in ``tests/test_bench_gmm_points.py``.
+Checked against ``bench.gmm``'s kernels in ``tests/bench/test_bench_gmm_points.py``.
 """
 import math
 

@@ -21,7 +21,7 @@ float32 model) are compiled with ``error_model="numpy"`` (no zero-divisor branch
 their Adam loops vectorise), no
 fastmath anywhere; ``tanh`` is libm's scalar ``tanhf`` in the first hand-written loop,
 glibc's libmvec ``_ZGVdN8v_tanhf`` (8 lanes, 4 ulp) in the second and in adcore's gradient
-(``adcore.vector_math``).
+(``adcore.backend.vector_math``).
 
 Each runs one epoch per call (the hand-written loop ``HAND_EPOCHS`` per call), timed side by
 side in samples of several calls after a warm-up call; times are scaled to 1000 epochs (the epochs run differ between variants, so the

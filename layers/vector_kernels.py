@@ -10,7 +10,7 @@ elements left over in one more vector call whose lanes are read and written one 
 buffers reserving whole vectors (``staging.lower.LINE_BYTES``): then ``n`` is rounded up
 and the last vector runs into their reserved tails.  adcore differentiates the
 intrinsics with its rule table, and maps them to libmvec in the gradient
-(:mod:`adcore.vector_math`); elsewhere they are LLVM's.  (Ending with a whole vector that
+(:mod:`adcore.backend.vector_math`); elsewhere they are LLVM's.  (Ending with a whole vector that
 overlaps the one before, as :func:`libmvec_map_kernel` does, makes the reverse pass read
 the outputs' shadows in vectors that straddle the narrower stores before them, which the
 processor cannot forward: stalls that showed in the seed model's `train` under load.)
@@ -22,7 +22,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from adcore import vector_math
+from adcore.backend import vector_math
 
 OPS = vector_math.FUNCTIONS          # the ops libmvec implements, staged in vectors
 VECTOR_BYTES = 32

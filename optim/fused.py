@@ -17,8 +17,8 @@ import weakref
 import numba
 import numpy as np
 
-from adcore.fastcall import FixedArray, numba_caller
-from adcore.guard_code import used_bindings
+from adcore.calling.fastcall import FixedArray, numba_caller
+from adcore.calling.guard_code import used_bindings
 from adcore.numba_abi import native_function
 from adcore.tree import child, children, is_float_array, is_node
 
@@ -73,7 +73,7 @@ class Plan:
 
     def _builtin(self):
         """``native(addresses, hyperparameters)`` as a builtin of no arguments (both arrays
-        compiled in, each array the addresses point at checked; :mod:`adcore.fastcall`)
+        compiled in, each array the addresses point at checked; :mod:`adcore.calling.fastcall`)
         returning None for a changed array, or the njit call when it cannot be made."""
         argtypes = (numba.typeof(self.addresses), numba.typeof(self.hyperparameters))
         address, restype = native_function(self.native, argtypes)

@@ -104,3 +104,25 @@ def test_no_import_cycles():
                     seen.add(nxt)
                     stack.append((nxt, path + [nxt]))
     assert not cycles, cycles
+
+
+STAGES = ["frontend", "ir", "analysis", "rules", "plan", "reverse", "forward", "backend",
+          "calling", "tape", "distributed"]
+TOP_LEVEL = {"__init__.py", "api.py", "pipeline.py", "annotations.py", "errors.py", "tree.py",
+             "timings.py", "numba_abi.py", "known_functions.py"}
+
+
+def test_adcore_is_its_stages_with_a_few_shared_modules_at_the_top():
+    """The tree shows the pipeline: modules live in a stage's folder, and only the entry
+    points and what every stage shares sit at the top (a new flat module fails here)."""
+    top = {p.name for p in (ROOT / "adcore").iterdir() if p.suffix == ".py"}
+    folders = {p.name for p in (ROOT / "adcore").iterdir() if (p / "__init__.py").exists()}
+    assert top == TOP_LEVEL, sorted(top ^ TOP_LEVEL)
+    assert folders == set(STAGES), sorted(folders ^ set(STAGES))
+
+
+def test_the_tests_mirror_the_packages():
+    """Each of adcore's stages, ``layers`` and ``optim`` has its folder of tests."""
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    expected = (set(STAGES) - {"ir"}) | {"layers", "optim", "bench"}
+    assert folders == expected, sorted(folders ^ expected)

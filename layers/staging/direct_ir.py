@@ -27,8 +27,8 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from adcore import numba_abi
-from adcore.capture import Kernel
-from adcore.emit import float_const
+from adcore.frontend.capture import Kernel
+from adcore.ir.writer import float_const
 
 from optim.rules import like
 

@@ -12,8 +12,8 @@ or the tuple of values the driver needs; a variant returns the driver's call on 
 import numpy as np
 
 from adcore.annotations import Const, Duplicated
-from adcore.code_reads import library
-from adcore.guard_code import used_bindings
+from adcore.backend.code_reads import library
+from adcore.calling.guard_code import used_bindings
 from adcore.errors import ActivityError
 from adcore.tree import FrozenDict, child, is_node
 

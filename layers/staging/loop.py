@@ -25,9 +25,10 @@ import numpy as np
 from numba.core import types
 
 import optim
-from adcore import disk_cache, native, numba_abi
+from adcore import numba_abi
+from adcore.backend import disk_cache, native
 from adcore.errors import LinkError
-from adcore.fastcall import row_copier
+from adcore.calling.fastcall import row_copier
 from adcore.timings import stage
 from adcore.tree import child
 from optim.addresses import address
@@ -80,7 +81,7 @@ class _Stack:
     when one differs in type, shape or dtype from the first) and keeps the items;
     ``refresh`` copies again the arrays of those very items (a tuple cannot change, nor
     can a scalar; an array can, in place, and is checked again), through a builtin that
-    checks and copies them all (``adcore.fastcall.row_copier``, one per layout of the
+    checks and copies them all (``adcore.calling.fastcall.row_copier``, one per layout of the
     refilled arrays) when they are plain arrays."""
 
     def __init__(self, n, samples):

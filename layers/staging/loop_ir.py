@@ -1,7 +1,7 @@
 """``train``'s loop written as LLVM IR: no Numba compile of a loop of its own.
 
 ``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
-adcore's entry from Python calls it, :mod:`adcore.python_entry`).  ``table`` is the
+adcore's entry from Python calls it, :mod:`adcore.calling.python_entry`).  ``table`` is the
 address of an int64 array of the addresses of every array the loop reaches.  Parameters
 and states of groups whose steps run once over them all (``LoopSpec.copy_in``) are copied
 into buffers of the loop's own at the start and back at every exit.  Per step, over the
@@ -24,8 +24,8 @@ import numpy as np
 from numba.core import types
 
 from adcore import numba_abi
-from adcore.emit import float_const
-from adcore.fastcall import array_fields
+from adcore.ir.writer import float_const
+from adcore.calling.fastcall import array_fields
 from adcore.numba_abi import flat_types, target_context
 
 # Numba's status codes of a call: success, and success returning None (others fail)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from adcore import vector_math
+from adcore.backend import vector_math
 from adcore.errors import UnsupportedError
 from adcore.tape import RULES
 from adcore.tape.numpy_api import PLAIN_UFUNCS

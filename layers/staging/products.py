@@ -5,7 +5,7 @@ arrays viewing the flat buffers (``kernels.matrix_c``, ``matrix_f`` when the vie
 column-major) into a fresh slice of the workspace, through ``kernels.dot_into``, which
 Numba keeps in its cache (its compile of ``np.dot`` for new layouts is 0.1 s of a first
 gradient); adcore differentiates the BLAS call
-with its own rules (``adcore.blas_rules``), so forward and reverse run at BLAS speed.
+with its own rules (``adcore.rules.blas``), so forward and reverse run at BLAS speed.
 Smaller products (the seed model's 1x23 layers) stay loops (``kernels.gemm``, written into the program, summing
 in the result's dtype as BLAS does), which
 LLVM specialises on their static sizes and which cost no call overhead.  An operand

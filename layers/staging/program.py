@@ -18,7 +18,8 @@ import numpy as np
 
 from adcore import tape
 from adcore.annotations import Const, Duplicated
-from adcore import ReverseWithPrimal, compile_gradient, fastcall
+from adcore import ReverseWithPrimal, compile_gradient
+from adcore.calling import fastcall
 from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
@@ -88,7 +89,7 @@ def _zero(a):
 
 class Exclusive:
     """The lock of a compiled program's buffers; while it is held, ``busy[0]`` is 1, and
-    the native repeat call (which never waits, see ``adcore.fastcall``) refuses to run."""
+    the native repeat call (which never waits, see ``adcore.calling.fastcall``) refuses to run."""
 
     def __init__(self):
         self._lock, self.busy = threading.Lock(), np.zeros(1, np.int64)
@@ -437,7 +438,7 @@ _NOT_CONTIGUOUS = ("a Duplicated model's arrays must be writeable C-contiguous a
 
 def _fast_slots(args, samples, dsamples, flat, dflat, zeroing):
     """How each driver argument reaches the gradient through its builtin caller
-    (:func:`adcore.fastcall.numba_caller`): the program's arguments, then the shadows
+    (:func:`adcore.calling.fastcall.numba_caller`): the program's arguments, then the shadows
     (zeroed as ``zeroing`` says)."""
     zero = {Zeroing.ON_REQUEST: "on_request", Zeroing.ALWAYS: "always", Zeroing.NEVER: None}
     slots = []
@@ -454,7 +455,7 @@ def _fast_slots(args, samples, dsamples, flat, dflat, zeroing):
 
 
 class _FastCaller:
-    """The gradient's builtins (:mod:`adcore.fastcall`): ``fast``, which the repeat call
+    """The gradient's builtins (:mod:`adcore.calling.fastcall`): ``fast``, which the repeat call
     calls without the program's lock and which refuses while the lock is held, and, for
     ``run`` under the lock, one that does not look at the lock's flag (``make_held()``,
     compiled at the first such call).  When a builtin refuses the arguments (one not

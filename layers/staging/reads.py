@@ -28,7 +28,7 @@ import types
 import numba
 import numpy as np
 
-from adcore.code_reads import global_reads, library
+from adcore.backend.code_reads import global_reads, library
 from adcore.errors import UnsupportedError
 from adcore.tape.tracked import Tracked
 

@@ -1,0 +1,2 @@
+"""From IR to native code: optimisation and vectorisation, MCJIT, vector math, and the
+disk cache of compiled gradients."""

@@ -1,0 +1,279 @@
+"""From gradient IR to a callable: O3 with vectorisation (not of very large loops), MCJIT,
+and a Numba stub.
+
+The gradient function follows Numba's calling convention, so a Numba ``@intrinsic``
+can call it like any compiled function: the stub's own exception handling re-raises a
+kernel's Python exception, and the call costs a native call plus argument unboxing.
+MCJIT hands over the object code it emits (kept for the on-disk cache).  Python calls a
+gradient through ctypes and an entry compiled with it (:mod:`adcore.calling.python_entry`), no
+Numba compile needed; the stub is made when njit code needs it.
+"""
+import re
+import threading
+
+import llvmlite.binding as llvm
+import numba
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .. import numba_abi
+from . import vector_math
+from ..calling.python_entry import entry_ir, entry_name
+from ..errors import ActivityError, LinkError
+from .loop_hints import without_vectorising_large_loops
+from ..numba_abi import target_machine
+
+_lock = threading.Lock()
+_engine = None
+_objects = {}      # module name (its gradient's symbol) -> the object code MCJIT emitted
+_defined = {}      # symbol -> address, of every gradient in the engine
+
+# Compiler-runtime builtins LLVM's code generator may call (``llvm.powi`` becomes
+# ``__powi?f2``) that a Python process need not contain: x^n by repeated squaring.
+_BUILTINS = {"__powidf2": "double", "__powisf2": "float"}
+_POWI = """
+define {t} @{name}({t} %x, i32 %n) {{
+entry:
+  %neg = icmp slt i32 %n, 0
+  %minus = sub i32 0, %n
+  %e0 = select i1 %neg, i32 %minus, i32 %n
+  br label %head
+head:
+  %r = phi {t} [ 1.0, %entry ], [ %r2, %body ]
+  %b = phi {t} [ %x, %entry ], [ %b2, %body ]
+  %e = phi i32 [ %e0, %entry ], [ %e2, %body ]
+  %done = icmp eq i32 %e, 0
+  br i1 %done, label %exit, label %body
+body:
+  %bit = and i32 %e, 1
+  %odd = icmp ne i32 %bit, 0
+  %rb = fmul {t} %r, %b
+  %r2 = select i1 %odd, {t} %rb, {t} %r
+  %b2 = fmul {t} %b, %b
+  %e2 = lshr i32 %e, 1
+  br label %head
+exit:
+  %inv = fdiv {t} 1.0, %r
+  %y = select i1 %neg, {t} %inv, {t} %r
+  ret {t} %y
+}}
+"""
+
+
+def optimise(module):
+    """Full O3 with loop and SLP vectorisation (loops marked by :mod:`adcore.backend.loop_hints`
+    excepted from loop vectorisation)."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(target_machine(), pto)
+    pb.getModulePassManager().run(module, pb)
+
+
+def _start_engine(runtime=True):
+    """The process-wide MCJIT engine, created on first use together with what generated
+    code links against: Numba's runtime (``NRT_*``, registered when Numba first compiles;
+    only its C functions when not ``runtime``, for object code from the disk cache).  The
+    compiler builtins missing from the process come when code needs them."""
+    global _engine
+    if runtime:
+        numba_abi.start_runtime()
+    else:
+        numba_abi.register_runtime_symbols()
+    if _engine is None:
+        _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+        _engine.set_object_cache(lambda module, data: _objects.__setitem__(module.name, data))
+    return _engine
+
+
+def _provide_builtins(engine, names):
+    """Compile the builtins among ``names`` that the process lacks (once)."""
+    missing = {n: t for n, t in _BUILTINS.items() if n in names and not llvm.address_of_symbol(n)}
+    if missing:
+        module = llvm.parse_assembly("".join(_POWI.format(name=n, t=t) for n, t in missing.items()))
+        module.name = "builtins"
+        engine.add_module(module)
+        engine.finalize_object()
+        for name in missing:
+            llvm.add_symbol(name, engine.get_function_address(name))
+
+
+_REFERENCE = re.compile(r'@("[^"]*"|[-\w.$]+)')
+_NOT_A_USE = re.compile(r"^declare .*$|personality ptr @\S+", re.M)   # unwinding only
+
+
+def unresolved_symbols(module, text):
+    """External functions ``module`` (whose IR is ``text``) uses (calls, or takes the
+    address of) that neither LLVM nor this process defines."""
+    _start_engine(numba_abi.needs_runtime_library(f.name for f in module.functions
+                                                  if f.is_declaration))
+    used = set(_REFERENCE.findall(_NOT_A_USE.sub("", text)))
+    return sorted(f.name for f in module.functions
+                  if f.is_declaration and not f.name.startswith("llvm.") and
+                  (f.name in used or f'"{f.name}"' in used) and not llvm.address_of_symbol(f.name))
+
+
+def keep_only(module, symbol):
+    """Make every definition but ``symbol`` (and its entry from Python) internal and drop
+    what it does not use (the primal kernel the gradient module carries along, the Python
+    wrappers of linked rule reverses, say), before optimising."""
+    for value in [*module.functions, *module.global_variables]:
+        if not value.is_declaration and value.name not in (symbol, entry_name(symbol)):
+            value.linkage = "internal"
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(module, llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options()))
+
+
+class Compiled:
+    """What :func:`compile_ir` made: the optimised IR text, the object code, and the
+    external symbols that code links against.  ``holds_process_addresses`` is set when the
+    IR was given addresses of this process (Numba environments bound for ``print``)."""
+
+    holds_process_addresses = False
+
+    def __init__(self, ir, obj, externals):
+        self.ir, self.object, self.externals = ir, obj, externals
+
+
+def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False, python_entry=None):
+    """Parse, optimise (unless ``text`` is ``optimised`` already) and JIT-compile ``text``;
+    register ``symbol`` for Numba to link against.
+
+    ``link(name)`` may give the module defining a function ``text`` declares, to be
+    compiled in (so that the object code is whole); ``entry`` names the function of
+    ``text`` to rename ``symbol``; ``python_entry``, ``(flat, kinds, same_layout)`` of
+    :func:`adcore.calling.python_entry.entry_ir`, adds the entry through which Python calls
+    ``symbol`` (its address: :func:`entry_address`).  Only these stay visible.  Every
+    external function the module calls must exist in the process (else :class:`LinkError`
+    naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise
+    resolve it to address 0.  Returns a :class:`Compiled`."""
+    module = llvm.parse_assembly(text if optimised else
+                                 vector_math.before_optimising(without_vectorising_large_loops(text)))
+    module.verify()
+    module.name = symbol
+    if entry is not None:
+        module.get_function(entry).name = symbol
+    for name in [fn.name for fn in module.functions if fn.is_declaration]:
+        part = link(name) if link else None
+        if part is not None:
+            module.link_in(part)
+            # a private copy: no later module may resolve ``name`` to it (it loses
+            # the calling convention its declaration states once internal)
+            module.get_function(name).name = f"{name}.in.{symbol}"
+    keep_only(module, symbol)
+    if not optimised:
+        optimise(module)
+        vector_math.after_optimising(module)
+    if python_entry is not None:          # after O3: the function is not inlined into it
+        module.link_in(llvm.parse_assembly(entry_ir(symbol, *python_entry)))
+    with _lock:
+        externals = sorted(f.name for f in module.functions
+                           if f.is_declaration and not f.name.startswith("llvm."))
+        # code calling only the runtime's C functions needs no compile of Numba's runtime
+        # library (20 ms of a first gradient made without Numba)
+        engine = _start_engine(numba_abi.needs_runtime_library(externals))
+        if any(f.name.startswith("llvm.powi.") for f in module.functions):
+            externals = sorted(externals + list(_BUILTINS))   # what code generation makes of it
+        _provide_builtins(engine, externals)
+        ir = str(module)
+        missing = unresolved_symbols(module, ir)
+        if missing:
+            raise LinkError(missing, owner)
+        engine.add_module(module)
+        engine.finalize_object()
+        _define(engine, symbol)
+    return Compiled(ir, _objects.pop(symbol, None), externals)
+
+
+def _define(engine, symbol):
+    """Register ``symbol`` (and its entry from Python, when the engine has one)."""
+    _defined[symbol] = engine.get_function_address(symbol)
+    llvm.add_symbol(symbol, _defined[symbol])
+    address = engine.get_function_address(entry_name(symbol))
+    if address:
+        _defined[entry_name(symbol)] = address
+
+
+def is_defined(symbol):
+    """Whether the engine has code for ``symbol`` (compiled or loaded in this process)."""
+    return symbol in _defined
+
+
+def entry_address(symbol):
+    """The address of the entry through which Python calls ``symbol``, or None."""
+    return _defined.get(entry_name(symbol))
+
+
+def load_object(data, symbol, externals):
+    """Add object code defining ``symbol`` (a gradient's, from the disk cache) to the
+    engine and return its address; None, loading nothing, when one of the ``externals``
+    it links against is missing from this process."""
+    with _lock:
+        if symbol in _defined:
+            return _defined[symbol]
+        engine = _start_engine(runtime=False)
+        _provide_builtins(engine, externals)
+        if not all(llvm.address_of_symbol(name) for name in externals):
+            return None
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+        if not engine.get_function_address(symbol):
+            return None
+        _define(engine, symbol)
+        return _defined[symbol]
+
+
+def stub_call(symbol, argtypes, restype, same_layout=()):
+    """An intrinsic ``call(*args)`` for njit code: it calls the native ``symbol`` with
+    Numba's calling convention for arguments of ``argtypes`` (those given are converted
+    to them; arguments that cannot be are a typing error) and returns ``restype``,
+    re-raising the kernel's exception; for each ``(i, j, what)`` in ``same_layout`` it
+    raises :class:`ActivityError` unless arrays ``i`` and ``j`` have the same shape and
+    strides: wrong arguments never reach the native code."""
+    sig = restype(*argtypes)
+
+    def codegen(context, builder, signature, args):
+        for i, j, what in same_layout:
+            _check_same_layout(context, builder, (signature.args[i], args[i]),
+                               (signature.args[j], args[j]), f"{what} must have the shape and strides of its array")
+        fnty = context.call_conv.get_function_type(signature.return_type, signature.args)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+        status, out = context.call_conv.call_function(
+            builder, fn, signature.return_type, signature.args, args)
+        with builder.if_then(status.is_error, likely=False):
+            context.call_conv.return_status_propagate(builder, status)
+        return out
+
+    def typer(typingctx, *given):
+        if len(given) == len(argtypes) and all(
+                typingctx.can_convert(g, t) is not None for g, t in zip(given, argtypes)):
+            return sig, codegen
+        return None
+
+    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    scope = {"typer": typer}
+    exec(f"def call_typer(typingctx, {names}):\n    return typer(typingctx, {names})\n", scope)
+    return intrinsic(scope["call_typer"])
+
+
+def make_stub(symbol, argtypes, restype, same_layout=()):
+    """An njit function ``stub(*args)`` doing what :func:`stub_call` does, compiled for
+    exactly ``argtypes`` (other types are a ``TypeError``) and without a C wrapper."""
+    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    scope = {"call": stub_call(symbol, argtypes, restype, same_layout)}
+    exec(f"def stub({names}):\n    return call({names})\n", scope)
+    return numba.njit(restype(*argtypes), no_cfunc_wrapper=True)(scope["stub"])
+
+
+def _check_same_layout(context, builder, first, second, message):
+    """Code raising ActivityError(``message``) unless arrays ``first`` and ``second``
+    (each ``(Numba type, value)``) have the same shape and strides."""
+    (ty_a, a), (ty_b, b) = first, second
+    a, b = context.make_array(ty_a)(context, builder, a), context.make_array(ty_b)(context, builder, b)
+    fields_a = cgutils.unpack_tuple(builder, a.shape) + cgutils.unpack_tuple(builder, a.strides)
+    fields_b = cgutils.unpack_tuple(builder, b.shape) + cgutils.unpack_tuple(builder, b.strides)
+    differ = cgutils.false_bit
+    for x, y in zip(fields_a, fields_b):
+        differ = builder.or_(differ, builder.icmp_signed("!=", x, y))
+    with builder.if_then(differ, likely=False):
+        context.call_conv.return_user_exc(builder, ActivityError, (message,))

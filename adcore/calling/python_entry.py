@@ -1,0 +1,205 @@
+"""Calling native code from Python through ctypes, with numpy arrays passed as objects.
+
+A function following Numba's calling convention takes each array as its flattened
+fields (meminfo, parent, nitems, itemsize, data, shape, strides).  Flattening them in
+Python costs about 3 us per array (``a.ctypes.data``) and ctypes' conversion of every
+field as much again; instead, an *entry* compiled with the function takes each array as
+a ``PyObject *``, reads its fields from numpy's array struct, checks its number of
+dimensions, dtype and contiguity, and calls the function: a call costs about what
+Numba's own dispatch of an njit function costs, and needs no Numba compile.
+"""
+import ctypes
+import pickle
+
+import numpy as np
+from numba.core import types as nbtypes
+from numba.np.numpy_support import as_dtype
+
+from ..errors import ActivityError
+
+# numpy's PyArrayObject and PyArray_Descr (numpy 1.x and 2.x alike): byte offsets
+_DATA, _NDIM, _DIMS, _STRIDES, _DESCR, _FLAGS = 16, 24, 32, 40, 56, 64
+_BYTEORDER, _TYPE_NUM = 26, 28
+_CONTIGUOUS = {"C": 1, "F": 2, "A": 0}        # NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_F_CONTIGUOUS
+_WRONG_ARRAY = -1000                           # status: -1000 - k, argument k is not its type
+_WRONG_LAYOUT = -2000                          # status: -2000 - q, pair q of same_layout differs
+
+_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+           "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
+           "double": ctypes.c_double, "float": ctypes.c_float}
+
+
+def entry_name(symbol):
+    """The entry's symbol for native function ``symbol``."""
+    return f"{symbol}.py"
+
+
+def array_kinds(numba_types):
+    """Per argument, ``[ndim, numpy type numbers, contiguity flags, itemsize, dtype name]``
+    of an array (the type numbers of every dtype that is its dtype: int64 is both
+    ``long`` and ``long long``), else None; None when an argument is neither an array nor
+    a number or bool."""
+    kinds = []
+    for t in numba_types:
+        if isinstance(t, nbtypes.Array):
+            d = as_dtype(t.dtype)
+            nums = sorted({np.dtype(c).num for c in np.typecodes["All"] if np.dtype(c) == d})
+            kinds.append([t.ndim, nums, _CONTIGUOUS[t.layout], d.itemsize, d.name])
+        elif isinstance(t, (nbtypes.Number, nbtypes.Boolean)):
+            kinds.append(None)
+        else:
+            return None
+    return kinds
+
+
+def callable_from_python(flat, fields):
+    """Whether an entry can pass parameters of LLVM types ``flat`` (per argument) and
+    ctypes read a result struct of LLVM ``fields``."""
+    return all(t in _CTYPES for group in flat for t in group) and all(t in _CTYPES for t in fields)
+
+
+def entry_ir(symbol, flat, kinds, same_layout=()):
+    """LLVM IR of the entry of ``symbol`` (which it declares): ``i32 (ptr retptr, ptr
+    excinfo, ...)`` taking a ``PyObject *`` for each array argument (``kinds[k]`` not
+    None) and each scalar as ``flat[k]``; returns ``symbol``'s status, or
+    ``_WRONG_ARRAY - k`` when array ``k`` has not the dimensions, dtype, byte order or
+    contiguity of ``kinds[k]``, or ``_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
+    of ``same_layout[q] = (i, j, what)`` differ in shape or strides."""
+    params, flattened, body = [], [], []
+    for k, (group, kind) in enumerate(zip(flat, kinds)):
+        if kind is None:
+            params.append(f"{group[0]} %s{k}")
+            flattened.append(f"{group[0]} %s{k}")
+            continue
+        ndim, nums, contiguity, itemsize, _ = kind
+        a = f"%a{k}"
+        params.append(f"ptr {a}")
+        body += [f"  {a}.ndp = getelementptr i8, ptr {a}, i64 {_NDIM}",
+                 f"  {a}.nd = load i32, ptr {a}.ndp",
+                 f"  {a}.descrp = getelementptr i8, ptr {a}, i64 {_DESCR}",
+                 f"  {a}.descr = load ptr, ptr {a}.descrp",
+                 f"  {a}.nump = getelementptr i8, ptr {a}.descr, i64 {_TYPE_NUM}",
+                 f"  {a}.num = load i32, ptr {a}.nump",
+                 f"  {a}.orderp = getelementptr i8, ptr {a}.descr, i64 {_BYTEORDER}",
+                 f"  {a}.order = load i8, ptr {a}.orderp",
+                 f"  {a}.flagsp = getelementptr i8, ptr {a}, i64 {_FLAGS}",
+                 f"  {a}.flags = load i32, ptr {a}.flagsp",
+                 f"  {a}.layout = and i32 {a}.flags, {contiguity}",
+                 f"  {a}.ok = icmp eq i32 {a}.nd, {ndim}",
+                 f"  {a}.ok.order = icmp ne i8 {a}.order, {ord('>')}",    # little-endian hosts
+                 f"  {a}.ok.layout = icmp eq i32 {a}.layout, {contiguity}"]
+        body.append(f"  {a}.is = icmp eq i32 {a}.num, {nums[0]}")
+        dtype_ok = f"{a}.is"
+        for n in nums[1:]:                               # int64 is two type numbers
+            body += [f"  {a}.is{n} = icmp eq i32 {a}.num, {n}",
+                     f"  {a}.or{n} = or i1 {dtype_ok}, {a}.is{n}"]
+            dtype_ok = f"{a}.or{n}"
+        previous = f"{a}.ok"
+        for q, check in enumerate([f"{a}.ok.order", f"{a}.ok.layout", dtype_ok]):
+            body.append(f"  {a}.ok{q} = and i1 {previous}, {check}")
+            previous = f"{a}.ok{q}"
+        body += [f"  br i1 {previous}, label %good{k}, label %wrong{k}",
+                 f"wrong{k}:",
+                 f"  ret i32 {_WRONG_ARRAY - k}",
+                 f"good{k}:",
+                 f"  {a}.datap = getelementptr i8, ptr {a}, i64 {_DATA}",
+                 f"  {a}.data = load ptr, ptr {a}.datap",
+                 f"  {a}.dimsp = getelementptr i8, ptr {a}, i64 {_DIMS}",
+                 f"  {a}.dims = load ptr, ptr {a}.dimsp",
+                 f"  {a}.stridesp = getelementptr i8, ptr {a}, i64 {_STRIDES}",
+                 f"  {a}.strides = load ptr, ptr {a}.stridesp"]
+        count = "1"
+        for i in range(ndim):
+            body += [f"  {a}.shp{i} = getelementptr i64, ptr {a}.dims, i64 {i}",
+                     f"  {a}.sh{i} = load i64, ptr {a}.shp{i}",
+                     f"  {a}.stp{i} = getelementptr i64, ptr {a}.strides, i64 {i}",
+                     f"  {a}.st{i} = load i64, ptr {a}.stp{i}",
+                     f"  {a}.n{i} = mul i64 {count}, {a}.sh{i}"]
+            count = f"{a}.n{i}"
+        flattened += ["ptr null", "ptr null", f"i64 {count}", f"i64 {itemsize}", f"ptr {a}.data"]
+        flattened += [f"i64 {a}.sh{i}" for i in range(ndim)] + [f"i64 {a}.st{i}" for i in range(ndim)]
+    for q, (i, j, _) in enumerate(same_layout):
+        fields = [f"sh{d}" for d in range(kinds[i][0])] + [f"st{d}" for d in range(kinds[i][0])]
+        differ = "false"
+        for f in fields:
+            body += [f"  %l{q}.{f} = icmp ne i64 %a{i}.{f}, %a{j}.{f}",
+                     f"  %l{q}.{f}.any = or i1 {differ}, %l{q}.{f}"]
+            differ = f"%l{q}.{f}.any"
+        body += [f"  br i1 {differ}, label %layout{q}, label %same{q}",
+                 f"layout{q}:", f"  ret i32 {_WRONG_LAYOUT - q}", f"same{q}:"]
+    types = ", ".join(["ptr", "ptr"] + [t for group in flat for t in group])
+    return "\n".join(
+        [f'declare i32 @"{symbol}"({types})',
+         f'define i32 @"{entry_name(symbol)}"(ptr %ret, ptr %exc, {", ".join(params)}) {{',
+         "entry:"] + body +
+        [f'  %status = call i32 @"{symbol}"(ptr %ret, ptr %exc, {", ".join(flattened)})',
+         "  ret i32 %status", "}", ""])
+
+
+class EntryCall:
+    """``call(*arguments)`` of a native function through its entry at ``address`` (see
+    :func:`entry_ir`): arrays as objects, scalars as ``flat`` says.  ``fields`` are the
+    LLVM types of the result struct; for each ``(i, j, what)`` in ``same_layout``, arrays
+    ``i`` and ``j`` must have the same shape and strides (else :class:`ActivityError`; the
+    entry checks it, made with the same ``same_layout``).
+    Returns the result tuple; re-raises an exception the function raised; a TypeError for
+    an argument of another type than the function was compiled for.  The call is one
+    generated Python function (no loops over the arguments) and a ctypes call that keeps
+    the GIL (the entry runs no Python)."""
+
+    def __init__(self, address, flat, fields, kinds, same_layout=()):
+        params = [ctypes.py_object if kind is not None else _CTYPES[group[0]]
+                  for group, kind in zip(flat, kinds)]
+        function = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, *params)(address)
+        result = type("Result", (ctypes.Structure,),
+                      {"_fields_": [(f"f{k}", _CTYPES[t]) for k, t in enumerate(fields)]})
+        self.kinds, self.same_layout = kinds, same_layout
+        names = [f"a{k}" for k in range(len(flat))]
+        arrays = [names[k] for k, kind in enumerate(kinds) if kind is not None]
+        lines = [f"def call({', '.join(names)}):"]
+        if arrays:
+            lines += [f"    if not ({' and '.join(f'isinstance({a}, ndarray)' for a in arrays)}):",
+                      f"        raise not_arrays(({', '.join(names)},))"]
+        lines += ["    out, exc = Result(), c_void_p()",
+                  f"    status = function(byref(out), byref(exc){''.join(', ' + x for x in names)})",
+                  "    if status:",
+                  f"        raise error(status, exc.value, ({', '.join(names)},))",
+                  f"    return ({''.join(f'out.f{k}, ' for k in range(len(fields)))})"]
+        scope = dict(ndarray=np.ndarray, Result=result,
+                     c_void_p=ctypes.c_void_p, byref=ctypes.byref, function=function,
+                     error=self._error, not_arrays=self._not_arrays)
+        exec("\n".join(lines) + "\n", scope)
+        self.call, self.function = scope["call"], function
+
+    def __call__(self, *args):
+        return self.call(*args)
+
+    def _not_arrays(self, args):
+        k = next(k for k, kind in enumerate(self.kinds) if kind is not None and not isinstance(args[k], np.ndarray))
+        return TypeError(f"argument {k} must be a numpy array, got {type(args[k]).__name__}")
+
+    def _error(self, status, excinfo, args):
+        if 0 <= _WRONG_LAYOUT - status < len(self.same_layout):
+            return ActivityError(f"{self.same_layout[_WRONG_LAYOUT - status][2]} must have the shape "
+                                 f"and strides of its array")
+        k = _WRONG_ARRAY - status
+        if 0 <= k < len(self.kinds) and self.kinds[k] is not None:
+            ndim, _, contiguity, _, dtype = self.kinds[k]
+            layout = {1: "C-contiguous ", 2: "Fortran-contiguous "}.get(contiguity, "")
+            return TypeError(f"argument {k} must be a {layout}{ndim}-d {dtype} array in native "
+                             f"byte order, as compiled; got a {args[k].ndim}-d {args[k].dtype} array")
+        return kernel_exception(excinfo)
+
+
+def kernel_exception(excinfo):
+    """The Python exception a kernel raised: Numba's ``excinfo`` points at the pickled
+    ``(class, arguments, location...)`` of a static exception and its length."""
+    if excinfo:
+        pointer, size = ctypes.cast(excinfo, ctypes.POINTER(ctypes.c_void_p))[0], \
+            ctypes.cast(excinfo + 8, ctypes.POINTER(ctypes.c_int32))[0]
+        try:
+            info = pickle.loads(ctypes.string_at(pointer, size))
+            return info[0](*info[1])
+        except Exception:        # noqa: BLE001  (a dynamic exception: its class is all we know)
+            pass
+    return RuntimeError("the kernel raised an exception inside its gradient")

@@ -1,0 +1,2 @@
+"""Forward mode: tangent functions, ``autodiff(Forward, ...)``, jacobians and
+second derivatives."""

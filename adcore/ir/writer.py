@@ -1,0 +1,184 @@
+"""Writing LLVM IR text: fresh names, typed constants, declarations, and a small typed
+expression helper that derivative rules are written with."""
+import math
+import re
+import struct
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from .model import label, vector_shape
+
+
+def float_const(type_, value):
+    """An exact LLVM literal for ``value`` in ``type_`` (float constants use the
+    hexadecimal double form LLVM requires; vectors are splats)."""
+    shape = vector_shape(type_)
+    if shape:
+        return "zeroinitializer" if value == 0 and math.copysign(1.0, value) > 0 \
+            else f"splat ({shape[1]} {float_const(shape[1], value)})"
+    if type_ == "float":
+        value = float(np.float32(value))
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+
+
+# The flags of adjoint sums (d += ...): their order is free, so LLVM may vectorise them, and
+# the sign of a zero sum is not part of a derivative, so ``0.0 + d`` folds to ``d`` (the
+# reverse of ``a[i] += v`` resets the shadow to 0.0, then adds the load's adjoint back).
+SUM = "reassoc nsz"
+
+
+_ALIGN = re.compile(r", align (\d+)")
+
+
+def alignment(instr):
+    """``", align N"`` of the primal load or store ``instr``, for the access of its shadow
+    (which is laid out as its memory): without it LLVM assumes a vector type's own
+    alignment (32 bytes for ``<8 x float>``) and may emit aligned moves that fault."""
+    m = _ALIGN.search(instr.text)
+    return f", align {m.group(1)}" if m else ", align 1"
+
+
+def adjoint_zero(type_):
+    """The start value of an adjoint held in a register: -0.0, the exact identity of
+    ``fadd`` (x + -0.0 = x for every x, so LLVM folds the first ``+=`` away; x + 0.0 is not
+    foldable: it turns -0.0 into 0.0)."""
+    return float_const(type_, -0.0)
+
+
+def is_finite_literal(value):
+    """True for a scalar float literal (``2.5``, ``0x4004000000000000``) that is finite."""
+    text = str(value)
+    try:
+        number = struct.unpack("<d", struct.pack("<Q", int(text, 16)))[0] if text.startswith("0x") \
+            else float(text)
+    except ValueError:
+        return False
+    return np.isfinite(number)
+
+
+class GeneratorBase:
+    """What the adjoint and tangent generators share: ``self.e`` (an :class:`Emitter`),
+    ``self.allocas`` (the entry block's allocas) and ``self.spec`` (naming the kernel)."""
+
+    def unsupported(self, instr, detail):
+        return UnsupportedError(f"'{instr.text}'", self.spec.pyname, detail, instr.location)
+
+    def alloca(self, type_, hint):
+        ref = self.e.fresh(hint)
+        self.allocas.append(f"  {ref} = alloca {type_}")
+        return ref
+
+
+class Emitter:
+    """Collects lines of one LLVM function and hands out fresh local names."""
+
+    def __init__(self, taken):
+        self.taken = set(taken)
+        self.counter = 0
+        self.lines = []
+        self.declarations = {}
+
+    def fresh(self, hint="t"):
+        while True:
+            self.counter += 1
+            name = f"ad.{hint}.{self.counter}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return "%" + name
+
+    def __call__(self, text, hint="t"):
+        """Emit ``%new = text`` and return ``%new``."""
+        ref = self.fresh(hint)
+        self.lines.append(f"  {ref} = {text}")
+        return ref
+
+    def line(self, text):
+        self.lines.append(f"  {text}")
+
+    def label(self, name):
+        self.lines.append(label(name[1:] if name.startswith("%") else name))
+
+    def declare(self, name, text):
+        self.declarations[name] = text
+
+
+INTRINSICS = {"sin", "cos", "exp", "exp2", "log", "log2", "log10", "sqrt", "fabs", "pow",
+              "copysign", "floor", "ceil", "trunc", "minnum", "maxnum", "fma"}
+
+
+class Expr:
+    """Typed arithmetic on IR values, used by the derivative rules.
+
+    Arguments are IR references (``%x`` or literals) or lazy values whose ``str``
+    emits their materialisation on first use."""
+
+    def __init__(self, emitter, type_):
+        self.e, self.t = emitter, type_
+        shape = vector_shape(type_)
+        element = shape[1] if shape else type_
+        self.s = ("f64" if element == "double" else "f32") if not shape else \
+            f"v{shape[0]}{'f64' if element == 'double' else 'f32'}"
+        self.vector = shape is not None
+
+    def c(self, value):
+        return float_const(self.t, value)
+
+    def _bin(self, op, a, b):
+        return self.e(f"{op} {self.t} {a}, {b}")
+
+    def add(self, a, b):
+        return self._bin("fadd", a, b)
+
+    def sub(self, a, b):
+        return self._bin("fsub", a, b)
+
+    def mul(self, a, b):
+        return self._bin("fmul", a, b)
+
+    def div(self, a, b):
+        return self._bin("fdiv", a, b)
+
+    def neg(self, a):
+        return self.e(f"fneg {self.t} {a}")
+
+    def square(self, a):
+        return self.mul(a, a)
+
+    def select(self, cond, a, b):
+        shape = vector_shape(self.t)
+        ctype = f"<{shape[0]} x i1>" if shape else "i1"
+        return self.e(f"select {ctype} {cond}, {self.t} {a}, {self.t} {b}")
+
+    def unless_zero(self, dy, value):
+        """``value``, or 0 where the adjoint ``dy`` is 0: a zero adjoint never becomes NaN
+        through an infinite partial derivative (0·∞).  Written ``select (dy != 0), value, 0``
+        (``une``: NaN keeps ``value``, as ``oeq`` would): added to an accumulator, LLVM makes
+        it one add under the mask ``dy != 0`` instead of an add and a masked move back."""
+        return self.select(self.fcmp("une", dy, self.c(0)), value, self.c(0))
+
+    def scale(self, dy, d):
+        """``dy·d``, and 0 where ``dy`` is 0 (see :meth:`unless_zero`; no test is needed
+        when ``d`` is a finite constant)."""
+        if getattr(d, "op", None) is not None and d.op.is_const and is_finite_literal(d.op.ref):
+            return self.mul(dy, d)
+        return self.unless_zero(dy, self.mul(dy, d))
+
+    def fcmp(self, pred, a, b):
+        return self.e(f"fcmp {pred} {self.t} {a}, {b}")
+
+    def cast(self, op, a, to):
+        return self.e(f"{op} {self.t} {a} to {to}")
+
+    def call(self, name, *args):
+        """Call math function ``name`` (an LLVM intrinsic when one exists, else libm)."""
+        if name in INTRINSICS:
+            symbol = f"llvm.{name}.{self.s}"
+        elif self.vector:
+            raise UnsupportedError(f"{name} on {self.t}", None, "no vector form of this function")
+        else:
+            symbol = name if self.t == "double" else name + "f"
+        params = ", ".join([self.t] * len(args))
+        self.e.declare(symbol, f"declare {self.t} @{symbol}({params})")
+        typed = ", ".join(f"{self.t} {a}" for a in args)
+        return self.e(f"call {self.t} @{symbol}({typed})")

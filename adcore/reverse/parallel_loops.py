@@ -1,0 +1,528 @@
+"""The reverse pass of Numba's parallel loops, run on Numba's threads (Enzyme's treatment of
+OpenMP's outlined regions).
+
+Numba outlines the body of a parallel loop (a parfor: a ``prange`` loop, a reduction, a
+parallel array expression) into a *chunk function* ``chunk(sched, inputs..., reduction
+arrays...)`` that runs the iterations ``sched[0] .. sched[ndim]`` of the outermost loop.
+For reverse mode adcore lowers the kernel with each parfor as one call of its chunk
+function over the whole range (:func:`adcore.numba_abi.parfors_as_calls`), keeps those
+calls as calls, and gives each a rule.  Its forward splits the range into chunks (up to 8
+per thread) run on Numba's threading layer (``prange``), each through the augmented
+forward of the chunk function (:mod:`adcore.reverse.chunk_tape`), which keeps the chunk's values on
+a tape of its own; its reverse runs each chunk's reverse from that tape, on whichever
+thread takes it.  No value stack is shared between threads.  Where a chunk cannot keep a
+tape (:func:`taped`), the reverse runs adcore's own gradient of the chunk function on each
+chunk instead: the chunk's iterations again (they read what they read the first time),
+then their reverse.
+
+A loop is run this way only when that is exactly the serial gradient (:func:`plan`):
+
+* every array the chunk writes it writes only at the loop index ``out[i]`` (so chunks
+  write disjoint elements, and their shadows too) and does not read;
+* an array it reads is not written by the loop, nor after it by the kernel (adcore's check
+  of custom-rule operands); its shadow receives only additions: a shared shadow where
+  every read is at the loop index, else one private zeroed shadow per chunk, added up
+  after the loop (a parameter read by every iteration, ``x[idx[i]]``);
+* a reduction (``s += ...``) is a sum: its per-thread slot's adjoint is the same for every
+  thread, whichever thread runs a chunk's reverse;
+* no two of the kernel's arrays that reach the loop share memory (the kernel's arrays are
+  distinct, and each is passed whole, not as a view of another).
+
+A loop that does not qualify is differentiated serially: its chunk call, over the whole
+range, is inlined like any callee.  Where the kernel's arrays may share memory, or an array
+a loop reads is overwritten after it, the kernel is differentiated with all its parallel
+loops lowered as loops (serially), which is always exact.  The plan report
+(``adcore.cache_report``) and a compiled gradient's ``parallel_loops`` say which loops run
+their reverse on threads, and why the others do not.
+"""
+import itertools
+import os
+
+import numba
+import numpy as np
+from numba.core import types as nbtypes
+from numba.np.numpy_support import as_dtype
+
+from .. import numba_abi
+from ..frontend.capture import Kernel, unoptimised_module
+from ..ir.model import gep_element_type
+from ..rules.custom import carray
+from ..rules.scalar import is_pure_call
+from .value_stack import FRAME_BYTES
+
+_counter = itertools.count()
+_reverses = {}           # (chunk symbol, shadowed arrays) -> njit reverse
+
+
+class ChunkKernel:
+    """A parallel loop's chunk function, as a kernel adcore differentiates."""
+
+    def __init__(self, call, pyname):
+        self.call = call
+        self.__name__ = f"the parallel loop at line {call.line} of {pyname}"
+
+    def _adcore_capture(self, argtypes):
+        cres = self.call.cres
+        return Kernel(tuple(argtypes), nbtypes.none, self.call.symbol, unoptimised_module(cres.library),
+                      self.__name__, cres.target_context, numba_abi.typed_variables(cres),
+                      cres.environment)
+
+
+class LoopPlan:
+    """What :func:`plan` found for one parallel loop: ``reason`` (None when its reverse runs
+    in parallel), ``written`` / ``private`` / ``shared`` (positions among the chunk
+    function's arguments of the arrays it writes, of those read elsewhere than at the loop
+    index, and of those read only there)."""
+
+    def __init__(self, call, kernel, reason=None, written=(), private=(), shared=()):
+        self.call, self.kernel, self.reason = call, kernel, reason
+        self.written, self.private, self.shared = tuple(written), tuple(private), tuple(shared)
+
+    @property
+    def parallel(self):
+        return self.reason is None
+
+    def describe(self, taped=False):
+        """One line for the plan report; ``taped``: the chunks keep their values on tapes."""
+        where = f"parallel loop at line {self.call.line}"
+        if not self.parallel:
+            return f"{where}: reverse runs serially ({self.reason})"
+        how = "each chunk keeps its values on a tape of its own" if taped else \
+            "each chunk's iterations run again before their reverse"
+        return (f"{where}: reverse runs on Numba's threads; arrays accessed only at the loop "
+                f"index or reduced (shared shadows): {len(self.written) + len(self.shared)}, "
+                f"read elsewhere (a private shadow per thread, added after the loop): "
+                f"{len(self.private)}; {how}")
+
+
+def _groups(func, ctx, argtypes):
+    """``[(Numba type, LLVM arguments)]`` of a Numba-ABI function's flattened parameters."""
+    starts, end = numba_abi.argument_starts(ctx, argtypes)
+    return [(t, func.args[a:b]) for t, a, b in zip(argtypes, starts, starts[1:] + [end])]
+
+
+def _loop_index(func, sched_data):
+    """The outermost loop's counter: the phi ``i = phi [sched[0], entry], [i + 1, latch]``."""
+    starts = {i for i in func.instructions() if i.opcode == "load" and i.operands
+              and i.operands[0].defn is sched_data}
+    for i in func.instructions():
+        if i.opcode == "phi" and len(i.operands) == 2 and any(o.defn in starts for o in i.operands):
+            step = next(o.defn for o in i.operands if o.defn not in starts)
+            if getattr(step, "opcode", None) == "add" and step.operands[0].defn is i \
+                    and step.operands[1].ref == "1":
+                return i
+    return None
+
+
+def _uses(func):
+    users = {}
+    for i in func.instructions():
+        for k, o in enumerate(i.operands):
+            if o.defn is not None:
+                users.setdefault(id(o.defn), []).append((i, k))
+    return users
+
+
+def _accesses(users, data, index):
+    """``(reads, writes, reads elsewhere, writes elsewhere)`` through array data pointer
+    ``data``; "elsewhere": at an element other than ``data[index]``.  None when the pointer
+    escapes (stored, passed to a call, compared)."""
+    reads = writes = far_reads = far_writes = False
+    stack = [(data, True, None)]
+    while stack:
+        ptr, far, element = stack.pop()
+        for user, k in users.get(id(ptr), []):
+            if user.opcode == "getelementptr" and k == 0:
+                step = user.operands[1].defn if len(user.operands) == 2 else False
+                if ptr is data:
+                    at_index = _same_value(step, index)
+                else:                    # data[i] then Numba's wrap of a negative i: no move
+                    at_index = not far and _wraps(step, index) and gep_element_type(user) == element
+                stack.append((user, not at_index, gep_element_type(user)))
+            elif user.opcode == "load" and k == 0:       # an access of another width reaches
+                reads = True                             # the next element
+                far_reads = far_reads or far or user.type != element
+            elif user.opcode == "store" and k == 1:
+                writes = True
+                far_writes = far_writes or far or user.operands[0].type != element
+            else:
+                return None
+    return reads, writes, far_reads, far_writes
+
+
+def _repeatable(call):
+    """Whether running ``call`` again (the reverse reruns the loop's iterations) changes
+    nothing the user sees: math, LLVM intrinsics, Numba's reference counts and allocations,
+    the thread number."""
+    callee = call.callee or ""
+    return is_pure_call(call) or callee.startswith(("llvm.", "NRT_")) or callee == "get_thread_id"
+
+
+def _wraps(defn, index):
+    """Whether ``defn`` is Numba's wrap-around of a negative index ``i``, ``i < 0 ? n : 0``:
+    zero for the loop index, which the split ranges keep nonnegative (:data:`_SPLIT`)."""
+    if getattr(defn, "opcode", None) != "select" or defn.operands[2].ref != "0":
+        return False
+    test = defn.operands[0].defn
+    return (getattr(test, "opcode", None) == "icmp" and " slt " in test.text
+            and _same_value(test.operands[0].defn, index) and test.operands[1].ref == "0")
+
+
+def _same_value(defn, index):
+    while defn is not None and getattr(defn, "opcode", None) in ("sext", "zext"):
+        defn = defn.operands[0].defn
+    return defn is index
+
+
+def plan(chunk_primal, kernel):
+    """The :class:`LoopPlan` of the parallel loop of ``kernel`` (a :class:`ChunkKernel`) from
+    its chunk function's cleaned IR."""
+    call = kernel.call
+    func, ctx = chunk_primal.func, chunk_primal.kernel.context
+    groups = _groups(func, ctx, call.argtypes)
+    data = numba_abi.DATA
+    sched = groups[0][1][data]
+    index = _loop_index(func, sched)
+    if index is None:
+        return LoopPlan(call, kernel, "its loop counter was not found")
+    effect = next((i for i in func.instructions() if i.opcode == "call" and not _repeatable(i)), None)
+    if effect is not None:          # its reverse runs the iterations again: printed twice, ...
+        return LoopPlan(call, kernel, f"the loop body calls {numba_abi.python_name(effect.callee)}, which "
+                                      f"must not run twice")
+    users = _uses(func)
+    written, private, shared = [], [], []
+    for k, (t, args) in enumerate(groups[1:], 1):
+        if isinstance(t, nbtypes.Array):
+            found = _accesses(users, args[data], index)
+            if found is None:
+                return LoopPlan(call, kernel, f"argument {k} of the loop body escapes")
+            reads, writes, far_reads, far_writes = found
+            if k in call.reductions:
+                if call.reductions[k] not in _SUMS:
+                    return LoopPlan(call, kernel, "a reduction other than a sum")
+                written.append(k)
+            elif writes and (reads or far_writes):
+                return LoopPlan(call, kernel, "an array written elsewhere than at the loop index, "
+                                              "or read and written")
+            elif writes:
+                written.append(k)
+            elif reads and t.dtype in (nbtypes.float32, nbtypes.float64):
+                (private if far_reads else shared).append(k)
+        elif not isinstance(t, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
+            return LoopPlan(call, kernel, f"an argument of type {t}")
+    return LoopPlan(call, kernel, None, written, private, shared)
+
+
+def _sums():
+    import operator
+    return (operator.iadd, operator.isub, operator.add, operator.sub)
+
+
+_SUMS = _sums()
+
+
+def one_thread():
+    """True when Numba runs on one thread (``NUMBA_NUM_THREADS=1``): a reverse on threads
+    would only run the loops' iterations twice."""
+    return numba.config.NUMBA_NUM_THREADS == 1
+
+
+class Serial(Exception):
+    """The kernel's parallel loops cannot all run their reverse on threads: ``plans`` says why."""
+
+    def __init__(self, plans):
+        super().__init__("; ".join(plans))
+        self.plans = plans
+
+
+def serial_reason(err):
+    """Why the kernel's parallel loops are differentiated serially, from the error that
+    differentiating them as chunk calls raised."""
+    if "overwritten after the call" in str(err):
+        why = "an array a parallel loop reads is overwritten after the loop"
+    elif isinstance(err, NotImplementedError):
+        why = "a parallel loop writes a scalar read after it (a race variable)"
+    else:
+        why = getattr(err, "detail", "") or str(err)
+    return f"parallel loops: reverse runs serially ({why})"
+
+
+def plans(kernel):
+    """The :class:`LoopPlan` of each parallel loop of ``kernel`` (lowered as chunk calls);
+    the calls of those whose reverse can run on threads are bound to their rule, the others
+    are inlined by the cleanup (the chunk function over the whole range: the serial loop)."""
+    from ..rules import custom as custom_rules
+    from ..pipeline import primal
+    found = []
+    for call in kernel.chunk_calls:
+        chunk = ChunkKernel(call, kernel.pyname)
+        found.append(plan(primal(chunk, call.argtypes), chunk))
+    for p in found:
+        if p.parallel:
+            starts, _ = numba_abi.argument_starts(kernel.context, p.call.argtypes)
+            custom_rules.bind_parallel_loop(p, _only_written(p, kernel.context),
+                                            [starts[k] + numba_abi.DATA for k in p.written])
+    return found
+
+
+def _only_written(loop, context):
+    """Operand positions of the chunk call that its reverse does not read: the return slot,
+    excinfo, every array's meminfo and parent, and the data of the arrays it writes."""
+    starts, end = numba_abi.argument_starts(context, loop.call.argtypes)
+    read = {starts[k] + numba_abi.DATA for k, t in enumerate(loop.call.argtypes)
+            if isinstance(t, nbtypes.Array) and k not in loop.written}
+    return tuple(k for k in range(end) if k not in read)
+
+
+def check_distinct(loops, primal_, pointers):
+    """:class:`Serial` unless, at every chunk call, the arrays passed are distinct objects
+    (no two point into the same argument or allocation; none of unknown origin)."""
+    from ..analysis.pointers import UNKNOWN
+    symbols = {p.call.symbol: p for p in loops if p.parallel}
+    ctx = primal_.kernel.context
+    for instr in primal_.func.instructions():
+        loop = symbols.get(instr.callee) if instr.opcode == "call" else None
+        if loop is None:
+            continue
+        starts, _ = numba_abi.argument_starts(ctx, loop.call.argtypes)
+        seen = set()
+        for k, t in enumerate(loop.call.argtypes):
+            if not isinstance(t, nbtypes.Array) or k == 0:
+                continue
+            bases = pointers.bases(instr.operands[starts[k] + numba_abi.DATA])
+            if bases == UNKNOWN or any(id(b) in seen for b in bases):
+                raise Serial([f"parallel loop at line {loop.call.line}: arrays it receives may "
+                              f"share memory"])
+            seen |= {id(b) for b in bases}
+
+
+# -- the forward pass: the chunk function on every thread ----------------------------------
+_forwards = {}           # chunk symbol -> njit forward
+
+
+# A loop's range in ``per`` chunks per thread, handed out in turn (thread t, holding a
+# contiguous block of chunk numbers, runs ranges t, t + threads, ...), so that loops whose
+# iterations grow or shrink (a triangle of pairs) share the work evenly.
+_SPLIT = """
+    lo = np.int64(a0[0])
+    hi = np.int64(a0[a0.shape[0] // 2])
+    n = hi - lo + 1
+    workers = numba.get_num_threads()
+    threads = workers if lo >= 0 else 1    # a negative index wraps: one piece, the serial loop
+    per = max(1, min(8, n // threads))
+    chunks = threads * per
+"""
+_CHUNK = """
+        r = (c % per) * threads + c // per
+        first = lo + (n * r) // chunks
+        last = lo + (n * (r + 1)) // chunks - 1
+        s = a0.copy()
+        s[0] = first
+        s[a0.shape[0] // 2] = last
+"""
+
+
+def forward_function(loop):
+    """The njit function running ``loop``'s chunk function on Numba's threads, one range
+    per thread, with the chunk function's own arguments (what the gradient's forward pass
+    calls instead of the whole range on one thread)."""
+    if loop.call.symbol not in _forwards:
+        names = ", ".join(f"a{k}" for k in range(len(loop.call.argtypes)))
+        rest = ", ".join(f"a{k}" for k in range(1, len(loop.call.argtypes)))
+        source = (f"def forward({names}):" + _SPLIT +
+                  "    if n <= 0:\n        return\n"
+                  "    for c in numba.prange(chunks):" + _CHUNK +
+                  f"        if first <= last:\n            run((s, {rest}))\n")
+        scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call)}
+        exec(source, scope)
+        numba_abi.start_threads()
+        _forwards[loop.call.symbol] = numba.njit(parallel=True)(scope["forward"])
+    return _forwards[loop.call.symbol]
+
+
+def forward_call(gen, instr, rule):
+    """The forward pass's call of a parallel loop's chunk function: the same arguments, to
+    :func:`forward_function` (or, where the reverse reads the chunks' tapes, to
+    :func:`taped_forward_function` with the tape's address)."""
+    from ..rules.custom import native_symbol
+    tape = gen.loop_tapes.get(instr)
+    if tape is None:
+        symbol, _ = native_symbol(forward_function(rule.loop), rule.argtypes)
+        params = ", ".join(o.type for o in instr.operands)
+        gen.e.declare(symbol, f"declare i32 @{symbol}({params})")
+        return gen.copy_text(instr).replace(f"@{instr.callee}(", f"@{symbol}(", 1)
+    address, shadowed = tape
+    symbol, _ = native_symbol(taped_forward_function(rule.loop, shadowed),
+                              list(rule.argtypes) + [nbtypes.int64])
+    gen.e.declare(symbol, f"declare i32 @{symbol}({', '.join(o.type for o in instr.operands)}, i64)")
+    args = ", ".join(f"{o.type} {o.ref}" for o in instr.operands)
+    return f"{instr.ref} = call i32 @{symbol}({args}, i64 {address})"
+
+
+# -- tapes: each chunk's values kept for its reverse (adcore.reverse.chunk_tape) --------------------
+_tapes = {}              # (chunk symbol, shadowed arrays) -> TapedChunk or None
+_taped_forwards = {}     # (chunk symbol, shadowed arrays) -> njit forward
+_MAX_CHUNKS = 8 * numba.config.NUMBA_NUM_THREADS       # _SPLIT: at most 8 chunks a thread
+_HEAD = 3 + _MAX_CHUNKS  # words: chunks, per, threads, then the thread each chunk ran on
+
+
+def tape_bytes():
+    """Bytes of a parallel loop's tape: its head, then each chunk's frame stacks."""
+    return 8 * _HEAD + _MAX_CHUNKS * FRAME_BYTES
+
+
+def taped(loop, shadowed):
+    """``loop``'s chunk function split at a tape of its own for the arrays ``shadowed``
+    (:func:`adcore.reverse.chunk_tape.taped_chunk`), or None: then its reverse runs each chunk's
+    iterations again.  ``ADCORE_CHUNK_TAPES=0`` turns tapes off."""
+    key = (loop.call.symbol, tuple(shadowed))
+    if key not in _tapes:
+        from .chunk_tape import taped_chunk
+        _tapes[key] = None if os.environ.get("ADCORE_CHUNK_TAPES", "1") == "0" else \
+            taped_chunk(loop.kernel, _annotations(loop.call.argtypes, shadowed), loop.call.argtypes,
+                        tuple(shadowed))
+    return _tapes[key]
+
+
+# A chunk's range, as _CHUNK, in a schedule followed by the reduction slot its iterations use
+# (chunk_tape.slotted_module): the thread that runs its forward.
+_SLOTTED = """
+        r = (c % per) * threads + c // per
+        first = lo + (n * r) // chunks
+        last = lo + (n * (r + 1)) // chunks - 1
+        m = a0.shape[0]
+        buf = np.empty(m + 1, a0.dtype)
+        s = buf[:m]
+        s[:] = a0
+        s[0] = first
+        s[m // 2] = last
+        buf[m] = slot
+"""
+
+
+def taped_forward_function(loop, shadowed):
+    """The njit function running ``loop``'s chunks on Numba's threads as
+    :func:`forward_function`, each chunk through its augmented forward onto its own tape
+    ``forward(args..., tape)``, and noting in the tape's head which thread ran it."""
+    key = (loop.call.symbol, tuple(shadowed))
+    if key not in _taped_forwards:
+        names = [f"a{k}" for k in range(len(loop.call.argtypes))]
+        passed = ", ".join(names[1:] + [f"a{k}" for k in shadowed])
+        source = (f"def forward({', '.join(names)}, tape):" + _SPLIT +
+                  f"    head = carray(tape, {_HEAD}, np.int64)\n"
+                  "    head[0] = chunks if n > 0 else 0\n"
+                  "    head[1] = per\n"
+                  "    head[2] = threads\n"
+                  "    if n <= 0:\n        return\n"
+                  "    for c in numba.prange(chunks):\n"
+                  "        slot = thread_id()\n" + _SLOTTED +
+                  "        head[3 + c] = slot\n"
+                  "        if first <= last:\n"
+                  f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES})\n")
+        scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
+                 "aug": taped(loop, shadowed).aug}
+        exec(source, scope)
+        numba_abi.start_threads()
+        _taped_forwards[key] = numba.njit(parallel=True)(scope["forward"])
+    return _taped_forwards[key]
+
+
+# -- the reverse: one gradient of the chunk function per thread ----------------------------
+def reverse_function(loop, shadowed):
+    """The njit reverse of ``loop``'s chunk call, for the arrays ``shadowed`` (their
+    positions among the chunk function's arguments): called as a custom rule's reverse
+    ``reverse(args..., shadow per array argument)``; returns the adjoints of the float
+    scalar arguments (a tuple) or None."""
+    key = (loop.call.symbol, tuple(shadowed))
+    if key not in _reverses:
+        _reverses[key] = _build_reverse(loop, tuple(shadowed))
+    return _reverses[key]
+
+
+def _annotations(argtypes, shadowed):
+    from ..annotations import Active, Const, Duplicated
+    anns = []
+    for k, t in enumerate(argtypes):
+        if isinstance(t, nbtypes.Array):
+            sample = np.zeros((1,) * t.ndim, dtype=as_dtype(t.dtype))
+            anns.append(Duplicated(sample, sample.copy()) if k in shadowed else Const(sample))
+        elif isinstance(t, nbtypes.Float):
+            anns.append(Active(0.0))
+        else:
+            anns.append(Const(0))
+    return anns
+
+
+def _build_reverse(loop, shadowed):
+    from .. import pipeline
+    from ..annotations import Const
+    argtypes = loop.call.argtypes
+    grad = pipeline.differentiate(loop.kernel, _annotations(argtypes, shadowed), argtypes, Const, True,
+                                  parfors="loops")
+    if list(grad.shadowed) != list(shadowed):
+        raise Serial([f"parallel loop at line {loop.call.line}: its gradient needs shadows of "
+                      f"arrays the kernel does not differentiate"])
+    names = [f"a{k}" for k in range(len(argtypes))]
+    arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+    floats = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Float)]
+    private = [k for k in loop.private if k in shadowed]
+    empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
+    lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}):" + _SPLIT.rstrip("\n"),
+             "    if n <= 0:", f"        return {empty}"]
+    lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
+    call_shadows = [f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
+    lines += ["    for c in numba.prange(chunks):" + _CHUNK.rstrip("\n"),
+              "        if first <= last:",
+              f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
+    lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
+    lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
+    scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
+    exec("\n".join(lines), scope)
+    numba_abi.start_threads()
+    return numba.njit(parallel=True)(scope["reverse"])
+
+
+def taped_reverse_function(loop, shadowed):
+    """The njit reverse of ``loop``'s chunk call reading the chunks' tapes (the rule's
+    reverse as :func:`reverse_function`, with the tape's address last), every chunk on
+    whichever thread takes it: a chunk reads its reduction slot's adjoint from a copy of its
+    own (a sum's slot adjoint leaves a chunk's reverse as it came in), adds into the
+    running thread's private shadows, and is given the slot number its forward used."""
+    key = ("taped", loop.call.symbol, tuple(shadowed))
+    if key not in _reverses:
+        _reverses[key] = _build_taped_reverse(loop, tuple(shadowed))
+    return _reverses[key]
+
+
+def _build_taped_reverse(loop, shadowed):
+    argtypes = loop.call.argtypes
+    names = [f"a{k}" for k in range(len(argtypes))]
+    arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
+    floats = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Float)]
+    private = [k for k in loop.private if k in shadowed]
+    empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
+    shadows = [f"d{k}.copy()" if k in loop.call.reductions else
+               f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
+    lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}, tape):",
+             f"    head = carray(tape, {_HEAD}, np.int64)",
+             "    chunks = head[0]",
+             "    if chunks <= 0:", f"        return {empty}",
+             "    per, threads = head[1], head[2]",
+             "    lo = np.int64(a0[0])",
+             "    n = np.int64(a0[a0.shape[0] // 2]) - lo + 1",
+             "    workers = numba.get_num_threads()"]
+    lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
+    lines += ["    for c in numba.prange(chunks):", "        slot = head[3 + c]", _SLOTTED.strip("\n"),
+              "        if first <= last:",
+              f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
+    lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
+    lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
+    scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
+             "rev": taped(loop, shadowed).rev}
+    exec("\n".join(lines), scope)
+    numba_abi.start_threads()
+    return numba.njit(parallel=True)(scope["reverse"])

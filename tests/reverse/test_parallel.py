@@ -1,0 +1,419 @@
+"""Kernels compiled with ``numba.njit(parallel=True)``: ``prange`` loops, reductions and the
+array expressions Numba parallelises differentiate through every entry point.
+
+The oracle is the same Python function compiled with ``parallel=False`` (its gradient
+must agree to rounding) and central finite differences (``tests/fdcheck.py``).  Each
+kernel's source is defined once and compiled both ways at module level, so the
+compiles are shared by the tests.
+"""
+import math
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from numba import prange
+
+import adcore
+from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse, ReverseWithPrimal
+
+from bench.parallel import lennard_jones
+from fdcheck import check, fd_gradient
+
+
+def independent(a, x, out):
+    for i in prange(x.shape[0]):
+        out[i] = math.sin(a * x[i]) * x[i]
+    return out.sum()
+
+
+def nested_serial(x, w, out):
+    for i in prange(x.shape[0]):
+        s = 0.0
+        for j in range(w.shape[0]):
+            s += math.tanh(w[j] * x[i] + 0.1 * j)
+        out[i] = s
+    return np.sum(out ** 2)
+
+
+def rows(X, w):
+    total = 0.0
+    for i in prange(X.shape[0]):
+        r = 0.0
+        for j in range(X.shape[1]):
+            r += X[i, j] * w[j]
+        total += math.exp(-r * r)
+    return total
+
+
+def cached_inner(x, c):
+    """An inner loop whose values the reverse pass needs (a running product)."""
+    total = 0.0
+    for i in prange(x.shape[0]):
+        p = 1.0
+        for j in range(c.shape[0]):
+            p = p * math.cos(c[j] * x[i]) + 0.5
+        total += p
+    return total
+
+
+def array_expression(x, y):
+    return np.sum(np.exp(-x * y) + x ** 2)
+
+
+def pairwise(X):
+    n = X.shape[0]
+    D = np.zeros((n, n))
+    for i in prange(n):
+        D[i] = np.sqrt(np.sum((X[i] - X) ** 2, axis=1) + 1e-3)
+    return np.sum(D)
+
+
+def scatter(x, idx, out):
+    for i in prange(x.shape[0]):
+        out[idx[i]] += x[i] ** 2
+    return out.sum()
+
+
+def stencil(u, steps):
+    n = u.shape[0]
+    v = np.empty_like(u)
+    for _ in range(steps):
+        for i in prange(1, n - 1):
+            v[i] = u[i] + 0.1 * (u[i - 1] - 2.0 * u[i] + u[i + 1]) + 0.01 * math.sin(u[i])
+        v[0] = u[0]
+        v[n - 1] = u[n - 1]
+        u[:] = v
+    return np.sum(u ** 2)
+
+
+def float32_sum(x):
+    s = np.float32(0.0)
+    for i in prange(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+def gather(w, x, idx):
+    """Every iteration reads a shared parameter at a data-dependent index."""
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += math.tanh(w[idx[i]] * x[i])
+    return s
+
+
+def in_place(x):
+    for i in prange(x.shape[0]):
+        x[i] = math.sin(x[i]) * 2.0
+    return np.sum(x * x)
+
+
+def overwritten_after(x, out):
+    for i in prange(x.shape[0]):
+        out[i] = x[i] ** 2
+    for i in range(x.shape[0]):
+        x[i] = 0.0
+    return out.sum()
+
+
+def two_inputs(x, y, out):
+    for i in prange(x.shape[0]):
+        out[i] = x[i] * math.exp(y[i])
+    return out.sum()
+
+
+def moving_range(x, out):
+    """A parallel loop whose range changes from step to step (its bounds are refilled each
+    time it runs)."""
+    n = x.shape[0]
+    t = 0.0
+    for s in range(3):
+        for i in prange(s, n):
+            out[i] = math.sin(x[i]) * (s + 1.0)
+        for i in range(n):
+            t += out[i] * out[i]
+    return t
+
+
+SOURCES = [moving_range, independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
+           pairwise, scatter, stencil, float32_sum, gather, in_place, overwritten_after, two_inputs]
+PARALLEL = {f.__name__: numba.njit(parallel=True)(f) for f in SOURCES}
+SERIAL = {f.__name__: numba.njit(f) for f in SOURCES}
+PARALLEL["overwritten_after_strided"] = PARALLEL["overwritten_after"]
+SERIAL["overwritten_after_strided"] = SERIAL["overwritten_after"]
+
+rng = np.random.default_rng(0)
+X = rng.random((9, 4))
+POS = np.array([[i % 3, (i // 3) % 3, i // 9] for i in range(10)], float) * 1.3 + rng.random((10, 3)) * 0.2
+IDX = rng.integers(0, 4, 12)
+ARGUMENTS = {
+    "independent": lambda: (0.7, rng.random(13), Const(np.zeros(13))),
+    "nested_serial": lambda: (rng.random(11), rng.random(5), Const(np.zeros(11))),
+    "rows": lambda: (X.copy(), rng.random(4)),
+    "cached_inner": lambda: (rng.random(10), rng.random(6)),
+    "array_expression": lambda: (rng.random(17), rng.random(17)),
+    "lennard_jones": lambda: (POS.copy(),),
+    "pairwise": lambda: (X[:6, :3].copy(),),
+    "scatter": lambda: (rng.random(12), Const(IDX), Const(np.zeros(4))),
+    "stencil": lambda: (rng.random(20), Const(4)),
+    "float32_sum": lambda: (rng.random(15).astype(np.float32),),
+    "gather": lambda: (rng.random(4), rng.random(12), Const(IDX)),
+    "in_place": lambda: (rng.random(11),),
+    "overwritten_after": lambda: (rng.random(11), Const(np.zeros(11))),
+    "overwritten_after_strided": lambda: (rng.random(22)[::2], Const(np.zeros(11))),
+    "two_inputs": lambda: (rng.random(9), rng.random(9), Const(np.zeros(9))),
+    "moving_range": lambda: (rng.random(8), Const(np.zeros(8))),
+}
+
+# where the reverse pass of every parallel loop runs on Numba's threads, and where (and
+# why) the kernel's loops are differentiated serially
+ON_THREADS = ["independent", "rows", "cached_inner", "array_expression", "lennard_jones",
+              "float32_sum", "gather", "two_inputs", "stencil", "overwritten_after", "moving_range"]
+SERIALLY = {"scatter": "read and written", "in_place": "read and written",
+            "overwritten_after_strided": "overwritten after the loop"}
+
+
+def _copied(args):
+    return [Const(a.val.copy()) if isinstance(a, Const) and isinstance(a.val, np.ndarray)
+            else a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _assert_same(got, expected, rtol):
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        if e is None:
+            assert g is None
+        else:
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("name", sorted(ARGUMENTS))
+def test_parallel_gradient_equals_serial_gradient(name):
+    args = ARGUMENTS[name]()
+    rtol = 1e-5 if name == "float32_sum" else 1e-12
+    got = adcore.gradient(Reverse, PARALLEL[name], *_copied(args))
+    expected = adcore.gradient(Reverse, SERIAL[name], *_copied(args))
+    _assert_same(got, expected, rtol)
+
+
+@pytest.mark.parametrize("name", ["independent", "nested_serial", "rows", "cached_inner",
+                                  "lennard_jones", "pairwise", "stencil", "gather", "in_place",
+                                  "overwritten_after", "moving_range"])
+def test_parallel_gradient_matches_finite_differences(name):
+    values = [a.val if isinstance(a, Const) else a for a in ARGUMENTS[name]()]
+    check(PARALLEL[name], *values, rtol=1e-5, atol=1e-6)
+
+
+def test_primal_value_and_side_effects_as_a_call():
+    x = rng.random(13)
+    out, expected_out = np.zeros(13), np.zeros(13)
+    (da, dx, _), value = adcore.autodiff(ReverseWithPrimal, PARALLEL["independent"], adcore.Active(0.4),
+                                         Duplicated(x, np.zeros(13)), Duplicated(out, np.zeros(13)))
+    expected = PARALLEL["independent"](0.4, x, expected_out)
+    np.testing.assert_allclose(value, expected, rtol=1e-14)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-14)
+    np.testing.assert_allclose(da, np.sum(x * x * np.cos(0.4 * x)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thread_count_does_not_change_the_gradient(threads):
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        x = POS.copy()
+        got = adcore.gradient(Reverse, PARALLEL["lennard_jones"], x)
+        expected = adcore.gradient(Reverse, SERIAL["lennard_jones"], x)
+        _assert_same(got, expected, 1e-12)
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_kernel_still_runs_in_parallel_after_differentiation():
+    """Differentiating compiles the kernel's loops serially for adcore only: the user's
+    dispatcher keeps its parallel loops (Numba's parfor diagnostics list them)."""
+    x = rng.random(30)
+    adcore.gradient(Reverse, PARALLEL["float32_sum"], x.astype(np.float32))
+    PARALLEL["array_expression"](x, x)
+    adcore.gradient(Reverse, PARALLEL["array_expression"], x, x)
+    signature = PARALLEL["array_expression"].signatures[0]
+    overload = PARALLEL["array_expression"].overloads[signature]
+    assert "numba_parallel_for" in overload.library.get_llvm_str()
+
+
+@pytest.mark.parametrize("name", ["rows", "pairwise", "cached_inner"])
+def test_forward_mode_agrees_with_reverse(name):
+    args = [a for a in ARGUMENTS[name]()]
+    k = 0                                  # direction in the first argument
+    v = rng.standard_normal(args[k].shape)
+    grad = adcore.gradient(Reverse, PARALLEL[name], *_copied(args))[k]
+    anns = [Duplicated(args[k].copy(), v)] + [Const(a) for a in args[1:]]
+    tangent = adcore.autodiff(Forward, PARALLEL[name], *anns)
+    np.testing.assert_allclose(tangent, np.sum(grad * v), rtol=1e-10)
+    vs = (v, rng.standard_normal(args[k].shape))
+    anns = [BatchDuplicated(args[k].copy(), tuple(w.copy() for w in vs))] + [Const(a) for a in args[1:]]
+    tangents = adcore.autodiff(Forward, PARALLEL[name], *anns)
+    np.testing.assert_allclose(tangents, [np.sum(grad * w) for w in vs], rtol=1e-10)
+
+
+def test_hessian_vector_product_through_a_parallel_loop():
+    x, c = rng.random(10), rng.random(6)
+    v = rng.standard_normal(10)
+    got = adcore.hvp(PARALLEL["cached_inner"], x, v, c)
+    expected = adcore.hvp(SERIAL["cached_inner"], x, v, c)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+    eps = 1e-6
+    fd = (adcore.gradient(Reverse, SERIAL["cached_inner"], x + eps * v, Const(c))[0]
+          - adcore.gradient(Reverse, SERIAL["cached_inner"], x - eps * v, Const(c))[0]) / (2 * eps)
+    np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-6)
+
+
+# -- generated loop bodies -----------------------------------------------------------------
+UNARY = {"sin": "math.sin({})", "exp": "math.exp(-({})**2)", "square": "({0}) * ({0})",
+         "tanh": "math.tanh({})"}
+INDEX = {"own": "i", "shifted": "(i + 1) % n", "reversed": "n - 1 - i", "gathered": "idx[i]"}
+COMBINE = {"store": "out[i] = {}", "sum": "total += {}", "scatter": "out[idx[i]] += {}"}
+
+
+def _generated(unary, index, combine):
+    term = UNARY[unary].format(f"w[0] * x[{INDEX[index]}] + x[i]")
+    body = COMBINE[combine].format(term)
+    src = (f"def kernel(x, w, idx, out):\n"
+           f"    n = x.shape[0]\n"
+           f"    total = 0.0\n"
+           f"    for i in prange(n):\n"
+           f"        {body}\n"
+           f"    return total + np.sum(out * out)\n")
+    scope = {"math": math, "np": np, "prange": prange}
+    exec(src, scope)
+    return numba.njit(parallel=True)(scope["kernel"]), numba.njit(scope["kernel"])
+
+
+_KERNELS = {}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(unary=st.sampled_from(sorted(UNARY)), index=st.sampled_from(sorted(INDEX)),
+       combine=st.sampled_from(sorted(COMBINE)), n=st.integers(1, 9), seed=st.integers(0, 99))
+def test_generated_parallel_loops_agree_with_serial_and_differences(unary, index, combine, n, seed):
+    key = (unary, index, combine)
+    if key not in _KERNELS:
+        _KERNELS[key] = _generated(*key)
+    par, ser = _KERNELS[key]
+    r = np.random.default_rng(seed)
+    x, w = r.random(n), r.random(1) + 0.5
+    idx = r.integers(0, n, n)
+    out = r.random(n)
+    args = (x, w, Const(idx), Const(out))
+    got = adcore.gradient(Reverse, par, *_copied(args))
+    expected = adcore.gradient(Reverse, ser, *_copied(args))
+    _assert_same(got, expected, 1e-12)
+
+    # serially: a scatter with repeated indices races in parallel
+    fd = fd_gradient(ser, [x, w, idx, out], {})
+    for k in (0, 1):
+        np.testing.assert_allclose(got[k], fd[k], rtol=1e-5, atol=1e-5)
+
+
+def test_callee_with_parallel_loops_is_refused_with_its_reason():
+    @numba.njit(parallel=True)
+    def callee(x):
+        s = 0.0
+        for i in prange(x.shape[0]):
+            s += x[i] ** 2
+        return s
+
+    @numba.njit
+    def caller(x):
+        return callee(x) + 1.0
+
+    with pytest.raises(adcore.UnsupportedError, match="a call to a parallel=True function"):
+        adcore.gradient(Reverse, caller, np.ones(4))
+
+
+def test_readme_example_runs_and_matches_finite_differences():
+    import pathlib
+    import re
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def energy(pos)" in b)
+    scope = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    fd = fd_gradient(scope["energy"].py_func, [scope["pos"]], {})[0]
+    np.testing.assert_allclose(scope["dpos"], fd, rtol=1e-5, atol=1e-6)
+
+
+def _annotated(args):
+    return [a if isinstance(a, Const) else adcore.Active(a) if isinstance(a, float)
+            else Duplicated(a, np.zeros_like(a)) for a in args]
+
+
+@pytest.mark.parametrize("name", ON_THREADS)
+def test_reverse_of_these_loops_runs_on_threads(name):
+    compiled = adcore.compile_gradient(Reverse, PARALLEL[name], *_annotated(ARGUMENTS[name]()))
+    assert compiled.parallel_loops
+    assert all("reverse runs on Numba's threads" in line and "tape of its own" in line
+               for line in compiled.parallel_loops)
+
+
+@pytest.mark.parametrize("name", sorted(SERIALLY))
+def test_loops_that_cannot_run_their_reverse_on_threads_say_why(name):
+    compiled = adcore.compile_gradient(Reverse, PARALLEL[name], *_annotated(ARGUMENTS[name]()))
+    assert any("serially" in line and SERIALLY[name] in line for line in compiled.parallel_loops), \
+        compiled.parallel_loops
+
+
+def test_the_same_array_twice_is_differentiated_serially():
+    x = rng.random(9)
+    got = adcore.gradient(Reverse, PARALLEL["two_inputs"], x, x, Const(np.zeros(9)))
+    expected = adcore.gradient(Reverse, SERIAL["two_inputs"], x, x, Const(np.zeros(9)))
+    _assert_same(got, expected, 1e-12)
+    compiled = adcore.compile_gradient(Reverse, PARALLEL["two_inputs"], Duplicated(x, np.zeros(9)),
+                                       Duplicated(x, np.zeros(9)), Const(np.zeros(9)))
+    assert any("share memory" in line for line in compiled.parallel_loops)
+
+
+@numba.njit(parallel=True)
+def prints_in_its_loop(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        print(x[i])
+        s += x[i] ** 2
+    return s
+
+
+def test_a_loop_that_prints_prints_once_and_runs_its_reverse_serially(capfd):
+    x = np.array([0.5, 1.5, -2.0])
+    capfd.readouterr()
+    (gx,) = adcore.gradient(Reverse, prints_in_its_loop, x)
+    assert sorted(capfd.readouterr().out.split()) == sorted(str(v) for v in x)
+    np.testing.assert_allclose(gx, 2 * x, rtol=1e-12)
+    compiled = adcore.compile_gradient(Reverse, prints_in_its_loop, Duplicated(x, np.zeros(3)))
+    assert any("must not run twice" in line for line in compiled.parallel_loops)
+
+
+def test_the_chunk_tape_guards_see_what_they_look_for():
+    """A chunk's augmented forward may not keep a pointer on its value stack nor read a
+    shadow (the reverse may be given copies; the forward is given no shadows): the checks
+    that send such a loop back to running its iterations again find both."""
+    from adcore.reverse.chunk_tape import _keeps_pointers, _reads_parameters
+    kept = ("define internal i32 @c.aug(ptr %a) {\n  call void @ad.push.ptr(ptr %ad.stack, ptr %a)\n"
+            "  ret i32 0\n}\n")
+    plain = kept.replace("@ad.push.ptr(ptr %ad.stack,", "@ad.push.ptr(ptr %ad.rawfrees,")
+    assert _keeps_pointers(kept, "c.aug") and not _keeps_pointers(plain, "c.aug")
+    ir = ("define i32 @c.aug.w(ptr %ret, double %p0, ptr %p1, ptr %p12) {\n"
+          "  %v = load double, ptr %p12\n  ret i32 0\n}\n")
+    assert _reads_parameters(ir, "c.aug.w", [2, 12])
+    assert not _reads_parameters(ir, "c.aug.w", [1, 2])      # %p1 is not %p12
+
+
+def test_a_thread_number_read_outside_the_chunk_function_keeps_no_tape():
+    """``slotted_module`` replaces the chunk function's reads of the thread's number with
+    the word after its schedule, and gives None when another function reads it."""
+    import llvmlite.binding as llvm
+    from adcore.reverse.chunk_tape import slotted_module
+    head = ("declare i64 @get_thread_id()\n"
+            "define i32 @chunk(ptr %retptr, ptr %excinfo, ptr %s0, ptr %s1, i64 %s2, i64 %s3, "
+            "ptr %s4, i64 %s5, i64 %s6) {\n  %t = call i64 @get_thread_id()\n  ret i32 0\n}\n")
+    slotted = str(slotted_module(llvm.parse_assembly(head), "chunk"))
+    assert "get_thread_id()" not in slotted.split("define", 1)[1] and "load i64, ptr %t.at" in slotted
+    other = head + "define i64 @other() {\n  %u = call i64 @get_thread_id()\n  ret i64 %u\n}\n"
+    assert slotted_module(llvm.parse_assembly(other), "chunk") is None
