@@ -16,12 +16,9 @@ the value ``p`` ends with follows from the test (the forward pass ran, so the lo
 with ``V0`` the first value ``V`` takes; every other counter ``q`` of the loop ends at
 ``q0 + (p_end - p0) / s * t`` (its step ``t``).  Nothing is pushed for such a loop.
 """
-import re
-
 from .cfg import step_of
 from ..ir.model import gep_element_type
 
-ICMP_PREDICATE = re.compile(r"=\s*icmp\s+(?:samesign\s+)?(\w+)\s")
 _SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge": "sle",
          "ult": "ugt", "ugt": "ult", "ule": "uge", "uge": "ule"}
 _NOT = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sle": "sgt", "sgt": "sle",
@@ -116,10 +113,9 @@ def exit_test(loop, outside):
     if term.opcode != "br" or len(term.succ) != 2 or loop.header not in term.succ:
         return None
     cond = term.operands[0].defn
-    m = ICMP_PREDICATE.search(cond.text) if getattr(cond, "opcode", None) == "icmp" else None
-    if m is None:
+    pred = cond.predicate if getattr(cond, "opcode", None) == "icmp" else None
+    if pred is None:
         return None
-    pred = m.group(1)
     a, b = cond.operands
     if _invariant(b, loop) is None:
         a, b, pred = b, a, _SWAP[pred]

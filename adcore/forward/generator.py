@@ -352,7 +352,7 @@ class TangentGenerator(GeneratorBase):
         if getattr(cond, "opcode", None) != "fcmp" or not any(_is_zero(o) for o in cond.operands) \
                 or not any(self.has_tangent(o) for o in cond.operands):
             return None
-        predicate = cond.text.split("fcmp", 1)[1].split()[0]
+        predicate = None if cond.flags else cond.predicate   # the guards' fcmp has no fast-math flags
         zero_at, kept_at = {"oeq": (1, 2), "une": (2, 1)}.get(predicate, (None, None))
         if zero_at is None or not _is_zero(instr.operands[zero_at]):
             return None

@@ -53,7 +53,7 @@ def remove_negative_index_tests(func, cfg, sizes):
         if instr.opcode != "icmp" or len(instr.operands) != 2:
             continue
         x, c = instr.operands
-        value = _NEGATIVE_TESTS.get((_predicate(instr), c.ref)) if c.is_const else None
+        value = _NEGATIVE_TESTS.get((instr.predicate, c.ref)) if c.is_const else None
         if value is not None and nonneg.holds(x):
             instr.text = f"{instr.ref} = icmp eq i1 {value}, true"
             instr.operands = [Operand(value, "i1"), Operand("true", "i1")]
@@ -86,7 +86,7 @@ class NonNegative:
         if instr in self.counted:
             return all(self.holds(o) for o in self.counted[instr])
         if op in _FLAGGED:
-            return " nsw " in instr.text and all(map(self.holds, ops))
+            return "nsw" in instr.flags and all(map(self.holds, ops))
         if op in _OF_FIRST:
             return self.holds(ops[0]) and (op[0] == "u" or self.holds(ops[1]))
         if op == "lshr":
@@ -120,7 +120,7 @@ def _counted_phis(cfg):
         back_on_true = term.succ[1] is header           # succ is (false, true)
         q = _countdown(term.operands[0], header, latch) if back_on_true else None
         q0 = q.operands[q.incoming.index(outside)].defn if q is not None else None
-        counted_down = getattr(q0, "opcode", None) == "sub" and " nsw " in q0.text
+        counted_down = getattr(q0, "opcode", None) == "sub" and "nsw" in q0.flags
         for p in header.phis:
             if p is q or not _is_int(p.type):
                 continue
@@ -137,7 +137,7 @@ def _counted_phis(cfg):
 
 def _exit_bound(test, step, back_on_true):
     """``b`` of a latch test ``step == b`` that leaves the loop (``!=`` that goes back)."""
-    if getattr(test, "opcode", None) != "icmp" or _predicate(test) != ("ne" if back_on_true else "eq"):
+    if getattr(test, "opcode", None) != "icmp" or test.predicate != ("ne" if back_on_true else "eq"):
         return None
     a, b = test.operands
     return b if a.defn is step else a if b.defn is step else None
@@ -152,7 +152,7 @@ def _entered_below(header, outside, start, bound):
                 or dest not in term.succ or getattr(term.operands[0].defn, "opcode", None) != "icmp":
             continue
         test = term.operands[0].defn
-        less = _LESS.get((_predicate(test), term.succ[1] is dest))
+        less = _LESS.get((test.predicate, term.succ[1] is dest))
         if less is not None:
             low, high = test.operands[::less]
             if _same(low, start) and _same(high, bound):
@@ -173,8 +173,8 @@ def _countdown(cond, header, latch):
     test = cond.defn
     if getattr(test, "opcode", None) != "icmp" or not test.operands[1].is_const or test.operands[1].ref != "1":
         return None
-    predicate = _predicate(test)
-    if not (predicate == "sgt" or predicate == "ugt" and " samesign " in test.text):
+    predicate = test.predicate
+    if not (predicate == "sgt" or predicate == "ugt" and "samesign" in test.flags):
         return None
     q = test.operands[0].defn
     if q is None or getattr(q, "opcode", None) != "phi" or q.block is not header or latch not in q.incoming:
@@ -190,11 +190,6 @@ def _plus_one(step, p):
 
 def _same(a, b):
     return a.defn is b.defn if not a.is_const else b.is_const and a.ref == b.ref
-
-
-def _predicate(icmp):
-    words = icmp.text.split("icmp", 1)[1].split()
-    return words[1] if words[0] == "samesign" else words[0]
 
 
 def _is_int(type_):

@@ -5,6 +5,13 @@ opcode, result type, typed operands (each pointing at its defining instruction o
 argument, or holding constant text), phi incoming blocks and terminator successors.
 Every value is named (the cleanup pipeline runs instnamer), so an instruction's text
 can be copied and rewritten by renaming ``%name`` tokens.
+
+The attributes LLVM spells only in an instruction's text (llvmlite gives no accessor for
+them) are parsed here, once, into fields of :class:`Instr`: ``predicate`` (icmp, fcmp),
+``flags`` (nsw, nuw, exact, disjoint, nneg, samesign, inbounds, nusw and the fast-math
+flags), ``element_type`` (a getelementptr's source element type), ``allocated_type`` (an
+alloca's), ``align``, ``volatile`` and ``atomic`` (memory instructions).  Nothing else
+reads them from the text.
 """
 import re
 
@@ -30,12 +37,72 @@ def vector_shape(type_):
     return (int(m.group(1)), m.group(2)) if m else None
 
 
-_GEP_TYPE = re.compile(r".*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*([^,]+),")
-
-
 def gep_element_type(instr):
-    """The source element type of a ``getelementptr`` instruction (its text)."""
-    return _GEP_TYPE.match(instr.text).group(1)
+    """The source element type of a ``getelementptr`` instruction (:attr:`Instr.element_type`)."""
+    return instr.element_type
+
+
+# ``%name = `` and a call's tail marker: what comes before the opcode's keyword
+_HEAD = re.compile(r'(?:%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)\s*=\s*)?(?:(?:tail|musttail|notail)\s+)?')
+_WORD = re.compile(r"\s+([a-z_]+)(?=[\s,])")
+_ALIGN = re.compile(r",\s*align\s+([0-9]+)")
+FLAGS = frozenset(("nsw", "nuw", "exact", "disjoint", "nneg", "samesign", "inbounds", "nusw",
+                   "fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"))
+"""The flags an instruction's keyword may carry (wrap, exactness and fast-math flags)."""
+MEMORY_OPS = ("load", "store", "alloca", "atomicrmw", "cmpxchg")
+_ORDERING = ("atomic", "volatile", "weak")     # load/store atomic volatile, cmpxchg weak volatile
+
+
+class Attributes:
+    """What an instruction's text says beyond its opcode, type and operands (see the module
+    docstring); the defaults for text that is not one instruction of ``opcode``."""
+
+    __slots__ = ("predicate", "flags", "element_type", "allocated_type", "align", "volatile",
+                 "atomic")
+
+    def __init__(self, opcode, text):
+        self.predicate = self.element_type = self.allocated_type = self.align = None
+        self.flags, self.volatile, self.atomic = frozenset(), False, opcode in ("atomicrmw", "cmpxchg")
+        pos = _HEAD.match(text).end()
+        if not opcode or not text.startswith(opcode, pos) or "\n" in text:
+            return
+        pos += len(opcode)
+        flags, words = [], set()
+        while True:
+            m = _WORD.match(text, pos)
+            word = m.group(1) if m else None
+            if word in FLAGS:
+                flags.append(word)
+            elif opcode in MEMORY_OPS and word in _ORDERING:
+                words.add(word)
+            else:
+                break
+            pos = m.end()
+        self.flags = frozenset(flags)
+        if opcode in ("icmp", "fcmp"):
+            self.predicate = m.group(1) if m else None
+        elif opcode == "getelementptr":
+            self.element_type = _leading_type(text[pos:])
+        elif opcode == "alloca":
+            self.allocated_type = _leading_type(text[pos:])
+        if opcode in MEMORY_OPS:
+            align = _ALIGN.search(text, pos)
+            self.align = int(align.group(1)) if align else None
+            self.volatile = "volatile" in words
+            self.atomic = self.atomic or "atomic" in words
+
+
+def _leading_type(rest):
+    """The type ``rest`` starts with: up to its first comma outside brackets."""
+    depth = 0
+    for k, ch in enumerate(rest):
+        if ch in "[{<(":
+            depth += 1
+        elif ch in "]}>)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return rest[:k].strip()
+    return rest.strip()
 
 
 def strip_metadata(text):
@@ -97,6 +164,54 @@ class Instr:
     @property
     def is_float(self):
         return is_float_type(self.type)
+
+    _parsed = (None, None, None)    # (text, opcode, Attributes): parsed at the first read
+
+    @property
+    def attributes(self):
+        """The :class:`Attributes` of the instruction's text, parsed once (again only when
+        the text or opcode is replaced, as :mod:`adcore.frontend.index_signs` does)."""
+        text, opcode, attrs = self._parsed
+        if text is not self.text or opcode != self.opcode:
+            attrs = Attributes(self.opcode, self.text)
+            self._parsed = (self.text, self.opcode, attrs)
+        return attrs
+
+    @property
+    def predicate(self):
+        """An icmp's or fcmp's predicate (``slt``, ``oeq``), else None."""
+        return self.attributes.predicate
+
+    @property
+    def flags(self):
+        """The flags after the opcode's keyword (a frozenset of :data:`FLAGS`: ``nsw``,
+        ``samesign``, ``inbounds``, ``fast``, ...)."""
+        return self.attributes.flags
+
+    @property
+    def element_type(self):
+        """A getelementptr's source element type (``double``, ``{ i64, ptr }``), else None."""
+        return self.attributes.element_type
+
+    @property
+    def allocated_type(self):
+        """The type an alloca allocates, else None."""
+        return self.attributes.allocated_type
+
+    @property
+    def align(self):
+        """A memory instruction's ``align N`` (an int), or None when it states none."""
+        return self.attributes.align
+
+    @property
+    def volatile(self):
+        """True for a volatile load, store, atomicrmw or cmpxchg."""
+        return self.attributes.volatile
+
+    @property
+    def atomic(self):
+        """True for an atomic load or store, an atomicrmw and a cmpxchg."""
+        return self.attributes.atomic
 
     def __repr__(self):
         return self.text

@@ -1,7 +1,6 @@
 """Writing LLVM IR text: fresh names, typed constants, declarations, and a small typed
 expression helper that derivative rules are written with."""
 import math
-import re
 import struct
 
 import numpy as np
@@ -28,15 +27,11 @@ def float_const(type_, value):
 SUM = "reassoc nsz"
 
 
-_ALIGN = re.compile(r", align (\d+)")
-
-
 def alignment(instr):
     """``", align N"`` of the primal load or store ``instr``, for the access of its shadow
     (which is laid out as its memory): without it LLVM assumes a vector type's own
     alignment (32 bytes for ``<8 x float>``) and may emit aligned moves that fault."""
-    m = _ALIGN.search(instr.text)
-    return f", align {m.group(1)}" if m else ", align 1"
+    return f", align {instr.align}" if instr.align is not None else ", align 1"
 
 
 def adjoint_zero(type_):

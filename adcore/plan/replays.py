@@ -31,7 +31,7 @@ them, and the budget bounds the memory it takes), else the arrays are refilled; 
 iteration on the tape tells the reverse pass which.
 """
 from ..analysis.cfg import dominates
-from ..analysis.exit_values import ICMP_PREDICATE, exit_test
+from ..analysis.exit_values import exit_test
 from ..analysis.memory import MEMORY_WRITERS
 from ..analysis.pointers import UNKNOWN
 from ..ir.model import Arg, rename, strip_metadata
@@ -196,8 +196,7 @@ def _empty_range_edges(loop, bound):
         if getattr(cond, "opcode", None) != "icmp" or cond.operands[0].defn is not bound.defn \
                 or cond.operands[0].ref != bound.ref:
             continue
-        m = ICMP_PREDICATE.search(cond.text)
-        side = _NOT_POSITIVE.get((m.group(1), cond.operands[1].ref)) if m else None
+        side = _NOT_POSITIVE.get((cond.predicate, cond.operands[1].ref))
         if side is not None:                   # succ is (false, true), as cfg reads a br
             out.add((block, term.succ[side]))
     return out
@@ -212,7 +211,7 @@ def _indexed_store(store, data, counter, pointers):
     if getattr(gep, "opcode", None) != "getelementptr" or len(gep.operands) != 2:
         return None
     base, index = gep.operands
-    element = gep.text.split("getelementptr", 1)[1].split(",", 1)[0].split()[-1]
+    element = gep.element_type
     if base.defn is not data or index.defn is not counter or element != store.operands[0].type:
         return None
     return SIZES.get(element)
@@ -246,7 +245,7 @@ def _replay(cfg, loop, covers, restored, pointers, clobbers):
 
     def read_ok(load):
         bases = pointers.bases(load.operands[0])
-        if " atomic " in load.text or " volatile " in load.text or bases == UNKNOWN:
+        if load.atomic or load.volatile or bases == UNKNOWN:
             return False
         if bases & refilled:
             return len(bases) == 1 and by_data[next(iter(bases))].before(load, loop)

@@ -86,7 +86,7 @@ class Values:
         if instr.opcode == "call":
             return is_pure_call(instr)
         if instr.opcode == "load":
-            return " atomic " not in instr.text and " volatile " not in instr.text \
+            return not instr.atomic and not instr.volatile \
                 and (instr in self.restored or self.clobbers.can_reload(instr))
         return False
 
@@ -137,7 +137,7 @@ class Values:
             return None
         store = next((i for i in instrs[start + 1:] if i.opcode == "store" and len(i.operands) == 2
                       and i.operands[0].defn is value), None)
-        if store is None or " atomic " in store.text or " volatile " in store.text or \
+        if store is None or store.atomic or store.volatile or \
                 store.operands[0].type != value.type or self.changed_store(store):
             return None
         gep = store.operands[1].defn

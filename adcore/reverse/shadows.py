@@ -9,7 +9,6 @@ slot, and loads from the slot read that; a pointer popped from a gradient's valu
 (``hvp``) has its shadow popped from a tangent stack.  The reverse pass materialises these shadow
 pointers like any other value: recomputed when pure, else saved.
 """
-import re
 
 from ..analysis.pointers import (
     ALLOCATORS,
@@ -121,20 +120,10 @@ class _ShadowPointers:
                                             f"store ptr {self.shadow_ref(store.operands[0])}, ptr {slot}")
 
 
-def _allocated_type(alloca_text):
-    """The type an ``alloca`` instruction allocates (up to the first top-level comma)."""
-    rest, depth = alloca_text.split("alloca", 1)[1].strip(), 0
-    for k, ch in enumerate(rest):
-        depth += ch in "[{<(" and 1 or ch in "]}>)" and -1 or 0
-        if ch == "," and depth == 0:
-            return rest[:k].strip()
-    return rest
-
-
 def allocation_size(gen, instr):
     """``(lines, size)``: the i64 byte size of the memory alloca ``instr`` allocates (a
     runtime element count included: C's variable-length arrays), and the lines computing it."""
-    allocated = _allocated_type(instr.text)
+    allocated = instr.allocated_type
     size = f"ptrtoint (ptr getelementptr ({allocated}, ptr null, i32 1) to i64)"
     count = instr.operands[0] if instr.operands else None
     if count is None or count.is_const and count.ref == "1":
@@ -151,8 +140,7 @@ def allocation_size(gen, instr):
 def arena_alloca(gen, instr, ref):
     """``ref = `` zeroed memory the size of alloca ``instr``'s from the gradient's arena (in a
     function differentiated as a call, whose reverse runs after it has returned)."""
-    align = re.search(r",\s*align\s+([0-9]+)", instr.text)
-    if align and int(align.group(1)) > 16:
+    if instr.align is not None and instr.align > 16:
         raise gen.unsupported(instr, "a stack allocation aligned to more than 16 bytes in a "
                                      "function differentiated as a call")
     gen.stack_types.add("ptr")
@@ -167,7 +155,7 @@ def _shadow_alloca(gen, instr, syn):
         return arena_alloca(gen, instr, syn.ref)
     lines, size = allocation_size(gen, instr)
     count = instr.operands[0] if instr.operands else None
-    allocated = _allocated_type(instr.text)
+    allocated = instr.allocated_type
     counted = f", {count.type} {count.ref}" if lines else ""
     lines.append(f"{syn.ref} = alloca {allocated}{counted}")
     lines.append(f"call void @llvm.memset.p0.i64(ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
