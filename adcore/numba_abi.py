@@ -14,7 +14,7 @@ import weakref
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import cgutils, codegen as _codegen, compiler, dispatcher as _dispatcher, ir as numba_ir, types
+from numba.core import callconv, cgutils, codegen as _codegen, compiler, dispatcher as _dispatcher, ir as numba_ir, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import lookup_environment
 from numba.core.extending import _Intrinsic, intrinsic
@@ -24,6 +24,7 @@ from numba.core.registry import CPUDispatcher, cpu_target
 from numba.core.runtime import _nrt_python as _nrt, rtsys
 
 from .errors import ADError
+from .known_functions import RUNTIME_PREFIX
 
 TESTED_NUMBA = ("0.68.",)
 if not numba.__version__.startswith(TESTED_NUMBA) and os.environ.get("ADCORE_ALLOW_NUMBA") != "1":
@@ -57,6 +58,41 @@ def field_offset(position):
 # NRT's MemInfo: refcount, destructor, destructor info, data, size, external allocator
 MEMINFO_TYPE = "{ i64, ptr, ptr, ptr, i64, ptr }"
 MEMINFO_DATA = 3
+
+# -- Numba's calling convention: the status ----------------------------------------------
+# A function ``i32 f(ptr retptr, ptr excinfo, <flattened arguments>)`` returns one of
+# Numba's status codes (``numba.core.callconv.RETCODE_*``), or the number of a static
+# exception (from ``FIRST_USER_EXCEPTION`` on); OK and NONE are the successes.
+STATUS_OK = 0                      # returned, its result in the return slot
+STATUS_PYTHON_EXCEPTION = -1       # a Python exception is set
+STATUS_NONE = -2                   # returned None
+STATUS_STOP_ITERATION = -3         # a generator is exhausted
+FIRST_USER_EXCEPTION = 1           # a static exception, described by the excinfo struct
+assert (STATUS_OK, STATUS_PYTHON_EXCEPTION, STATUS_NONE, STATUS_STOP_ITERATION, FIRST_USER_EXCEPTION) == \
+    tuple(c.constant for c in (callconv.RETCODE_OK, callconv.RETCODE_EXC, callconv.RETCODE_NONE,
+                               callconv.RETCODE_STOPIT, callconv.RETCODE_USEREXC)), "Numba's status codes changed"
+# adcore's own statuses, far below Numba's, from the entries it compiles in front of such a
+# function (:mod:`adcore.calling.python_entry`, :mod:`adcore.calling.fastcall`): argument
+# ``k`` is not what the function was compiled for (``STATUS_WRONG_ARGUMENT - k``), the
+# arrays of pair ``q`` differ in shape or strides (``STATUS_WRONG_LAYOUT - q``).
+STATUS_WRONG_ARGUMENT = -1000
+STATUS_WRONG_LAYOUT = -2000
+# Numba's excinfo struct of a static exception: byte offsets of the pointer to the pickled
+# ``(class, arguments, location...)`` and of its i32 length
+EXCINFO_PICKLED, EXCINFO_PICKLED_SIZE = 0, 8
+
+# -- CPython's and numpy's objects (64-bit hosts; numpy 1.x and 2.x alike) ------------------
+# byte offsets read by the code adcore compiles to take Python objects directly
+PYOBJECT_TYPE = 8                              # PyObject's ob_type
+PYOBJECT_VALUE = 16                            # the value of a float or numpy scalar object
+PYTUPLE_SIZE, PYTUPLE_ITEMS = 16, 24           # PyTupleObject's ob_size and ob_item
+# PyArrayObject's data, nd, dimensions, strides, descr and flags
+NDARRAY_DATA, NDARRAY_NDIM, NDARRAY_DIMS, NDARRAY_STRIDES, NDARRAY_DESCR, NDARRAY_FLAGS = 16, 24, 32, 40, 56, 64
+NDARRAY_DIM_BYTES = 8                          # an npy_intp of dimensions and strides
+DESCR_BYTEORDER, DESCR_TYPE_NUM = 26, 28       # PyArray_Descr's byteorder and type_num
+NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_F_CONTIGUOUS = 0x1, 0x2
+NPY_ARRAY_ALIGNED, NPY_ARRAY_WRITEABLE = 0x100, 0x400
+METH_FASTCALL = 0x80                           # PyMethodDef's ml_flags of a fastcall builtin
 
 
 def flat_types(context, numba_type):
@@ -204,14 +240,15 @@ def register_runtime_symbols():
     if rtsys._init:
         return
     for name, address in _nrt.c_helpers.items():
-        llvm.add_symbol(name if name.startswith("_") else "NRT_" + name, address)
+        llvm.add_symbol(name if name.startswith("_") else RUNTIME_PREFIX + name, address)
 
 
 def needs_runtime_library(names):
     """Whether code declaring the functions ``names`` links against a function of Numba's
     runtime defined in its IR (``NRT_incref``, ``nrt_atomic_add``...), which only
     :func:`start_runtime` compiles, rather than its C functions alone."""
-    return any(name.startswith(("NRT_", "nrt_")) and name[len("NRT_"):] not in _nrt.c_helpers
+    return any(name.startswith((RUNTIME_PREFIX, RUNTIME_PREFIX.lower())) and
+               name[len(RUNTIME_PREFIX):] not in _nrt.c_helpers
                for name in names)
 
 

@@ -191,3 +191,132 @@ def test_the_text_parser_check_finds_the_old_readers():
            'text = f"  {ref} = getelementptr inbounds {t}, ptr {p}, i32 0, i32 {j}"',
            'if instr.synthetic and "@ad.shadow." in instr.text:']
     assert [line for line in new if text_parsers(line)] == []
+
+
+# -- Numba's ABI and the known external functions, each named in one module --------------
+ABI_MODULES = {"adcore/numba_abi.py", "adcore/known_functions.py"}
+# a status literal in IR text: returned (``ret i32 0``) or compared with (``icmp eq i32
+# %status, -2``); in Python, a status constant defined as a number
+_STATUS_IN_IR = re.compile(r"\bret i32 -?\d|\bicmp \w+ i32 [^,]*status[^,]*, -?\d")
+_STATUS_DEFINED = re.compile(r"^\s*(?:[\w.]+\s*,\s*)*\w*(?:STATUS|RETCODE|_OK|REFUSED|WRONG)\w*"
+                             r"\s*(?:,\s*[\w.]+\s*)*=\s*\(?-?\d", re.M)
+# not this change's to edit: a wrapper of a foreign function returns its status as a literal
+_STATUS_LEFT = {"adcore/frontend/foreign.py"}
+
+
+def _string_literals(tree, text):
+    """``(line, source text)`` of each string literal of a module (f-strings whole), its
+    docstrings left out (they document, they name nothing the code uses)."""
+    import ast
+    lines = text.splitlines(keepends=True)
+
+    def source(node):          # ast.get_source_segment, without splitting the text each time
+        first, last = lines[node.lineno - 1:node.end_lineno], node.end_col_offset
+        if len(first) == 1:
+            return first[0].encode()[node.col_offset:last].decode()
+        return (first[0].encode()[node.col_offset:].decode() + "".join(first[1:-1]) +
+                first[-1].encode()[:last].decode())
+
+    docstrings, inner = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            docstrings.add(id(node.body[0].value))
+        if isinstance(node, ast.JoinedStr):
+            inner |= {id(v) for v in ast.walk(node) if v is not node}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and id(node) not in inner or \
+                isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                id(node) not in docstrings and id(node) not in inner:
+            yield node.lineno, source(node)
+
+
+def _abi_literals(root=ROOT):
+    """``path:line: text`` of each ``NRT_`` name or Numba status written as a literal
+    outside the ABI modules (adcore, layers, optim)."""
+    import ast
+    found = []
+    for package in ("adcore", "layers", "optim"):
+        for path in sorted((root / package).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name in ABI_MODULES:
+                continue
+            text = path.read_text()
+            for line, literal in _string_literals(ast.parse(text), text):
+                if "NRT_" in literal or (_STATUS_IN_IR.search(literal) and name not in _STATUS_LEFT):
+                    found.append(f"{name}:{line}: {literal}")
+            for m in _STATUS_DEFINED.finditer(text):
+                found.append(f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0).strip()}")
+    return found
+
+
+def test_runtime_names_and_status_codes_are_written_in_the_abi_modules_only():
+    """Numba's runtime symbols (``NRT_*``) are named in adcore/known_functions.py and
+    Numba's status codes (``ret i32 0``, ``icmp eq i32 %status, -2``) defined in
+    adcore/numba_abi.py; every other module uses their names."""
+    found = _abi_literals()
+    assert not found, "\n".join(found)
+
+
+def test_the_abi_scan_finds_a_literal_put_back(tmp_path):
+    """The scan above is not vacuous: copies of modules with one literal put back fail it."""
+    import shutil
+    for package in ("adcore", "layers", "optim"):
+        shutil.copytree(ROOT / package, tmp_path / package)
+    for relative, old, new in [
+            ("adcore/reverse/chunk_tape.py", "ptr @{FREE})", "ptr @NRT_Free)"),
+            ("layers/staging/loop_ir.py", "{numba_abi.STATUS_NONE}", "-2"),
+            ("adcore/calling/fastcall.py", "REFUSED = abi.STATUS_WRONG_ARGUMENT", "REFUSED = -1000")]:
+        path = tmp_path / relative
+        text = path.read_text()
+        assert old in text, (relative, old)
+        path.write_text(text.replace(old, new, 1))
+        assert any(f.startswith(relative) for f in _abi_literals(tmp_path)), relative
+        path.write_text(text)
+    assert not _abi_literals(tmp_path)
+
+
+def test_the_known_functions_table_is_consistent():
+    """Every name in adcore.known_functions' table is listed once, with a role; each NRT
+    function is one of this Numba's runtime, each libm function has a derivative rule, the
+    declarations adcore writes parse; and every NRT function the IR of adcore's gradients
+    names (allocating kernels, reverse and forward mode) is in the table."""
+    import llvmlite.binding as llvm
+    import numba
+    import numpy as np
+
+    import adcore
+    from adcore import known_functions as known, numba_abi
+    from adcore.rules.scalar import RULES, math_name
+
+    names = [f.name for f in known.TABLE]
+    assert len(names) == len(set(names))
+    roles = {v for k, v in vars(known.Role).items() if k.isupper()}
+    assert {f.role for f in known.TABLE} <= roles
+    numba_abi.start_runtime()
+    library = numba_abi.runtime_library()
+    for name in names:
+        if known.is_runtime(name):
+            assert llvm.address_of_symbol(name) or library.get_pointer_to_function(name), name
+    for f32, f64 in known.LIBM.values():
+        assert known.ROLE[f32] == known.ROLE[f64] == known.Role.PURE_MATH
+        assert math_name(f32) == math_name(f64) == f64 and f64 in RULES, f64
+    declared = [known.declaration(f.name) for f in known.TABLE if f.declaration]
+    llvm.parse_assembly("\n".join(declared)).verify()
+
+    @numba.njit
+    def allocating(x):
+        t = np.empty_like(x)            # an allocation, its data, its destructor
+        for i in range(x.size):
+            t[i] = x[i] * x[i]
+        u = t.reshape((x.size, 1)) * 2.0  # a view, a temporary freed by decref
+        return np.sum(u) + np.sum(np.zeros(3))
+
+    x = np.arange(1.0, 5.0)
+    from adcore.forward import api as forward_api
+    tangent = forward_api._compiled(allocating, *forward_api._annotate((adcore.Duplicated(x, np.ones_like(x)),)))
+    texts = [adcore.adjoint_ir(adcore.Reverse, allocating, adcore.Duplicated(x, np.zeros_like(x))),
+             tangent.adjoint_ir]
+    runtime = {n for text in texts for n in re.findall(r"@\"?(NRT_\w+)", text)}
+    assert {known.ALLOCATE, known.FREE, known.CALL_DTOR, known.DECREF} <= runtime
+    assert runtime <= set(names), sorted(runtime - set(names))

@@ -10,7 +10,7 @@ import re
 
 from ..errors import UnsupportedError
 from ..ir.model import Arg, is_float_type
-from ..known_functions import consumes_only
+from ..known_functions import FREE, READS_NO_POINTERS, consumes_only
 from .memory import MEMORY_WRITERS, is_memcpy, is_memory_intrinsic
 from ..numba_abi import python_name
 from .pointers import UNKNOWN
@@ -20,9 +20,6 @@ FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
 INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui", "ret")      # ret: a callee's result, see _useful
 PUN_TYPES = {"i64": "double", "i32": "float"}
 _GENERATED_FOR_CALLS = re.compile(r"\.(aug|rev)\.\d+$")     # adcore.reverse.calls' augmented forwards, reverses
-# external helpers known to read only integers (shapes, strides) through their pointers
-READS_NO_POINTERS = ("numba_attempt_nocopy_reshape", "NRT_Free", "NRT_MemInfo_call_dtor",
-                     "NRT_decref", "NRT_incref")
 
 
 class Activity:
@@ -140,7 +137,7 @@ class Activity:
             if instr.opcode == "call" and instr not in varied and rule is None and not consumes_only(instr):
                 if any(o.defn in varied for o in instr.operands):
                     raise self.unsupported(instr, f"no derivative rule for callee {self._callee(instr)}")
-                if self.is_pure_call(instr) or is_memory_intrinsic(instr) or instr.callee in ("NRT_Free",):
+                if self.is_pure_call(instr) or is_memory_intrinsic(instr) or instr.callee == FREE:
                     continue
                 if any(o.type == "ptr" and self.memory.reaches_shadow(self.bases(o)) for o in instr.operands):
                     raise self.unsupported(instr, f"callee {self._callee(instr)} receives a differentiable array")

@@ -8,11 +8,10 @@
 """
 from ..errors import UnsupportedError
 from ..ir.model import is_float_type
-from ..known_functions import consumes_only
+from ..known_functions import DEFERRED_FREES, consumes_only
 from .pointers import UNKNOWN, MemInfo, is_allocation, is_heap_allocation
 
 MEMORY_INTRINSICS = ("llvm.memcpy.", "llvm.memmove.", "llvm.memset.")
-DEFERRED_FREES = ("NRT_Free", "NRT_MemInfo_call_dtor", "NRT_decref")
 MEMORY_WRITERS = ("store", "atomicrmw", "cmpxchg")
 
 

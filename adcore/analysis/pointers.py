@@ -9,14 +9,11 @@ it cannot be told; ``NOWHERE`` (the empty set) for constants, null and globals.
 import re
 
 from ..ir.model import Arg
+from ..known_functions import ALLOCATORS, MEMINFO_DATA_READERS, RAW_ALLOCATORS
 
 UNKNOWN = "unknown"
 NOWHERE = frozenset()
 
-ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned", "NRT_MemInfo_alloc",
-              "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize", "NRT_MemInfo_new_varsize_dtor")
-RAW_ALLOCATORS = ("NRT_Allocate",)
-MEMINFO_DATA = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 PURE_CASTS = ("bitcast", "addrspacecast")
 PUSH_POINTER, POP_POINTER = "adg.push.ptr", "adg.pop.ptr"     # a gradient's value stack in hvp
 _BYTE_GEP = re.compile(r"=\s*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*i8,")
@@ -133,7 +130,7 @@ class PointerBases:
         """The bases of pointer ``instr`` from what is known of its operands (None: not yet)."""
         op = instr.opcode
         first = self._of(instr.operands[0]) if instr.operands else UNKNOWN
-        reads_data = op == "load" or op == "call" and instr.callee in MEMINFO_DATA
+        reads_data = op == "load" or op == "call" and instr.callee in MEMINFO_DATA_READERS
         if op in ("getelementptr",) + PURE_CASTS:
             return first
         if op == "phi":

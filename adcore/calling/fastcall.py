@@ -34,16 +34,12 @@ import numpy as np
 from numba.core.types import unliteral
 
 from ..ir.writer import float_const
+from .. import numba_abi as abi
 from ..numba_abi import flat_types, target_context, target_machine_at
-from .python_entry import _DATA, _DESCR, _DIMS, _FLAGS, _NDIM, kernel_exception
+from .python_entry import kernel_exception
 
-REFUSED = -1000                          # status REFUSED - k: argument k is not as compiled
-_TYPE = 8                                # PyObject's ob_type
-_VALUE = 16                              # the value of a float or numpy scalar object
-_TUPLE_SIZE, _TUPLE_ITEMS = 16, 24       # PyTupleObject's ob_size and ob_item
-_WRITEABLE = 0x400                       # NPY_ARRAY_WRITEABLE
-_CARRAY = 0x1 | 0x100 | _WRITEABLE       # NPY_ARRAY_C_CONTIGUOUS | ALIGNED | WRITEABLE
-_METH_FASTCALL = 0x80
+REFUSED = abi.STATUS_WRONG_ARGUMENT      # status REFUSED - k: argument k is not as compiled
+_CARRAY = abi.NPY_ARRAY_C_CONTIGUOUS | abi.NPY_ARRAY_ALIGNED | abi.NPY_ARRAY_WRITEABLE
 _SCALARS = {float: "double", np.float64: "double", np.float32: "float", np.int64: "i64",
             np.int32: "i32"}
 
@@ -153,22 +149,22 @@ class _Emitter:
 def _checked(e, obj, k, a, written):
     """Refuse (as argument ``k``) unless ``obj`` is an array of the shape and dtype of
     ``a``, C-contiguous, aligned and (when ``written``) writeable; its data pointer."""
-    e.refuse_unless(_is(e, e.field(obj, _TYPE, "ptr"), id(np.ndarray)), k)
-    conds = [_eq(e, e.field(obj, _NDIM, "i32"), a.ndim, "i32"),
-             _is(e, e.field(obj, _DESCR, "ptr"), id(a.dtype))]
-    flags, want = e.tmp(), _CARRAY if written else _CARRAY & ~_WRITEABLE
-    e.lines.append(f"  {flags} = and i32 {e.field(obj, _FLAGS, 'i32')}, {want}")
+    e.refuse_unless(_is(e, e.field(obj, abi.PYOBJECT_TYPE, "ptr"), id(np.ndarray)), k)
+    conds = [_eq(e, e.field(obj, abi.NDARRAY_NDIM, "i32"), a.ndim, "i32"),
+             _is(e, e.field(obj, abi.NDARRAY_DESCR, "ptr"), id(a.dtype))]
+    flags, want = e.tmp(), _CARRAY if written else _CARRAY & ~abi.NPY_ARRAY_WRITEABLE
+    e.lines.append(f"  {flags} = and i32 {e.field(obj, abi.NDARRAY_FLAGS, 'i32')}, {want}")
     conds.append(_eq(e, flags, want, "i32"))
-    dims = e.field(obj, _DIMS, "ptr")
+    dims = e.field(obj, abi.NDARRAY_DIMS, "ptr")
     for axis, n in enumerate(a.shape):
-        conds.append(_eq(e, e.field(dims, 8 * axis, "i64"), n, "i64"))
+        conds.append(_eq(e, e.field(dims, abi.NDARRAY_DIM_BYTES * axis, "i64"), n, "i64"))
     all_ok = conds[0]
     for c in conds[1:]:
         both = e.tmp()
         e.lines.append(f"  {both} = and i1 {all_ok}, {c}")
         all_ok = both
     e.refuse_unless(all_ok, k)
-    return e.field(obj, _DATA, "ptr")
+    return e.field(obj, abi.NDARRAY_DATA, "ptr")
 
 
 def array_fields(shape, itemsize, data):
@@ -222,11 +218,11 @@ def _scalar(e, obj, k, slot, ptype):
         v = e.tmp()
         e.lines.append(f"  {v} = zext i1 {c} to {ptype}")
         return f"{ptype} {v}"
-    e.refuse_unless(_is(e, e.field(obj, _TYPE, "ptr"), id(slot.type)), k)
+    e.refuse_unless(_is(e, e.field(obj, abi.PYOBJECT_TYPE, "ptr"), id(slot.type)), k)
     stored = _SCALARS[slot.type]
     if stored != ptype:
         raise _Unpassable
-    return f"{ptype} {e.field(obj, _VALUE, stored)}"
+    return f"{ptype} {e.field(obj, abi.PYOBJECT_VALUE, stored)}"
 
 
 def _or_is(e, c, obj, address):
@@ -319,7 +315,7 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
     loaded, box, boxed = _BOXES[str(result)]
     widen = {"float": "fpext float %ret.v to double"}.get(loaded)
     e.lines += [f"  %status = call i32 %target(ptr %ret, ptr %exc, {', '.join(params)})",
-                "  %failed = icmp ne i32 %status, 0",
+                f"  %failed = icmp ne i32 %status, {abi.STATUS_OK}",
                 "  br i1 %failed, label %error, label %done",
                 "done:",
                 f"  %ret.v = load {loaded}, ptr %ret"]
@@ -381,15 +377,15 @@ def row_copier(columns):
     for k, (sample, buffer) in enumerate(columns):
         e.lines += [f"check{k}:", f"  %col{k}.p = getelementptr ptr, ptr %args, i64 {k}",
                     f"  %col{k} = load ptr, ptr %col{k}.p"]
-        e.refuse_unless(_is(e, e.field(f"%col{k}", _TYPE, "ptr"), id(tuple)), k)
-        e.refuse_unless(_eq(e, e.field(f"%col{k}", _TUPLE_SIZE, "i64"), len(buffer), "i64"), k)
+        e.refuse_unless(_is(e, e.field(f"%col{k}", abi.PYOBJECT_TYPE, "ptr"), id(tuple)), k)
+        e.refuse_unless(_eq(e, e.field(f"%col{k}", abi.PYTUPLE_SIZE, "i64"), len(buffer), "i64"), k)
         _over_items(e, k, "checked", len(buffer),
                     lambda item, i, k=k, sample=sample: _checked(e, item, k, sample, False))
         e.lines.append(f"  br label %{'check' if k + 1 < len(columns) else 'copy'}{k + 1}")
     e.lines.append(f"copy{len(columns)}:")
     for k, (sample, buffer) in enumerate(columns):
         def copy(item, i, buffer=buffer, nbytes=sample.nbytes):
-            row, data = e.tmp("row"), e.field(item, _DATA, "ptr")
+            row, data = e.tmp("row"), e.field(item, abi.NDARRAY_DATA, "ptr")
             base = f"inttoptr (i64 {buffer.ctypes.data} to ptr)"
             e.lines += [f"  {row} = getelementptr [{nbytes} x i8], ptr {base}, i64 {i}",
                         f"  call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {data}, i64 {nbytes}, i1 false)"]
@@ -410,7 +406,7 @@ def _over_items(e, k, tag, n, body):
     e.lines += [f"  br label %{head}.before", f"{head}.before:", f"  br label %{head}", f"{head}:",
                 f"  %{head}.i = phi i64 [ 0, %{head}.before ], [ %{head}.next, %{head}.latch ]"]
     item = e.tmp("item")
-    e.lines += [f"  {item}.p = getelementptr i8, ptr %col{k}, i64 {_TUPLE_ITEMS}",
+    e.lines += [f"  {item}.p = getelementptr i8, ptr %col{k}, i64 {abi.PYTUPLE_ITEMS}",
                 f"  {item}.q = getelementptr ptr, ptr {item}.p, i64 %{head}.i",
                 f"  {item} = load ptr, ptr {item}.q"]
     body(item, f"%{head}.i")
@@ -448,7 +444,7 @@ def _compile(ir, name, box):
         address = _engine.get_function_address(name)
         status, excinfo = (ctypes.CFUNCTYPE(ctypes.c_void_p)(
             _engine.get_function_address(f"{name}.{part}"))() for part in ("state", "excinfo"))
-    method = _PyMethodDef(name.encode(), address, _METH_FASTCALL, None)
+    method = _PyMethodDef(name.encode(), address, abi.METH_FASTCALL, None)
     return _new_builtin(ctypes.byref(method), None, None), method, status, excinfo
 
 

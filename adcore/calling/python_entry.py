@@ -15,14 +15,10 @@ import numpy as np
 from numba.core import types as nbtypes
 from numba.np.numpy_support import as_dtype
 
+from .. import numba_abi as abi
 from ..errors import ActivityError
 
-# numpy's PyArrayObject and PyArray_Descr (numpy 1.x and 2.x alike): byte offsets
-_DATA, _NDIM, _DIMS, _STRIDES, _DESCR, _FLAGS = 16, 24, 32, 40, 56, 64
-_BYTEORDER, _TYPE_NUM = 26, 28
-_CONTIGUOUS = {"C": 1, "F": 2, "A": 0}        # NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_F_CONTIGUOUS
-_WRONG_ARRAY = -1000                           # status: -1000 - k, argument k is not its type
-_WRONG_LAYOUT = -2000                          # status: -2000 - q, pair q of same_layout differs
+_CONTIGUOUS = {"C": abi.NPY_ARRAY_C_CONTIGUOUS, "F": abi.NPY_ARRAY_F_CONTIGUOUS, "A": 0}
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
@@ -62,8 +58,8 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
     """LLVM IR of the entry of ``symbol`` (which it declares): ``i32 (ptr retptr, ptr
     excinfo, ...)`` taking a ``PyObject *`` for each array argument (``kinds[k]`` not
     None) and each scalar as ``flat[k]``; returns ``symbol``'s status, or
-    ``_WRONG_ARRAY - k`` when array ``k`` has not the dimensions, dtype, byte order or
-    contiguity of ``kinds[k]``, or ``_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
+    ``STATUS_WRONG_ARGUMENT - k`` when array ``k`` has not the dimensions, dtype, byte order or
+    contiguity of ``kinds[k]``, or ``STATUS_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
     of ``same_layout[q] = (i, j, what)`` differ in shape or strides."""
     params, flattened, body = [], [], []
     for k, (group, kind) in enumerate(zip(flat, kinds)):
@@ -74,15 +70,15 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
         ndim, nums, contiguity, itemsize, _ = kind
         a = f"%a{k}"
         params.append(f"ptr {a}")
-        body += [f"  {a}.ndp = getelementptr i8, ptr {a}, i64 {_NDIM}",
+        body += [f"  {a}.ndp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_NDIM}",
                  f"  {a}.nd = load i32, ptr {a}.ndp",
-                 f"  {a}.descrp = getelementptr i8, ptr {a}, i64 {_DESCR}",
+                 f"  {a}.descrp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_DESCR}",
                  f"  {a}.descr = load ptr, ptr {a}.descrp",
-                 f"  {a}.nump = getelementptr i8, ptr {a}.descr, i64 {_TYPE_NUM}",
+                 f"  {a}.nump = getelementptr i8, ptr {a}.descr, i64 {abi.DESCR_TYPE_NUM}",
                  f"  {a}.num = load i32, ptr {a}.nump",
-                 f"  {a}.orderp = getelementptr i8, ptr {a}.descr, i64 {_BYTEORDER}",
+                 f"  {a}.orderp = getelementptr i8, ptr {a}.descr, i64 {abi.DESCR_BYTEORDER}",
                  f"  {a}.order = load i8, ptr {a}.orderp",
-                 f"  {a}.flagsp = getelementptr i8, ptr {a}, i64 {_FLAGS}",
+                 f"  {a}.flagsp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_FLAGS}",
                  f"  {a}.flags = load i32, ptr {a}.flagsp",
                  f"  {a}.layout = and i32 {a}.flags, {contiguity}",
                  f"  {a}.ok = icmp eq i32 {a}.nd, {ndim}",
@@ -100,13 +96,13 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
             previous = f"{a}.ok{q}"
         body += [f"  br i1 {previous}, label %good{k}, label %wrong{k}",
                  f"wrong{k}:",
-                 f"  ret i32 {_WRONG_ARRAY - k}",
+                 f"  ret i32 {abi.STATUS_WRONG_ARGUMENT - k}",
                  f"good{k}:",
-                 f"  {a}.datap = getelementptr i8, ptr {a}, i64 {_DATA}",
+                 f"  {a}.datap = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_DATA}",
                  f"  {a}.data = load ptr, ptr {a}.datap",
-                 f"  {a}.dimsp = getelementptr i8, ptr {a}, i64 {_DIMS}",
+                 f"  {a}.dimsp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_DIMS}",
                  f"  {a}.dims = load ptr, ptr {a}.dimsp",
-                 f"  {a}.stridesp = getelementptr i8, ptr {a}, i64 {_STRIDES}",
+                 f"  {a}.stridesp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_STRIDES}",
                  f"  {a}.strides = load ptr, ptr {a}.stridesp"]
         count = "1"
         for i in range(ndim):
@@ -126,7 +122,7 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
                      f"  %l{q}.{f}.any = or i1 {differ}, %l{q}.{f}"]
             differ = f"%l{q}.{f}.any"
         body += [f"  br i1 {differ}, label %layout{q}, label %same{q}",
-                 f"layout{q}:", f"  ret i32 {_WRONG_LAYOUT - q}", f"same{q}:"]
+                 f"layout{q}:", f"  ret i32 {abi.STATUS_WRONG_LAYOUT - q}", f"same{q}:"]
     types = ", ".join(["ptr", "ptr"] + [t for group in flat for t in group])
     return "\n".join(
         [f'declare i32 @"{symbol}"({types})',
@@ -179,10 +175,10 @@ class EntryCall:
         return TypeError(f"argument {k} must be a numpy array, got {type(args[k]).__name__}")
 
     def _error(self, status, excinfo, args):
-        if 0 <= _WRONG_LAYOUT - status < len(self.same_layout):
-            return ActivityError(f"{self.same_layout[_WRONG_LAYOUT - status][2]} must have the shape "
+        if 0 <= abi.STATUS_WRONG_LAYOUT - status < len(self.same_layout):
+            return ActivityError(f"{self.same_layout[abi.STATUS_WRONG_LAYOUT - status][2]} must have the shape "
                                  f"and strides of its array")
-        k = _WRONG_ARRAY - status
+        k = abi.STATUS_WRONG_ARGUMENT - status
         if 0 <= k < len(self.kinds) and self.kinds[k] is not None:
             ndim, _, contiguity, _, dtype = self.kinds[k]
             layout = {1: "C-contiguous ", 2: "Fortran-contiguous "}.get(contiguity, "")
@@ -195,8 +191,8 @@ def kernel_exception(excinfo):
     """The Python exception a kernel raised: Numba's ``excinfo`` points at the pickled
     ``(class, arguments, location...)`` of a static exception and its length."""
     if excinfo:
-        pointer, size = ctypes.cast(excinfo, ctypes.POINTER(ctypes.c_void_p))[0], \
-            ctypes.cast(excinfo + 8, ctypes.POINTER(ctypes.c_int32))[0]
+        pointer, size = ctypes.cast(excinfo + abi.EXCINFO_PICKLED, ctypes.POINTER(ctypes.c_void_p))[0], \
+            ctypes.cast(excinfo + abi.EXCINFO_PICKLED_SIZE, ctypes.POINTER(ctypes.c_int32))[0]
         try:
             info = pickle.loads(ctypes.string_at(pointer, size))
             return info[0](*info[1])

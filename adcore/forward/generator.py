@@ -22,6 +22,7 @@ differentiated as the ``vÂ·p`` they stand for: at ``v = 0`` its tangent is ``dvÂ
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
 """
 from .. import numba_abi
+from ..known_functions import CALL_DTOR, FREE
 from ..analysis.memory import is_memory_intrinsic
 from ..errors import UnsupportedError
 from ..ir.model import Operand, is_float_type, strip_metadata
@@ -228,7 +229,7 @@ class TangentGenerator(GeneratorBase):
         lines.append(f"  br i1 {clash}, label {refuse}, label {start}")
         lines.append(f"{refuse[1:]}:")
         lines.append(f"  store i64 -1, ptr {self.status(lines)}")
-        lines.append("  ret i32 0")
+        lines.append(f"  ret i32 {numba_abi.STATUS_OK}")
         return lines
 
     @property
@@ -460,8 +461,8 @@ class TangentGenerator(GeneratorBase):
                 status = e(f"insertvalue {t} {status}, {value.type} {field}, {j}")
         elif t != "void":
             status = e(f"phi {t} " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
-        e.line(f"call void @ad.release(ptr {self.dtors}, ptr @NRT_MemInfo_call_dtor)")
-        e.line(f"call void @ad.release(ptr {self.rawfrees}, ptr @NRT_Free)")
+        e.line(f"call void @ad.release(ptr {self.dtors}, ptr @{CALL_DTOR})")
+        e.line(f"call void @ad.release(ptr {self.rawfrees}, ptr @{FREE})")
         for stack in self.tangent_stacks():
             e.line(f"call void @free(ptr {e(f'load ptr, ptr {stack}')})")
         e.line("ret void" if t == "void" else f"ret {t} {status}")

@@ -11,6 +11,7 @@ import re
 from numba.core import types as nbtypes
 
 from ..errors import UnsupportedError
+from ..known_functions import ADAPT_NDARRAY_TO_PYTHON
 
 PARALLEL = ("a call to a parallel=True function (its prange loops or parallel array expressions)",
             "adcore differentiates the parallel loops of the kernel it is given, not those of "
@@ -28,7 +29,7 @@ RUNTIME_CALLS = (
     ("get_parallel_chunksize", PARALLEL),
     ("numba_list_", ("a typed list (numba.typed.List)", LIST[1])),
     ("numba_dict_", DICT),
-    ("NRT_adapt_ndarray_to_python", PRINT_OBJECT),
+    (ADAPT_NDARRAY_TO_PYTHON, PRINT_OBJECT),
 )
 LINALG = ("linear algebra other than products, norms and dot products has no derivative rule; "
           "differentiate a function that calls it through adcore.register_rule, or write it as loops")

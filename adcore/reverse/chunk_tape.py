@@ -33,6 +33,7 @@ from ..backend import native
 from .calls import Callees, Pair, Split
 from ..errors import ADError
 from ..frontend.capture import Kernel
+from ..known_functions import CALL_DTOR, FREE
 from .generator import AdjointGenerator, gradient_module
 from ..rules import custom as custom_rules
 from .value_stack import FRAME_STACKS, STACK_BYTES
@@ -163,9 +164,9 @@ def _wrappers(symbol, flat, adjoint_type, floats, result_type):
                     f"  store {t} %a{j}, ptr %f{j}"]
     else:
         out.append(f"  {call}")
-    out += ["  call void @ad.release(ptr %ad.s1, ptr @NRT_MemInfo_call_dtor)",
-            "  call void @ad.release(ptr %ad.s2, ptr @NRT_Free)",
+    out += [f"  call void @ad.release(ptr %ad.s1, ptr @{CALL_DTOR})",
+            f"  call void @ad.release(ptr %ad.s2, ptr @{FREE})",
             "  %base = load ptr, ptr %ad.s0",
             "  call void @free(ptr %base)",
-            "  ret i32 0", "}"]
+            f"  ret i32 {numba_abi.STATUS_OK}", "}"]
     return "\n" + "\n".join(out) + "\n"

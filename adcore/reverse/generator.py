@@ -30,6 +30,7 @@ that pops them.  A block's pushes made after a call (on top of the callee's tape
 popped just before the callee's reverse.
 """
 from .. import numba_abi as abi
+from ..known_functions import CALL_DTOR, DECREF, FREE
 from . import value_stack as runtime
 from .advances import availability, find_advance
 from ..analysis.cfg import InductionVariable, step_of
@@ -49,7 +50,7 @@ from ..plan.varying_loops import LoopHints, varying_latches
 from ..rules.scalar import Lane
 from .shadows import arena_alloca, shadow_pointers
 
-DEFERRED = {"NRT_MemInfo_call_dtor": "%ad.dtors", "NRT_Free": "%ad.rawfrees"}   # freed at the end
+DEFERRED = {CALL_DTOR: "%ad.dtors", FREE: "%ad.rawfrees"}   # freed at the end
 POPS = "  ;ad.pops "              # where a block's pushes after a call are popped
 COUNTER_START = "  ;ad.start "        # where a loop's reverse sets its counter (loop_order)
 
@@ -569,7 +570,7 @@ class AdjointGenerator(GeneratorBase):
             return forward_call(self, instr, self.rule_of(instr))
         if self.spec.split and instr.opcode == "alloca" and not instr.synthetic:   # outlives the call
             return arena_alloca(self, instr, instr.ref)
-        if instr.opcode == "call" and instr.callee == "NRT_decref":
+        if instr.opcode == "call" and instr.callee == DECREF:
             self.stack_types.add("ptr")
             return f"call void @ad.decref(ptr %ad.dtors, ptr {instr.operands[0].ref})"
         if instr.opcode == "call" and instr.callee in DEFERRED:
@@ -754,7 +755,7 @@ class AdjointGenerator(GeneratorBase):
         e.line(f"store i64 -1, ptr {bytes_field}")
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
         self.release()
-        e.line("ret i32 0")
+        e.line(f"ret i32 {abi.STATUS_OK}")
         e.label("ad.rseed.add")
         self.memory_types.add(t)
         shadow = e(f"load ptr, ptr {self.returned_shadow[data]}")
@@ -763,8 +764,8 @@ class AdjointGenerator(GeneratorBase):
 
     def release(self):
         """Run the deferred destructors and frees of the forward pass."""
-        self.e.line("call void @ad.release(ptr %ad.dtors, ptr @NRT_MemInfo_call_dtor)")
-        self.e.line("call void @ad.release(ptr %ad.rawfrees, ptr @NRT_Free)")
+        self.e.line(f"call void @ad.release(ptr %ad.dtors, ptr @{CALL_DTOR})")
+        self.e.line(f"call void @ad.release(ptr %ad.rawfrees, ptr @{FREE})")
 
     def exits(self):
         e, spec = self.e, self.spec
@@ -777,7 +778,7 @@ class AdjointGenerator(GeneratorBase):
         used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
         field = e(f"getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {spec.bytes_field}")
         e.line(f"store i64 {used}, ptr {field}")
-        ok = e(f"or i1 {e(f'icmp eq i32 {status}, 0')}, {e(f'icmp eq i32 {status}, -2')}")
+        ok = e(f"or i1 {e(f'icmp eq i32 {status}, {abi.STATUS_OK}')}, {e(f'icmp eq i32 {status}, {abi.STATUS_NONE}')}")
         e.line(f"br i1 {ok}, label %ad.rseed, label %ad.fail")
         e.label("ad.fail")
         e.line(f"call void @free(ptr {base})")
@@ -805,7 +806,7 @@ class AdjointGenerator(GeneratorBase):
             e.line(f"call void @free(ptr {e('load ptr, ptr %ad.finals')})")
         e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
         self.release()
-        e.line("ret i32 0")
+        e.line(f"ret i32 {abi.STATUS_OK}")
 
 
 def pred_type(block):

@@ -44,6 +44,7 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import as_dtype
 
 from .. import numba_abi
+from ..known_functions import RUNTIME_PREFIX
 from ..frontend.capture import Kernel, unoptimised_module
 from ..ir.model import gep_element_type
 from ..rules.custom import carray
@@ -155,7 +156,7 @@ def _repeatable(call):
     nothing the user sees: math, LLVM intrinsics, Numba's reference counts and allocations,
     the thread number."""
     callee = call.callee or ""
-    return is_pure_call(call) or callee.startswith(("llvm.", "NRT_")) or callee == "get_thread_id"
+    return is_pure_call(call) or callee.startswith(("llvm.", RUNTIME_PREFIX)) or callee == "get_thread_id"
 
 
 def _wraps(defn, index):

@@ -8,6 +8,7 @@ by a cold out-of-line helper; push and pop are always-inlined.
 """
 import re
 
+from ..known_functions import ALLOCATE, CALL_DTOR, FREE, MEMINFO_ALLOC_ALIGNED, declaration
 from ..numba_abi import MEMINFO_DATA, MEMINFO_TYPE
 
 ARENA_CHUNK = 65536             # bytes of each chunk of the arena (more for a larger request)
@@ -99,7 +100,7 @@ entry:
   br i1 %grow, label %chunk, label %put
 chunk:
   %cap = call i64 @llvm.umax.i64(i64 %rounded, i64 {ARENA_CHUNK})
-  %c = call ptr @NRT_Allocate(i64 %cap)
+  %c = call ptr @{ALLOCATE}(i64 %cap)
   call void @ad.push.ptr(ptr %frees, ptr %c)
   %cend = getelementptr i8, ptr %c, i64 %cap
   store ptr %cend, ptr %endp
@@ -189,20 +190,20 @@ entry:
 }}
 define internal ptr @ad.copy.operand(ptr %frees, ptr %src, i64 %size) noinline {{
 entry:
-  %p = call ptr @NRT_Allocate(i64 %size)
+  %p = call ptr @{ALLOCATE}(i64 %size)
   call void @llvm.memcpy.p0.p0.i64(ptr %p, ptr %src, i64 %size, i1 false)
   call void @ad.push.ptr(ptr %frees, ptr %p)
   ret ptr %p
 }}
 define internal ptr @ad.shadow.raw(i64 %size) noinline {{
 entry:
-  %p = call ptr @NRT_Allocate(i64 %size)
+  %p = call ptr @{ALLOCATE}(i64 %size)
   call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %size, i1 false)
   ret ptr %p
 }}
 define internal ptr @ad.shadow.alloc(i64 %size, i32 %align) noinline {{
 entry:
-  %m = call ptr @NRT_MemInfo_alloc_aligned(i64 %size, i32 %align)
+  %m = call ptr @{MEMINFO_ALLOC_ALIGNED}(i64 %size, i32 %align)
   %null = icmp eq ptr %m, null
   br i1 %null, label %exit, label %zero
 zero:
@@ -282,8 +283,5 @@ DECLARATIONS = {
     "llvm.umax.i64": "declare i64 @llvm.umax.i64(i64, i64)",
     "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
     "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-    "NRT_MemInfo_call_dtor": "declare void @NRT_MemInfo_call_dtor(ptr)",
-    "NRT_MemInfo_alloc_aligned": "declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)",
-    "NRT_Allocate": "declare ptr @NRT_Allocate(i64)",
-    "NRT_Free": "declare void @NRT_Free(ptr)",
+    **{name: declaration(name) for name in (CALL_DTOR, MEMINFO_ALLOC_ALIGNED, ALLOCATE, FREE)},
 }

@@ -29,6 +29,7 @@ from numba.core import types as nbtypes
 from adcore import numba_abi
 from adcore.frontend.capture import Kernel
 from adcore.ir.writer import float_const
+from adcore.known_functions import DECREF, INCREF, LIBM
 
 from optim.rules import like
 
@@ -41,12 +42,10 @@ _NUMBA_TYPES = {F32: nbtypes.float32, F64: nbtypes.float64, I64: nbtypes.int64}
 _ELEMENTS = {nbtypes.float32: F32, nbtypes.float64: F64, nbtypes.int64: I64}
 _SUFFIX = {F32: "f32", F64: "f64"}
 # math functions as Numba lowers them on a float: LLVM intrinsics, and libm functions
-# (float32 name, float64 name) declared pure (``cgutils.insert_pure_function``)
+# (float32 name, float64 name: adcore.known_functions.LIBM) declared pure
+# (``cgutils.insert_pure_function``)
 _INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sin": "llvm.sin", "cos": "llvm.cos",
                "fabs": "llvm.fabs"}
-_LIBM = {"tanh": ("tanhf", "tanh"), "sqrt": ("sqrtf", "sqrt"), "expm1": ("expm1f", "expm1"),
-         "log1p": ("log1pf", "log1p"), "tan": ("tanf", "tan"), "atan": ("atanf", "atan"),
-         "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh")}
 _INT_OPS = {ast.Add: "add nsw", ast.Sub: "sub nsw", ast.Mult: "mul nsw"}
 _FLOAT_OPS = {ast.Add: "fadd", ast.Sub: "fsub", ast.Mult: "fmul", ast.Div: "fdiv"}
 _ICMP = {ast.Lt: "slt", ast.LtE: "sle", ast.Gt: "sgt", ast.GtE: "sge", ast.Eq: "eq", ast.NotEq: "ne"}
@@ -117,22 +116,22 @@ class _Function:
             raise Untranslatable("a program not ending in a return")
         self.block("b0")
         last = _last_uses(body, self.meminfos)
-        self.references("NRT_incref", self.meminfos)
-        self.references("NRT_decref", last.get(None, ()))
+        self.references(INCREF, self.meminfos)
+        self.references(DECREF, last.get(None, ()))
         for k, statement in enumerate(body[:-1]):
             self.statements([statement])
-            self.references("NRT_decref", last.get(k, ()))
+            self.references(DECREF, last.get(k, ()))
         if procedure:
-            self.references("NRT_decref", last.get(len(body) - 1, ()))
-            self.emit("ret i32 -2")
+            self.references(DECREF, last.get(len(body) - 1, ()))
+            self.emit(f"ret i32 {numba_abi.STATUS_NONE}")
             return
         value, ty = self.expression(body[-1].value)
         if ty == BOOL:
             raise Untranslatable("a boolean result")
         self.restype = ty
-        self.references("NRT_decref", last.get(len(body) - 1, ()))
+        self.references(DECREF, last.get(len(body) - 1, ()))
         self.emit(f"store {ty} {value}, ptr %retptr")
-        self.emit("ret i32 0")
+        self.emit(f"ret i32 {numba_abi.STATUS_OK}")
 
     # -- output --------------------------------------------------------------------------
     def text(self):
@@ -482,8 +481,8 @@ class _Function:
             return self.value(f"fcmp ord {ty} {difference}, {difference}"), BOOL
         if f.attr in _INTRINSICS:
             return self.intrinsic(_INTRINSICS[f.attr], value, ty), ty
-        if f.attr in _LIBM:
-            name = _LIBM[f.attr][ty == F64]
+        if f.attr in LIBM:
+            name = LIBM[f.attr][ty == F64]
             self.declare(name, ty, ty, " #0")
             return self.value(f"call {ty} @{name}({ty} {value})"), ty
         raise Untranslatable(f"math.{f.attr}")

@@ -28,8 +28,6 @@ from adcore.ir.writer import float_const
 from adcore.calling.fastcall import array_fields
 from adcore.numba_abi import flat_types, target_context
 
-# Numba's status codes of a call: success, and success returning None (others fail)
-_OK, _OK_NONE = 0, -2
 LLVM_FLOATS = {"float32": "float", "float64": "double"}
 
 
@@ -223,8 +221,8 @@ class _Writer:
         self.allocas.append(f"  {ret} = alloca {ret_type}, align 16")
         self.emit(f"{status} = call i32 {target}(ptr {ret}, ptr %excp, {', '.join(params)})")
         ok, none, fine = self.tmp("c"), self.tmp("c"), self.tmp("c")
-        self.emit(f"{ok} = icmp eq i32 {status}, {_OK}")
-        self.emit(f"{none} = icmp eq i32 {status}, {_OK_NONE}")
+        self.emit(f"{ok} = icmp eq i32 {status}, {numba_abi.STATUS_OK}")
+        self.emit(f"{none} = icmp eq i32 {status}, {numba_abi.STATUS_NONE}")
         self.emit(f"{fine} = or i1 {ok}, {none}")
         cont = self.tmp("called")[1:]
         self.branch(fine, cont, "failed")
@@ -392,7 +390,7 @@ def _returned(w, steps, code, tag):
     w.emit(f"store i64 {steps}, ptr %retp")
     w.emit(f"%code.{tag} = getelementptr i64, ptr %retp, i64 1")
     w.emit(f"store i64 {code}, ptr %code.{tag}")
-    w.emit("ret i32 0")
+    w.emit(f"ret i32 {numba_abi.STATUS_OK}")
 
 
 def _count(shape):
