@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
-from . import numba_abi, pipeline
+from . import numba_abi, pipeline, plan
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .backend import disk_cache
 from .calling import repeat_calls
@@ -77,7 +77,7 @@ def _compiled(f, anns, ret_activity, dret=None, keep_primal=True):
     distinct = _distinct(arrays)
     seed_key = None if dret is None else (dret.dtype.char, dret.ndim)
     fast = (f, tuple(type(a) for a in anns), tuple(type_key(a.val) for a in anns),
-            ret_activity, distinct, seed_key, keep_primal)
+            ret_activity, distinct, seed_key, keep_primal, plan.disabled())
     entry = _fast.get(fast)
     if entry is None:
         seed_type = None if dret is None else numba.typeof(np.ascontiguousarray(dret))
@@ -106,7 +106,8 @@ def _located(err, dispatcher, args, differentiate=None):
 def _compiled_by_type(f, anns, ret_activity, distinct, seed_type, keep_primal=True):
     dispatcher = _dispatcher(f)
     argtypes = argument_types(dispatcher, [a.val for a in anns])
-    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, seed_type, keep_primal)
+    key = (dispatcher, argtypes, tuple(type(a) for a in anns), ret_activity, distinct, seed_type,
+           keep_primal, plan.disabled())
     entry = _cache.get(key)
     if entry is None:
         with _lock:
@@ -166,7 +167,7 @@ def autodiff(mode, f, *args, dret=None):
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         from .forward.api import autodiff_forward  # builds on this module: imported when first used
         return autodiff_forward(mode, f, *args)
-    key = repeat_calls.call_key(("autodiff", mode.with_primal), f, args) if dret is None else None
+    key = repeat_calls.call_key(("autodiff", mode.with_primal, *sorted(plan.disabled())), f, args) if dret is None else None
     call = _repeat.get(key) if key is not None else None
     got = call(args) if call is not None else None
     if got is not None:
@@ -191,7 +192,7 @@ def gradient(mode, f, *args):
     Duplicated with fresh zero shadows, ``Const`` stays constant.  Returns one entry per
     argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
     _check_mode(mode)
-    key = repeat_calls.call_key(("gradient", mode.with_primal), f, args)
+    key = repeat_calls.call_key(("gradient", mode.with_primal, *sorted(plan.disabled())), f, args)
     call = _repeat.get(key)
     got = call(args) if call is not None else None
     if got is not None:
@@ -216,21 +217,26 @@ def gradient(mode, f, *args):
     return (grads, value) if mode.with_primal else grads
 
 
-def compile_gradient(mode, f, *args, dret=None):
+def compile_gradient(mode, f, *args, dret=None, passes=None):
     """The compiled gradient ``autodiff(mode, f, *args, dret=dret)`` would use, without
     running it: a :class:`CompiledGradient` whose ``native`` njit function can be called
-    from other Numba code (a training loop, say)."""
+    from other Numba code (a training loop, say).  ``passes`` switches passes of the plan
+    on or off by name (``{"replays": False}``; the names are ``adcore.plan.PASSES``)."""
     _check_mode(mode)
+    off = plan.switched_off(passes)
     ret_activity, args = _split_return_activity(args)
-    return _compiled(f, annotate(args), ret_activity, dret)
+    with plan.using(off):
+        return _compiled(f, annotate(args), ret_activity, dret)
 
 
-def cache_report(f, *args, lines=False):
+def cache_report(f, *args, lines=False, passes=None):
     """What the reverse pass of ``f`` (arguments annotated as for :func:`autodiff`) caches
     per iteration of each loop: a :class:`adcore.plan.report.CacheReport`; ``print`` it.
     ``lines=True`` names source lines, from the kernel compiled again with debug info
-    (whose plan may differ a little from the optimised kernel's)."""
+    (whose plan may differ a little from the optimised kernel's); ``passes`` as for
+    :func:`compile_gradient`."""
     from .plan.report import build_report
+    off = plan.switched_off(passes)
     ret_activity, args = _split_return_activity(args)
     anns = _with_defaults(f, annotate(args))
     dispatcher = _dispatcher(f)
@@ -240,7 +246,8 @@ def cache_report(f, *args, lines=False):
     distinct = _distinct([a.val for a in anns if isinstance(a.val, np.ndarray)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        generator = pipeline.generate(dispatcher, anns, argtypes, ret_activity, distinct)[2]
+        with plan.using(off):
+            generator = pipeline.generate(dispatcher, anns, argtypes, ret_activity, distinct)[2]
     return build_report(generator)
 
 
@@ -250,10 +257,9 @@ def primal_ir(f, *args):
     return pipeline.primal(dispatcher, argument_types(dispatcher, [a.val for a in annotate(args)])).ir
 
 
-def adjoint_ir(mode, f, *args, optimised=False):
+def adjoint_ir(mode, f, *args, optimised=False, passes=None):
     """The LLVM IR adcore emits for the gradient of ``f`` (before O3, or after with
-    ``optimised=True``)."""
+    ``optimised=True``); ``passes`` as for :func:`compile_gradient`."""
     _check_mode(mode)
-    ret_activity, args = _split_return_activity(args)
-    compiled = _compiled(f, annotate(args), ret_activity)
+    compiled = compile_gradient(mode, f, *args, passes=passes)
     return compiled.optimised_ir if optimised else compiled.adjoint_ir

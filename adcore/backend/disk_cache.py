@@ -38,7 +38,7 @@ import numba
 import numpy as np
 from numba.core import types as nbtypes
 
-from .. import numba_abi
+from .. import numba_abi, plan
 from . import native, vector_math
 from ..calling import python_entry
 from ..calling.compiled import CompiledGradient
@@ -231,7 +231,8 @@ def key(dispatcher, argtypes, activities, ret_activity, distinct, seed_type, kee
         return None
     parts = (_environment(), rules, program, tuple(str(t) for t in argtypes),
              tuple(a.__name__ for a in activities), getattr(ret_activity, "__name__", None),
-             distinct, str(seed_type)) + (() if keep_primal else ("no primal",))
+             distinct, str(seed_type)) + (() if keep_primal else ("no primal",)) + \
+        tuple(sorted(plan.disabled()))
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 

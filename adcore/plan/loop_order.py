@@ -20,11 +20,15 @@ no snapshot or replay sits at its latch.
 from ..analysis.memory import MEMORY_WRITERS, is_memory_intrinsic
 from ..analysis.pointers import UNKNOWN
 from ..ir.model import Arg, gep_element_type
+from . import enabled
 from .values import is_pure_call
 
 
 def commuting(cfg, loop, iv, pointers, distinct_arrays, data_args):
-    """True when the iterations of ``loop`` (counter ``iv``) are independent, as above."""
+    """True when the iterations of ``loop`` (counter ``iv``) are independent, as above
+    (False when the ``loop_order`` pass is off)."""
+    if not enabled("loop_order"):
+        return False
     if any(lp is not loop and lp.header in loop.blocks for lp in cfg.loops):
         return False
     if [p for p in loop.header.phis] != [iv.phi] or not _fixed(iv.init):

@@ -16,6 +16,7 @@ commutes with leaving ``shadow[p]``.
 """
 from ..analysis.memory import MEMORY_WRITERS
 from ..ir.model import is_float_type
+from . import enabled
 
 _SUMS = {"fadd": (0, 1), "fsub": (0,)}       # operands whose adjoint is the sum's own
 
@@ -23,7 +24,10 @@ _SUMS = {"fadd": (0, 1), "fsub": (0,)}       # operands whose adjoint is the sum
 def unchanged_shadow_load(act, store, is_pure_call):
     """The load whose shadow the reverse of ``store`` may leave unchanged (see the module
     docstring), or None.  ``act`` is the activity analysis (its ``users``, ``active`` and
-    ``pun_type``); ``is_pure_call(instr)`` tells calls that write no memory."""
+    ``pun_type``); ``is_pure_call(instr)`` tells calls that write no memory.  None when the
+    ``read_modify_write`` pass is off."""
+    if not enabled("read_modify_write"):
+        return None
     value, ptr = store.operands
     s = value.defn
     if s is None or getattr(s, "opcode", None) not in _SUMS or s.block is not store.block \

@@ -24,6 +24,7 @@ fill again in the reverse pass instead of copying the array, where a copy costs 
 bytes) or the tape has grown past its budget.
 """
 from ..analysis.pointers import UNKNOWN
+from . import enabled
 
 
 class Snapshots:
@@ -35,7 +36,7 @@ class Snapshots:
     def __init__(self, func, cfg, pointers, clobbers, active, extents, distinct):
         self.cfg, self.clobbers = cfg, clobbers
         self.at, self.loop_of = {}, {}
-        if not distinct or not extents:
+        if not distinct or not extents or not enabled("snapshots"):
             return
         needed = _needed_loads(func, active)
         candidates = {}

@@ -15,10 +15,12 @@ keeping the exps of its log-sum-exp, the LSTM's 1.3x, a 10^6 log-sum-exp's 1.6x)
 from ..analysis.cfg import step_of
 from ..analysis.loop_variance import LoopVariance
 from ..analysis.pointers import UNKNOWN
+from . import enabled
 from .cache_cut import plan_cut
 from ..ir.model import Arg, gep_element_type, rename, strip_metadata
 from ..reverse import value_stack as runtime
 from ..rules.scalar import math_name
+from ..timings import stage
 
 PURE_OPS = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and",
             "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp", "fcmp", "select",
@@ -119,7 +121,10 @@ class Values:
         loop, at ``base[i]`` (``base`` set before the loop, ``i`` the loop's counter, a
         constant nonzero step, elements of the stored type): one address per iteration; and
         no other write that may alias ``base`` can follow it (nor code outside a callee
-        after it returns, nor the reverse pass restoring a snapshot)."""
+        after it returns, nor the reverse pass restoring a snapshot).  None when the
+        ``stored_copies`` pass is off."""
+        if not enabled("stored_copies"):
+            return None
         if value not in self._stored:
             self._stored[value] = self._find_stored_copy(value)
         return self._stored[value]
@@ -202,9 +207,12 @@ class Values:
         comparison instead of an 8-byte running maximum).  A call in ``SELF_DERIVED`` is
         kept when it changes with every loop around it (one that does not, such as
         ``exp(q[k])`` in a loop over points, is recomputed: keeping it would push one value
-        again and again)."""
+        again and again).  With the ``recompute`` pass off, every value of an instruction
+        of the primal inside a loop is kept."""
         if value.block not in self.cfg.cyclic or value.type not in runtime.SIZES:
             return False
+        if not enabled("recompute") and not value.synthetic:
+            return True
         if self.self_derived(value):
             return self.variance.varies_with_every_loop(value)
         plan = self.cut_plan()
@@ -219,7 +227,9 @@ class Values:
 
     def cut_plan(self):
         """The :class:`adcore.plan.cache_cut.CutPlan`, made at the first decision (the loop
-        counters are registers by then)."""
+        counters are registers by then; an empty plan when the ``min_cut`` pass is off)."""
         if self._plan is None:
-            self._plan = plan_cut(self, self.needed() if self.needed else ())
+            with stage("plan: min_cut"):
+                needed = self.needed() if self.needed and enabled("min_cut") else ()
+                self._plan = plan_cut(self, needed)
         return self._plan

@@ -41,6 +41,7 @@ from .instructions import reverse_instruction
 from ..ir.model import Operand, Synthetic, label, local, rename, strip_metadata, vector_shape
 from ..ir.writer import SUM, Emitter, GeneratorBase, adjoint_zero, float_const
 from .parallel_loops import forward_call
+from ..plan import enabled
 from ..plan.cache_cut import needed_values
 from ..plan.loop_order import commuting
 from ..plan.replays import find_replays
@@ -48,6 +49,7 @@ from ..plan.snapshots import Snapshots
 from ..plan.values import Values
 from ..plan.varying_loops import LoopHints, varying_latches
 from ..rules.scalar import Lane
+from ..timings import stage
 from .shadows import arena_alloca, shadow_pointers
 
 DEFERRED = {CALL_DTOR: "%ad.dtors", FREE: "%ad.rawfrees"}   # freed at the end
@@ -129,8 +131,9 @@ class AdjointGenerator(GeneratorBase):
         self.before = {}             # call -> synthetic code the forward pass runs before it
         self.loop_tapes = {}         # parallel loop's call -> (its tape's address, shadowed arrays)
         extents = {} if spec.split else {args[d]: (args[n], args[i]) for d, (n, i) in spec.extents.items()}
-        self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers, self.act.active,
-                                   extents, spec.distinct_arrays)
+        with stage("plan: snapshots"):
+            self.snapshots = Snapshots(func, self.cfg, analyses.pointers, self.clobbers,
+                                       self.act.active, extents, spec.distinct_arrays)
         self.values = Values(self.cfg, self.clobbers, self.e, self.alloca, self.snapshots.loop_of)
         self.values.needed = lambda: needed_values(func, self.act, self.rule_of, self.is_callee)
         self.values.rewritten = frozenset(data for data, _, _ in self.snapshots.bases())
@@ -232,8 +235,11 @@ class AdjointGenerator(GeneratorBase):
 
     def _replays(self):
         """``{latch: adcore.plan.replays.Replay}``: the loops whose scratch arrays the reverse
-        pass refills instead of restoring their snapshots."""
-        return find_replays(self.cfg, self.analyses.pointers, self.clobbers, self.snapshots)
+        pass refills instead of restoring their snapshots (none with the ``replays`` pass off)."""
+        if not enabled("replays"):
+            return {}
+        with stage("plan: replays"):
+            return find_replays(self.cfg, self.analyses.pointers, self.clobbers, self.snapshots)
 
     def replay_prelude(self, block):
         """At the start of the reverse of latch ``block``: whether the replay runs this
