@@ -8,7 +8,7 @@ the state and the gradient together.
 import numpy as np
 
 from adcore.annotations import Duplicated
-from adcore.tree import child, children, is_float_array, mirror
+from adcore.tree import FrozenDict, child, children, is_float_array, mirror
 
 from . import fused
 from .leaf import Leaf
@@ -105,23 +105,11 @@ def _fused_step(state, dup):
 def _collect(s, x, dx, path, pending):
     """Gather ``{id(leaf): [leaf, array, gradient]}``, summing the gradients of an array
     that appears more than once (tied weights share one Leaf).  ``path`` is ``(parent's
-    path, key)``, spelled out only in an error."""
+    path, key)``, spelled out only in an error.  The walk runs on every training step: the
+    children are looked up by their exact types first (``adcore.tree.child`` for the rest)."""
     if isinstance(x, np.ndarray):
-        if x.dtype.kind != "f" or dx is None:
-            return
-        if not isinstance(s, Leaf):
-            raise TypeError(f"optimiser state at {_where(path)} is {s!r}, not a Leaf; "
-                            "was the state made by setup for this model?")
-        if s.frozen:
-            return
-        dx = np.asarray(dx)
-        if dx.shape != x.shape:
-            raise ValueError(f"gradient at {_where(path)} has shape {dx.shape}, "
-                             f"the parameter {x.shape}")
-        if id(s) in pending:
-            pending[id(s)][2] += dx.reshape(-1)
-        else:
-            pending[id(s)] = [s, x, np.array(dx, dtype=x.dtype, order="C").reshape(-1)]
+        if x.dtype.kind == "f" and dx is not None:
+            _gather(s, x, dx, path, pending)
         return
     fields = getattr(type(x), "__tree_fields__", None)
     if fields is not None:
@@ -133,8 +121,43 @@ def _collect(s, x, dx, path, pending):
     else:
         return
     for k, c in kids:
-        if isinstance(c, (np.ndarray, dict, tuple, list)) or hasattr(type(c), "__tree_fields__"):
-            _collect(child(s, k), c, child(dx, k), (path, k), pending)
+        t = type(c)
+        if t is np.ndarray:
+            sk, dk = _child(s, k), _child(dx, k)
+            if c.dtype.kind == "f" and dk is not None:
+                _gather(sk, c, dk, (path, k), pending)
+        elif t is tuple or t is dict or t is list or isinstance(c, (np.ndarray, dict, tuple, list)) \
+                or hasattr(t, "__tree_fields__"):
+            _collect(_child(s, k), c, _child(dx, k), (path, k), pending)
+
+
+def _child(y, key):
+    """``adcore.tree.child``, with the exact containers of state and gradient trees first."""
+    t = type(y)
+    if t is dict or t is StateTree or t is FrozenDict:
+        return y.get(key)
+    if t is tuple or t is list:
+        return y[key]
+    return child(y, key)
+
+
+def _gather(s, x, dx, path, pending):
+    """Add the gradient ``dx`` of the float array ``x`` (state ``s``) to ``pending``."""
+    if not isinstance(s, Leaf):
+        raise TypeError(f"optimiser state at {_where(path)} is {s!r}, not a Leaf; "
+                        "was the state made by setup for this model?")
+    if s.frozen:
+        return
+    if type(dx) is not np.ndarray:
+        dx = np.asarray(dx)
+    if dx.shape != x.shape:
+        raise ValueError(f"gradient at {_where(path)} has shape {dx.shape}, "
+                         f"the parameter {x.shape}")
+    entry = pending.get(id(s))
+    if entry is None:
+        pending[id(s)] = [s, x, np.array(dx, dtype=x.dtype, order="C").reshape(-1)]
+    else:
+        entry[2] += dx.reshape(-1)
 
 
 def _where(path):

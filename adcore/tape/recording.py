@@ -99,9 +99,13 @@ class Tape:
             for i, c, arg in zip(inputs, contribs, rec.args):
                 if i is None or c is None:
                     continue
+                old = adj[i]
                 if c.shape != arg.shape or c.dtype != arg.dtype:
                     c = fit(c, arg)
-                old = adj[i]
+                    if old is None:  # a sum or a cast is a new array: ours to add into
+                        adj[i] = c
+                        owned[i] = type(c) is np.ndarray and c.base is None
+                        continue
                 if old is None:
                     adj[i] = c
                 elif owned[i]:

@@ -81,6 +81,17 @@ def _expand(g, axis, keepdims, ndim):
     return np.expand_dims(g, tuple(a % ndim for a in axes))
 
 
+def spread(g, shape):
+    """``np.broadcast_to(g, shape)`` (read-only); one value is laid out with zero strides
+    directly (the full reductions' cotangent, without broadcast_to's Python layers)."""
+    if np.ndim(g) == 0:
+        g = np.asarray(g)
+        out = np.ndarray(shape, g.dtype, g, 0, (0,) * len(shape))
+        out.flags.writeable = False
+        return out
+    return np.broadcast_to(g, shape)
+
+
 def _log_base(x):
     """log(x), taken as 0 where x = 0 and, for real x, where x < 0 (the exponent's partial of x**p)."""
     if isinstance(x, (int, float)):
@@ -438,18 +449,31 @@ def _nan_to_num(g, r):
 # ---------------------------------------------------------------- activations (stable)
 
 def sigmoid_forward(x):
-    """1 / (1 + e**-x), evaluated without overflow for either sign of x."""
+    """1 / (1 + e**-x), evaluated without overflow for either sign of x.
+
+    A real array whose entries are all above ``-SAFE_EXP`` (so e**-x is finite and the
+    result a normal number) takes that formula in place, four passes; otherwise (and with
+    NaN) ``where(x >= 0, 1, e) / (1 + e)`` with ``e = e**-|x|``, which cannot overflow."""
     x = np.asarray(x)
     if x.ndim == 0 or x.dtype.kind != "f":
         e = np.exp(-np.abs(x))
         return np.where(x >= 0, 1, e) / (1 + e)
-    e = np.abs(x)                      # the same formula, in place: e = e**-|x|
+    if x.size and x.min() > -SAFE_EXP.get(x.dtype.type, 0.0):
+        e = np.negative(x)
+        np.exp(e, out=e)
+        e += 1
+        return np.reciprocal(e, out=e)
+    e = np.abs(x)                      # e = e**-|x|, in place
     np.negative(e, out=e)
     np.exp(e, out=e)
     out = np.where(x >= 0, 1, e)
     e += 1
     out /= e
     return out
+
+
+# -log of the smallest normal number: for x above minus this, 1 / (1 + e**-x) is normal
+SAFE_EXP = {t: -float(np.log(np.finfo(t).tiny)) for t in (np.float16, np.float32, np.float64)}
 
 
 def softplus_forward(x):
@@ -472,10 +496,21 @@ def softmax_forward(x, axis=-1):
     if x.ndim == 0 or x.dtype.kind not in "fc":
         e = np.exp(x - np.max(x, axis=axis, keepdims=True))
         return e / np.sum(e, axis=axis, keepdims=True)
-    e = x - x.max(axis=axis, keepdims=True)
+    e = x - row_max(x, axis)
     np.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
     return e
+
+
+def row_max(x, axis):
+    """``x.max(axis, keepdims=True)``; a real 2-D array's short rows (the last axis) are
+    maximised through a transposed copy: numpy's reduction along a short contiguous axis
+    runs its inner loop once per row, along the first axis once per column (3x faster at
+    128 rows of 10; the same values: a maximum does not round)."""
+    if x.ndim == 2 and axis in (1, -1) and x.dtype.kind == "f" and x.shape[1] <= 64 \
+            and x.shape[0] >= 16:
+        return x.T.copy().max(axis=0)[:, None]
+    return x.max(axis=axis, keepdims=True)
 
 
 def logsoftmax_forward(x, axis=-1):
@@ -492,7 +527,11 @@ def relu_forward(x):
 def _sigmoid(g, r):
     """out = 1 / (1 + e**-x):  dx = g out (1 - out)."""
     s = r.value
-    return (g * s * (1 - s),)
+    gs = g * s
+    if type(gs) is np.ndarray and gs.ndim:
+        gs *= 1 - s               # the same products, one temporary fewer
+        return (gs,)
+    return (gs * (1 - s),)
 
 
 @rule("softplus", softplus_forward, scalar="S.softplus({0})")
@@ -537,12 +576,17 @@ def _logsoftmax(g, r):
 
 # ---------------------------------------------------------------- reductions
 
-@rule("sum", np.sum, complex_ok=True)
+def sum_forward(x, axis=None, keepdims=False):
+    """``np.sum``: the ufunc reduction it calls, without its Python dispatch."""
+    return np.add.reduce(x, axis=axis, keepdims=keepdims)
+
+
+@rule("sum", sum_forward, complex_ok=True)
 def _sum(g, r):
     """out = sum x (over axis):  dx = g broadcast back over the summed axes."""
     x = r.args[0]
     a = r.attrs
-    return (np.broadcast_to(_expand(g, a.get("axis"), a.get("keepdims", False), x.ndim), x.shape),)
+    return (spread(_expand(g, a.get("axis"), a.get("keepdims", False), x.ndim), x.shape),)
 
 
 @rule("mean", np.mean, complex_ok=True)
@@ -552,7 +596,7 @@ def _mean(g, r):
     a = r.attrs
     n = x.size // max(np.size(r.value), 1)
     g = _expand(g, a.get("axis"), a.get("keepdims", False), x.ndim) / n
-    return (np.broadcast_to(g, x.shape),)
+    return (spread(g, x.shape),)
 
 
 def _refuse_complex_jump(same_real, same, what):

@@ -19,7 +19,8 @@ def apply(op, args, attrs=EMPTY):
     A tracked result that is not floating-point (or complex for a rule that is not
     ``complex_ok``) raises ``UnsupportedError``: the path is never dropped silently.
     """
-    # The dispatch path of every recorded op: kept short (see bench.tape_bench).
+    # The dispatch path of every recorded op: kept short (see bench.tape_bench and
+    # tests/tape/test_tape_dispatch.py, which counts its Python calls).
     rule = RULES[op]
     tape = None
     ids = []
@@ -39,13 +40,19 @@ def apply(op, args, attrs=EMPTY):
     if tape is None:
         return rule.forward(*args, **attrs)
     out = rule.forward(*vals, **attrs) if attrs else rule.forward(*vals)
+    return _record(tape, rule, op, tuple(ids), tuple(vals), out, attrs, args)
+
+
+def _record(tape, rule, op, ids, vals, out, attrs, args):
+    """Append the record of ``out = op(*vals)`` (the operands ``args``) to ``tape`` and
+    return its tracked output; a view's output and tracked operands are marked as aliased."""
     kind = out.dtype.kind
     if kind != "f":
         if kind != "c" or not rule.complex_ok:
             raise _untracked(op, out)
     elif not rule.complex_ok:
-        for a in args:
-            if type(a) is Tracked and a.value.dtype.kind == "c":
+        for i, v in zip(ids, vals):
+            if i is not None and v.dtype.kind == "c":
                 raise _untracked(op, out)
     records = tape.records
     t = _new(Tracked)
@@ -53,9 +60,12 @@ def apply(op, args, attrs=EMPTY):
     t._tape = tape
     t._alias = False
     t._id = n = len(records)
-    records.append(Record(op, tuple(ids), tuple(vals), n, out, attrs))
+    records.append(Record(op, ids, vals, n, out, attrs))
     if rule.view:
-        _mark_alias(t, args)
+        t._alias = True  # in-place updates of either are refused
+        for a in args:
+            if type(a) is Tracked:
+                a._alias = True
     return t
 
 
@@ -68,14 +78,6 @@ def _untracked(op, out):
         "a complex result or operand"
     return UnsupportedError(f"numpy.{op} with {what}",
                             detail="adcore.tape's rule for it is for real values only")
-
-
-def _mark_alias(out, args):
-    """``out`` may share memory with its tracked operands: in-place updates of either are refused."""
-    out._alias = True
-    for a in args:
-        if type(a) is Tracked:
-            a._alias = True
 
 
 def primal(x):
@@ -129,11 +131,21 @@ _REVERSED = [tuple(range(n))[::-1] for n in range(64)]  # the axes of .T by ndim
 
 
 def _binary(op):
-    def method(self, other):
-        return apply(op, (self, other))
+    rule = RULES[op]
+
+    def method(self, other):  # a constant operand skips apply's walk over the operands
+        if type(other) is Tracked:
+            return apply(op, (self, other))
+        x = self.value
+        return _record(self._tape, rule, op, (self._id, None), (x, other), rule.forward(x, other),
+                       EMPTY, (self,))
 
     def reflected(self, other):
-        return apply(op, (other, self))
+        if type(other) is Tracked:
+            return apply(op, (other, self))
+        x = self.value
+        return _record(self._tape, rule, op, (None, self._id), (other, x), rule.forward(other, x),
+                       EMPTY, (self,))
 
     def inplace(self, other):
         return self._update(apply(op, (self, other)))

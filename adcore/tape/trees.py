@@ -10,12 +10,29 @@ import copy
 import numpy as np
 
 from ..annotations import Const
-from ..tree import is_node, node_fields
-
-
-def is_node_class(cls):
-    return hasattr(cls, "__tree_fields__")
 from .tracked import Tracked
+
+# How track and grad_tree treat an object, by its class (cached: classes do not change
+# their fields): a node, an exact tuple or list, an object passed through untouched
+# (functions, None, ints, strings...), or one of the other kinds, told apart by isinstance.
+NODE, SEQUENCE, OPAQUE, OTHER = range(4)
+_KINDS = {tuple: (SEQUENCE, None), list: (SEQUENCE, None)}
+_OTHER_KINDS = (Const, np.ndarray, np.generic, float, complex, tuple, list, dict, Tracked)
+
+
+def _kind(cls):
+    """``(kind, fields)`` of ``cls``; ``fields`` are a node's ``__tree_fields__``."""
+    try:
+        return _KINDS[cls]
+    except KeyError:
+        # containers and numbers keep their own meaning even if a subclass declared fields
+        other = issubclass(cls, _OTHER_KINDS)
+        if hasattr(cls, "__tree_fields__") and not other:
+            kind = (NODE, tuple(cls.__tree_fields__))
+        else:
+            kind = (OTHER if other else OPAQUE, None)
+        _KINDS[cls] = kind
+        return kind
 
 
 def track(tree, tape):
@@ -34,13 +51,15 @@ def track(tree, tape):
         leaf._id = tape.leaf(tree)
         leaf._alias = True  # the caller holds the array: never update it in place
         return leaf
-    fields = _node_fields(t)
-    if fields is not None:
+    kind, fields = _kind(t)
+    if kind is OPAQUE:
+        return tree
+    if kind is NODE:
         node = _shallow_copy(tree)
         for name in fields:
             setattr(node, name, track(getattr(tree, name), tape))
         return node
-    if t is tuple or t is list:
+    if kind is SEQUENCE:
         return t([track(v, tape) for v in tree])
     if isinstance(tree, Const):
         return tree.val
@@ -64,19 +83,7 @@ def track(tree, tape):
 
 
 _new = object.__new__
-_FIELDS = {}  # class -> its __tree_fields__ (None: not a node), cached: classes do not change them
 _PLAIN_COPY = {}  # class -> True when copy.copy(obj) is a new instance with obj.__dict__ copied
-
-
-def _node_fields(cls):
-    try:
-        return _FIELDS[cls]
-    except KeyError:
-        # containers and numbers keep their own meaning even if a subclass declared fields
-        plain = issubclass(cls, (Const, np.ndarray, np.generic, float, complex, tuple, list, dict))
-        fields = tuple(cls.__tree_fields__) if is_node_class(cls) and not plain else None
-        _FIELDS[cls] = fields
-        return fields
 
 
 def _shallow_copy(obj):
@@ -116,10 +123,14 @@ def grad_tree(tracked, adjoints):
                 return float(g)
             return complex(g) if value.dtype == np.complex128 else type(value)(g)
         return np.zeros_like(value) if g is None else g
-    fields = _node_fields(t)
-    if fields is not None:
+    if t is np.ndarray:
+        return None
+    kind, fields = _kind(t)
+    if kind is OPAQUE:
+        return None
+    if kind is NODE:
         return {name: grad_tree(getattr(tracked, name), adjoints) for name in fields}
-    if t is tuple or t is list:
+    if kind is SEQUENCE:
         return tuple([grad_tree(v, adjoints) for v in tracked])
     if isinstance(tracked, (tuple, list)):
         return tuple(grad_tree(v, adjoints) for v in tracked)
