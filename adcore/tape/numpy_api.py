@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from . import observe
 from .rules import RULES
-from .tracked import Tracked, apply, primal, _axis, _norm_axis
+from .tracked import Tracked, apply, apply1, primal, _axis, _norm_axis
 
 # ufunc -> rule name: the ufunc of every rule whose forward is one (see ``rules``), and aliases
 UFUNC_OPS = {r.forward: name for name, r in RULES.items() if isinstance(r.forward, np.ufunc)}
@@ -104,7 +104,10 @@ def _only(func, options, **allowed):
 
 def _reduction(func, op):
     def handler(a, axis=None, keepdims=False, **options):
-        _only(func, options, dtype=None, out=None)
+        if options:
+            _only(func, options, dtype=None, out=None)
+        if type(a) is Tracked:
+            return apply1(op, a, {"axis": _norm_axis(axis, a.value.ndim), "keepdims": keepdims})
         return apply(op, (a,), {"axis": _norm_axis(axis, np.ndim(primal(a))), "keepdims": keepdims})
     FUNCTIONS[func] = handler
 
@@ -342,7 +345,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method == "__call__" and not kwargs:
         op = UFUNC_OPS.get(ufunc)
         if op is not None:
-            return apply(op, inputs)
+            return apply1(op, self) if len(inputs) == 1 else apply(op, inputs)
     return ufunc_call(ufunc, method, inputs, kwargs)
 
 

@@ -43,6 +43,14 @@ def apply(op, args, attrs=EMPTY):
     return _record(tape, rule, op, tuple(ids), tuple(vals), out, attrs, args)
 
 
+def apply1(op, x, attrs=EMPTY):
+    """``apply`` of a one-operand op to the tracked ``x`` (array methods, unary ufuncs)."""
+    rule = RULES[op]
+    v = x.value
+    out = rule.forward(v, **attrs) if attrs else rule.forward(v)
+    return _record(x._tape, rule, op, (x._id,), (v,), out, attrs, (x,))
+
+
 def _record(tape, rule, op, ids, vals, out, attrs, args):
     """Append the record of ``out = op(*vals)`` (the operands ``args``) to ``tape`` and
     return its tracked output; a view's output and tracked operands are marked as aliased."""
@@ -190,9 +198,9 @@ class Tracked:
     ndim = property(lambda self: self.value.ndim)
     size = property(lambda self: self.value.size)
     dtype = property(lambda self: self.value.dtype)
-    T = property(lambda self: apply("transpose", (self,), {"axes": _REVERSED[self.value.ndim]}))
-    real = property(lambda self: apply("real", (self,)))
-    imag = property(lambda self: apply("imag", (self,)))
+    T = property(lambda self: apply1("transpose", self, {"axes": _REVERSED[self.value.ndim]}))
+    real = property(lambda self: apply1("real", self))
+    imag = property(lambda self: apply1("imag", self))
 
     def __len__(self):
         return len(self.value)
@@ -271,13 +279,13 @@ class Tracked:
         return other // self, other % self
 
     def __neg__(self):
-        return apply("negative", (self,))
+        return apply1("negative", self)
 
     def __pos__(self):
-        return apply("positive", (self,))
+        return apply1("positive", self)
 
     def __abs__(self):
-        return apply("absolute", (self,))
+        return apply1("absolute", self)
 
     # comparisons are not differentiable: plain boolean arrays
     def __lt__(self, other):
@@ -309,7 +317,7 @@ class Tracked:
         if new.shape != self.shape:
             raise ValueError(f"in-place update cannot change the shape {self.shape} to {new.shape}")
         if new.dtype != self.dtype:
-            new = apply("astype", (new,), {"dtype": self.dtype})
+            new = apply1("astype", new, {"dtype": self.dtype})
         self.value = new.value
         self._id = new._id
         return self
@@ -323,20 +331,20 @@ class Tracked:
         index = primal(index)
         if type(index) is Tracked:
             raise TypeError("a tracked float array cannot be used as an index")
-        return apply("getitem", (self,), {"index": index})
+        return apply1("getitem", self, {"index": index})
 
     # ------------------------------------------------------------ methods
     def sum(self, axis=None, keepdims=False):
-        return apply("sum", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+        return apply1("sum", self, {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
 
     def mean(self, axis=None, keepdims=False):
-        return apply("mean", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+        return apply1("mean", self, {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
 
     def max(self, axis=None, keepdims=False):
-        return apply("max", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+        return apply1("max", self, {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
 
     def min(self, axis=None, keepdims=False):
-        return apply("min", (self,), {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
+        return apply1("min", self, {"axis": _norm_axis(axis, self.ndim), "keepdims": keepdims})
 
     def var(self, axis=None, ddof=0, keepdims=False):
         return np.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
@@ -349,7 +357,7 @@ class Tracked:
             raise UnsupportedError(f"reshape with order={order!r}", detail="only order='C' is recorded")
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = shape[0]
-        return apply("reshape", (self,), {"shape": _resolve_shape(shape, self.size)})
+        return apply1("reshape", self, {"shape": _resolve_shape(shape, self.size)})
 
     def ravel(self):
         return self.reshape(-1)
@@ -370,7 +378,7 @@ class Tracked:
         axes = None if not axes else tuple(_axis(a, self.ndim) for a in axes)
         if axes is None:
             axes = tuple(range(self.ndim))[::-1]
-        return apply("transpose", (self,), {"axes": axes})
+        return apply1("transpose", self, {"axes": axes})
 
     def swapaxes(self, a, b):
         axes = list(range(self.ndim))
@@ -384,15 +392,15 @@ class Tracked:
             return self.copy() if copy else self
         if dtype.kind not in "fc":
             return self.value.astype(dtype)  # integers, booleans: derivative 0
-        return apply("astype", (self,), {"dtype": dtype})
+        return apply1("astype", self, {"dtype": dtype})
 
     def conj(self):
-        return apply("conj", (self,))
+        return apply1("conj", self)
 
     conjugate = conj
 
     def copy(self):
-        return apply("copy", (self,))
+        return apply1("copy", self)
 
     def dot(self, other):
         return np.dot(self, other)
