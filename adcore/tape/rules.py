@@ -496,21 +496,22 @@ def softmax_forward(x, axis=-1):
     if x.ndim == 0 or x.dtype.kind not in "fc":
         e = np.exp(x - np.max(x, axis=axis, keepdims=True))
         return e / np.sum(e, axis=axis, keepdims=True)
-    e = x - row_max(x, axis)
+    e = x - along(np.maximum, x, axis)
     np.exp(e, out=e)
-    e /= e.sum(axis=axis, keepdims=True)
+    e /= along(np.add, e, axis)
     return e
 
 
-def row_max(x, axis):
-    """``x.max(axis, keepdims=True)``; a real 2-D array's short rows (the last axis) are
-    maximised through a transposed copy: numpy's reduction along a short contiguous axis
-    runs its inner loop once per row, along the first axis once per column (3x faster at
-    128 rows of 10; the same values: a maximum does not round)."""
+def along(ufunc, x, axis):
+    """``ufunc.reduce(x, axis, keepdims=True)`` for ``np.maximum`` or ``np.add``.  Short
+    rows (the last axis of a 2-D real array) are reduced through a transposed copy: numpy
+    runs its inner loop once per row along a contiguous axis, once per column along the
+    first (3x faster at 128 rows of 10).  A maximum gives the same values; a sum adds the
+    row's entries in order (numpy pairs them along a contiguous axis), to rounding."""
     if x.ndim == 2 and axis in (1, -1) and x.dtype.kind == "f" and x.shape[1] <= 64 \
             and x.shape[0] >= 16:
-        return x.T.copy().max(axis=0)[:, None]
-    return x.max(axis=axis, keepdims=True)
+        return ufunc.reduce(x.T.copy(), axis=0)[:, None]
+    return ufunc.reduce(x, axis=axis, keepdims=True)
 
 
 def logsoftmax_forward(x, axis=-1):
@@ -563,7 +564,7 @@ def _softmax(g, r):
     gs = g * s
     if type(gs) is not np.ndarray or gs.ndim == 0:
         return (s * (g - np.sum(gs, axis=axis, keepdims=True)),)
-    gs -= s * gs.sum(axis=axis, keepdims=True)  # = s (g - sum(g s))
+    gs -= s * along(np.add, gs, axis)  # = s (g - sum(g s))
     return (gs,)
 
 
@@ -642,7 +643,12 @@ def _matmul_vjp(g, r):
             return (b @ g if ta else None), (a[:, None] * g[None, :] if tb else None)
         if b.ndim == 1:                               # (m, k) @ (k,)
             return (g[:, None] * b[None, :] if ta else None), (g @ a if tb else None)
-        return (g @ b.T if ta else None), (a.T @ g if tb else None)
+        if not tb:
+            return g @ b.T, None
+        # db = a^T g, computed as (g^T a)^T when b is a transposed view (x @ W.T): the
+        # cotangent then has b's layout, and W's adjoint (through the transpose) is row-major
+        gb = (g.T @ a).T if b.flags.f_contiguous and not b.flags.c_contiguous else a.T @ g
+        return (g @ b.T if ta else None), gb
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     g2 = g
