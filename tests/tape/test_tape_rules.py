@@ -252,6 +252,41 @@ def test_stable_building_blocks_at_extremes():
     assert np.all(np.isfinite(g))
 
 
+def test_sigmoid_paths_agree_at_extremes():
+    """Arrays whose entries are all above -SAFE_EXP take 1 / (1 + e**-x) in place, others
+    the overflow-free formula: both give sigmoid and its gradient to rounding (against
+    long double), without floating-point warnings, in float32 and float64."""
+    from adcore.tape.rules import SAFE_EXP
+    for dtype in (np.float32, np.float64):
+        edge = SAFE_EXP[dtype]
+        fast = np.array([-edge * 0.999, -50, -20, -1, 0, 1, 20, 50, 1e4], dtype)
+        slow = np.concatenate([fast, np.array([-edge * 1.001, -1e4], dtype)])
+        for x in (fast, slow):
+            exact = 1 / (1 + np.exp(-x.astype(np.longdouble)))
+            with np.errstate(over="raise", invalid="raise", divide="raise"):
+                s = tape.sigmoid(x)
+                g, = tape.gradient(lambda v: np.sum(tape.sigmoid(v)), x)
+            assert s.dtype == g.dtype == dtype
+            normal = exact > np.finfo(dtype).tiny
+            eps = np.finfo(dtype).eps
+            np.testing.assert_allclose(s[normal], exact[normal], rtol=4 * eps)
+            left = normal & (x <= 1)          # out (1 - out): relative accuracy left of 0
+            np.testing.assert_allclose(g[left], (exact * (1 - exact))[left], rtol=8 * eps)
+            np.testing.assert_allclose(g, exact * (1 - exact), rtol=0, atol=eps)
+            assert np.all(s[~normal] <= np.finfo(dtype).tiny) and np.all(g[~normal] >= 0)
+
+
+def test_softmax_of_short_rows_is_the_plain_formula():
+    """2-D softmax along short rows (reduced through a transposed copy) against the
+    shifted formula, and its gradient against central differences."""
+    x = R(40, 7) * 20
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(tape.softmax(x, axis=1), e / e.sum(axis=1, keepdims=True), rtol=1e-14)
+    np.testing.assert_array_equal(tape.softmax(x), tape.softmax(x, axis=1))
+    w = R(40, 7)
+    check_grad(lambda v: np.sum(tape.softmax(v) * w), R(40, 7))
+
+
 def test_max_splits_ties():
     g, = tape.gradient(lambda x: np.max(x), np.array([1.0, 3.0, 3.0]))
     np.testing.assert_allclose(g, [0.0, 0.5, 0.5])
