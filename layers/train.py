@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 import optim
-from adcore.annotations import Duplicated
+from adcore.annotations import Annotation, Const, Duplicated
 
 from .grad import first_output, withgradient
 from .staging.loop import compiled_train
@@ -70,8 +70,11 @@ def _epoch(loss, model, data, state, progress, epoch):
         from tqdm.auto import tqdm
         items = tqdm(data, total=len(data) if hasattr(data, "__len__") else None)
     losses = []
+    constants = not isinstance(model, Duplicated)
     for i, item in enumerate(items):
         args = item if isinstance(item, tuple) else (item,)
+        if constants:  # the step needs the model's gradient only (Flux's too): data are constants
+            args = [a if isinstance(a, Annotation) else Const(a) for a in args]
         val, grad = withgradient(loss, model, *args)
         l = float(first_output(val))
         if not math.isfinite(l):
