@@ -134,10 +134,10 @@ def unbroadcast(g, shape):
     """Sum ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
     extra = g.ndim - len(shape)
     if extra:
-        g = g.sum(axis=tuple(range(extra)))
-    axes = tuple(a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1)
+        g = np.add.reduce(g, axis=tuple(range(extra)))
+    axes = tuple([a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1])
     if axes:
-        g = g.sum(axis=axes, keepdims=True)
+        g = np.add.reduce(g, axis=axes, keepdims=True)
     return g
 
 

@@ -84,7 +84,7 @@ def _expand(g, axis, keepdims, ndim):
 def spread(g, shape):
     """``np.broadcast_to(g, shape)`` (read-only); one value is laid out with zero strides
     directly (the full reductions' cotangent, without broadcast_to's Python layers)."""
-    if np.ndim(g) == 0:
+    if type(g) is not np.ndarray or g.ndim == 0:
         g = np.asarray(g)
         out = np.ndarray(shape, g.dtype, g, 0, (0,) * len(shape))
         out.flags.writeable = False
@@ -458,7 +458,7 @@ def sigmoid_forward(x):
     if x.ndim == 0 or x.dtype.kind != "f":
         e = np.exp(-np.abs(x))
         return np.where(x >= 0, 1, e) / (1 + e)
-    if x.size and x.min() > -SAFE_EXP.get(x.dtype.type, 0.0):
+    if x.size and np.minimum.reduce(x, axis=None) > -SAFE_EXP.get(x.dtype.type, 0.0):
         e = np.negative(x)
         np.exp(e, out=e)
         e += 1

@@ -51,7 +51,7 @@ def track(tree, tape):
         leaf._id = tape.leaf(tree)
         leaf._alias = True  # the caller holds the array: never update it in place
         return leaf
-    kind, fields = _kind(t)
+    kind, fields = _KINDS.get(t) or _kind(t)
     if kind is OPAQUE:
         return tree
     if kind is NODE:
@@ -125,7 +125,7 @@ def grad_tree(tracked, adjoints):
         return np.zeros_like(value) if g is None else g
     if t is np.ndarray:
         return None
-    kind, fields = _kind(t)
+    kind, fields = _KINDS.get(t) or _kind(t)
     if kind is OPAQUE:
         return None
     if kind is NODE:
