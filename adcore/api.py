@@ -11,7 +11,7 @@ import numpy as np
 from . import numba_abi, pipeline, plan
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .backend import disk_cache
-from .calling import repeat_calls
+from .calling import repeat_guard
 from .calling.arguments import (
     annotate,
     check_plain_argument,
@@ -44,7 +44,7 @@ class _Bounded(OrderedDict):
 _cache = _Bounded()          # (dispatcher, types, activities) -> CompiledGradient
 _fast = _Bounded()           # the same, keyed by what a call can tell without Numba
 _dispatchers = _Bounded()    # plain Python function -> its njit dispatcher
-_repeat = _Bounded()         # repeat_calls.call_key -> the caller of repeat calls
+_repeat = _Bounded()         # repeat_guard.call_key -> the caller of repeat calls
 _lock = threading.RLock()
 
 
@@ -140,9 +140,9 @@ def _with_defaults(f, anns):
 
 
 def _remember(key, compiled, entry, args, everything, anns):
-    """Keep the caller of repeat calls like this one (:mod:`adcore.calling.repeat_calls`), when
+    """Keep the caller of repeat calls like this one (:mod:`adcore.calling.repeat_guard`), when
     ``compiled`` can check them; it is forgotten with the compiled gradients (same limit)."""
-    call = repeat_calls.checked_caller(compiled, entry, args, everything,
+    call = repeat_guard.checked_caller(compiled, entry, args, everything,
                                        [a.val for a in everything[len(anns):]])
     if call is not None:
         _repeat[key] = call
@@ -167,7 +167,7 @@ def autodiff(mode, f, *args, dret=None):
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         from .forward.api import autodiff_forward  # builds on this module: imported when first used
         return autodiff_forward(mode, f, *args)
-    key = repeat_calls.call_key(("autodiff", mode.with_primal, *sorted(plan.disabled())), f, args) if dret is None else None
+    key = repeat_guard.call_key(("autodiff", mode.with_primal, *sorted(plan.disabled())), f, args) if dret is None else None
     call = _repeat.get(key) if key is not None else None
     got = call(args) if call is not None else None
     if got is not None:
@@ -192,7 +192,7 @@ def gradient(mode, f, *args):
     Duplicated with fresh zero shadows, ``Const`` stays constant.  Returns one entry per
     argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
     _check_mode(mode)
-    key = repeat_calls.call_key(("gradient", mode.with_primal, *sorted(plan.disabled())), f, args)
+    key = repeat_guard.call_key(("gradient", mode.with_primal, *sorted(plan.disabled())), f, args)
     call = _repeat.get(key)
     got = call(args) if call is not None else None
     if got is not None:

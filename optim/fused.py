@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from adcore.calling.fastcall import FixedArray, numba_caller
-from adcore.calling.guard_code import used_bindings
+from adcore.calling.guard_builder import GuardBuilder
 from adcore.numba_abi import native_function
 from adcore.tree import child, children, is_float_array, is_node
 
@@ -27,9 +27,6 @@ from .leaf import Leaf
 
 _natives = {}   # (source, kernels) -> the compiled njit update
 _plans = {}     # id(state) -> (weak reference to the state, its plan or None)
-
-
-_IF, _FAIL = "    if not (", "): return False"
 
 
 class NoPlan(Exception):
@@ -44,16 +41,12 @@ class Plan:
     """The guard ``ok(state, model, grad)`` and ``run()`` for one state; see the module doc."""
 
     def __init__(self, state, model, grad):
-        self.env = {"ndarray": np.ndarray}
-        self.lines, self.body, self.arrays, self.hyper, self.checks = [], [], [], [], []
-        self.kernels, self.rules, self.leaves, self.n = {}, {}, set(), 0
+        self.guard = GuardBuilder({"ndarray": np.ndarray}, fail="return False")
+        self.body, self.arrays, self.hyper, self.checks = [], [], [], []
+        self.kernels, self.rules, self.leaves = {}, {}, set()
         self._walk("s", "x", "g", state, model, grad)
-        scope = dict(self.env)
-        exec("def ok(s, x, g):\n    try:\n" +
-             "".join(f"    {line}\n" for line in used_bindings(self.lines, "")) +
-             "    except (AttributeError, KeyError, IndexError, TypeError):\n"
-             "        return False\n    return True\n", scope)
-        self.ok = scope["ok"]
+        self.ok = self.guard.compile("ok", ("s", "x", "g"), ["return True"],
+                                     (AttributeError, KeyError, IndexError, TypeError))
         self.native = self._native()
         self.addresses = np.array([a.__array_interface__["data"][0] for a in self.arrays],
                                   np.int64)
@@ -93,57 +86,40 @@ class Plan:
             return k
         return call
 
-    # -- the guard ------------------------------------------------------------------
-    def _const(self, prefix, obj):
-        self.n += 1
-        self.env[f"{prefix}{self.n}"] = obj
-        return f"{prefix}{self.n}"
-
-    def _check(self, cond):
-        """Add ``cond`` to the guard (consecutive conditions make one ``if``)."""
-        if self.lines and self.lines[-1].startswith(_IF):
-            self.lines[-1] = f"{self.lines[-1][:-len(_FAIL)]} and ({cond}){_FAIL}"
-        else:
-            self.lines.append(f"{_IF}({cond}){_FAIL}")
-
-    def _let(self, expr):
-        self.n += 1
-        self.lines.append(f"    v{self.n} = {expr}")
-        return f"v{self.n}"
-
+    # -- the guard (:mod:`adcore.calling.guard_builder`) ----------------------------
     def _container(self, var, value):
         """Check ``var`` is a container like ``value``; the accessor of its children."""
-        t = self._const("T", type(value))
+        t = self.guard.const(type(value), 'T')
         if is_node(value):
-            self._check(f"type({var}) is {t}")
+            self.guard.check(f"type({var}) is {t}")
             return lambda k: f"{var}.{k}"
         # a dict's keys: each one the plan reads is looked up (a KeyError fails the guard);
         # one it never reads may differ, as it may for the Python path
-        self._check(f"type({var}) is {t} and len({var}) == {len(value)}")
+        self.guard.check(f"type({var}) is {t} and len({var}) == {len(value)}")
         return lambda k: f"{var}[{k!r}]"
 
     def _walk(self, s, x, g, sv, xv, gv):
         if is_float_array(xv):
             if gv is None:
-                self._check(f"{g} is None")
+                self.guard.check(f"{g} is None")
             else:
                 self._leaf(s, x, g, sv, xv, gv)
             return
         if not (is_node(xv) or isinstance(xv, (dict, tuple, list))):
-            self._check(f"{x} is None" if xv is None else
-                        f"type({x}) is {self._const('T', type(xv))} and not "
-                        f"(isinstance({x}, ndarray) and {x}.dtype.kind == 'f')")
+            self.guard.check(f"{x} is None" if xv is None else
+                             f"type({x}) is {self.guard.const(type(xv), 'T')} and not "
+                             f"(isinstance({x}, ndarray) and {x}.dtype.kind == 'f')")
             return
         getx = self._container(x, xv)
         gets = self._container(s, sv) if sv is not None else None
         getg = self._container(g, gv) if gv is not None else None
         if sv is None:
-            self._check(f"{s} is None")
+            self.guard.check(f"{s} is None")
         if gv is None:
-            self._check(f"{g} is None")
+            self.guard.check(f"{g} is None")
         for k, c in children(xv):
-            self._walk(self._let(gets(k)) if gets else "None", self._let(getx(k)),
-                       self._let(getg(k)) if getg else "None", child(sv, k), c, child(gv, k))
+            self._walk(self.guard.let(gets(k)) if gets else "None", self.guard.let(getx(k)),
+                       self.guard.let(getg(k)) if getg else "None", child(sv, k), c, child(gv, k))
 
     # -- one array --------------------------------------------------------------------
     def _leaf(self, s, x, g, leaf, xv, gv):
@@ -157,12 +133,12 @@ class Plan:
         except NotImplementedError:
             raise NoPlan from None
         if id(leaf.rule) not in self.rules:   # a deep copy: rules inside a chain are compared
-            self.rules[id(leaf.rule)] = rule = self._const("R", leaf.rule)
-            self._check(f"{rule}.__dict__ == {self._const('D', copy.deepcopy(leaf.rule.__dict__))}")
+            self.rules[id(leaf.rule)] = rule = self.guard.const(leaf.rule, 'R')
+            self.guard.check(f"{rule}.__dict__ == {self.guard.const(copy.deepcopy(leaf.rule.__dict__), 'D')}")
         rule = self.rules[id(leaf.rule)]
-        self._check(f"{s} is {self._const('L', leaf)} and {s}.frozen is False and "
-                    f"{s}.rule is {rule} and {s}.state is {self._const('S', leaf.state)} and "
-                    f"{x} is {self._const('X', xv)} and {g} is {self._const('G', gv)}")
+        self.guard.check(f"{s} is {self.guard.const(leaf, 'L')} and {s}.frozen is False and "
+                         f"{s}.rule is {rule} and {s}.state is {self.guard.const(leaf.state, 'S')} and "
+                         f"{x} is {self.guard.const(xv, 'X')} and {g} is {self.guard.const(gv, 'G')}")
         # (a dtype or shape set in place: the call checks each array, see ``_builtin``)
         xa, ga = self._array(xv), self._array(gv)
         d = f"d{len(self.arrays)}"

@@ -2,7 +2,8 @@
 its arrays.
 
 Staging walks the arguments and what the loss reads (``reads.Reads``) once;
-``GuardWriter`` turns that walk into straight-line Python: type, shape and dtype checks
+``GuardWriter`` (adcore's guard builder, :mod:`adcore.calling.guard_builder`) turns
+that walk into straight-line Python: type, shape and dtype checks
 on every leaf, identity checks on library objects (activation functions, ``only``, ...),
 and equality checks on ints and other plain values.  The generated ``gather(fn, *args)``
 (``fn`` the loss) returns ``None`` when anything differs (then the caller stages again)
@@ -13,102 +14,42 @@ import numpy as np
 
 from adcore.annotations import Const, Duplicated
 from adcore.backend.code_reads import library
-from adcore.calling.guard_code import used_bindings
+from adcore.calling.guard_builder import GuardBuilder, compiled
 from adcore.errors import ActivityError
 from adcore.tree import FrozenDict, child, is_node
 
 from .reads import _contiguous
 
-_PLAIN = (int, float, complex, str, bytes, bool, type(None), np.number, np.bool_)
+# what a guard's walk of the arguments may raise on arguments unlike the compiled ones
+_CAUGHT = (AttributeError, KeyError, IndexError, TypeError, ValueError)
 
 
-class GuardWriter:
-    """Accumulates checks and gathered expressions for ``gather(fn, a0, a1, ...)``;
-    consecutive checks become one ``if``.  The checks of an array (``array``) are kept
-    apart, so that a variant of the function can leave them to the native code it calls
+class GuardWriter(GuardBuilder):
+    """The guard ``gather(fn, a0, a1, ...)`` of a staged program (``fn`` the loss, the
+    arguments after it).  The checks of an array (``array``) are kept apart, so that a
+    variant of the function can leave them to the native code it calls
     (``source``'s ``checked_natively``)."""
 
     def __init__(self, nargs):
+        super().__init__({"ndarray": np.ndarray, "Duplicated": Duplicated, "Const": Const,
+                          "_contiguous": _contiguous, "FrozenDict": FrozenDict})
         self.nargs = nargs
-        self.lines, self.pending = [], []   # lines, and each pending check as (cond, array)
-        self.env = {"ndarray": np.ndarray, "Duplicated": Duplicated, "Const": Const,
-                    "_contiguous": _contiguous, "FrozenDict": FrozenDict}
-        self.n = 0
-
-    def name(self, prefix="v"):
-        self.n += 1
-        return f"{prefix}{self.n}"
-
-    def const(self, obj):
-        name = self.name("G")
-        self.env[name] = obj
-        return name
-
-    def let(self, expr):
-        self.flush()
-        v = self.name()
-        self.lines.append(f"    {v} = {expr}")
-        return v
-
-    def check(self, cond, array=None):
-        """Add condition ``cond`` (about array variable ``array``, when given)."""
-        self.pending.append((f"({cond})", array))
-
-    def flush(self):
-        if self.pending:
-            self.lines.append(list(self.pending))
-            self.pending = []
-
-    def same(self, var, value):
-        """Check ``var`` equals the static ``value`` (identity for objects)."""
-        if value is None or isinstance(value, bool):
-            self.check(f"{var} is {value}")
-        elif isinstance(value, _PLAIN) or (isinstance(value, tuple) and
-                                         all(isinstance(v, _PLAIN) for v in value)):
-            self.check(f"type({var}) is {self.const(type(value))} and {var} == {self.const(value)}")
-        else:
-            self.check(f"{var} is {self.const(value)}")
-
-    def array(self, var, value):
-        """Check type, shape and dtype (contiguity is left to the driver, whose
-        ``reshape`` refuses other layouts).  The dtype is checked equal, not only the same
-        object: an unpickled array's dtype is a new object."""
-        dtype = self.const(value.dtype)
-        self.check(f"type({var}) is ndarray and {var}.shape == {value.shape!r} and "
-                   f"({var}.dtype is {dtype} or {var}.dtype == {dtype})", var)
-
-    def _body(self, checked_natively, ret):
-        lines = []
-        for line in self.lines:
-            if isinstance(line, str):
-                lines.append(line)
-                continue
-            conds = [c for c, array in line if array is None or array not in checked_natively]
-            if conds:
-                lines.append(f"    if not ({' and '.join(conds)}): return None")
-        return used_bindings(lines, ret)
 
     def source(self, ret, lead=(), locked=False, checked_natively=(), tail=None):
         """``def gather(*lead, fn, a0, ...)`` returning ``ret`` when every check passes
         (evaluated holding ``LOCK`` when ``locked``), else ``None``; the checks of the
         arrays named in ``checked_natively`` are left out (``ret`` checks them).  ``tail``,
         when given, is the function's last statements instead (lines of source)."""
-        self.flush()
-        args = ", ".join(list(lead) + ["fn"] + [f"a{k}" for k in range(self.nargs)])
+        params = list(lead) + ["fn"] + [f"a{k}" for k in range(self.nargs)]
         if tail is None:
             tail = ["with LOCK:", f"    return {ret}"] if locked else [f"return {ret}"]
-        body = "\n".join(self._body(set(checked_natively), "\n".join(tail)))
-        return (f"def gather({args}):\n    try:\n" +
-                "\n".join("    " + line for line in body.splitlines()) +
-                "\n    except (AttributeError, KeyError, IndexError, TypeError, ValueError):\n"
-                "        return None\n" + "".join(f"    {line}\n" for line in tail))
+        return super().source("gather", params, tail, _CAUGHT, checked_natively)
 
     def compile(self, ret, lead=(), lock=None, checked_natively=(), tail=None, **names):
         """``source``'s function; ``lock`` is its ``LOCK``, ``names`` more globals ``ret``
         or ``tail`` use."""
-        scope = dict(self.env, LOCK=lock, **names)
-        exec(self.source(ret, lead, lock is not None, checked_natively, tail), scope)
-        return scope["gather"]
+        return compiled(self.source(ret, lead, lock is not None, checked_natively, tail),
+                        dict(self.env, LOCK=lock, **names), "gather")
 
 
 def emit_state(w, reads, var, value, sink, path):

@@ -184,9 +184,7 @@ class Reads:
     def _compound(self, v, var, where):
         w, t = self.w, type(v)
         if t is np.ndarray and v.dtype in _FLOATS:
-            dtype = w.const(v.dtype)          # equal: an unpickled array's dtype is a new object
-            w.check(f"type({var}) is ndarray and {var}.shape == {v.shape!r} and "
-                    f"({var}.dtype is {dtype} or {var}.dtype == {dtype})")
+            w.array(var, v, skippable=False)
             return self._input(f"_contiguous({var})", v, v)
         if isinstance(v, np.ndarray):
             if v.dtype.hasobject:

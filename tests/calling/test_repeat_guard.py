@@ -1,4 +1,4 @@
-"""Repeat calls of reverse mode take a generated caller (adcore.calling.repeat_calls): the same numbers
+"""Repeat calls of reverse mode take a generated caller (adcore.calling.repeat_guard): the same numbers
 as the first call, and what the full checks refuse or handle is still refused or handled."""
 import numba
 import numpy as np
@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import adcore
 from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal, api
-from adcore.calling import python_entry, repeat_calls
+from adcore.calling import python_entry, repeat_guard
 from adcore.calling.compiled import last_cached_bytes
 
 
@@ -47,7 +47,7 @@ def raises_after_writing(x, count, limit):
 
 def _caller(entry, f, *args):
     """The caller a ReverseWithPrimal call left (repeat calls are keyed with the mode)."""
-    return api._repeat.get(repeat_calls.call_key((entry, True), f, args))
+    return api._repeat.get(repeat_guard.call_key((entry, True), f, args))
 
 
 def _uses_caller(entry, f, *args):
