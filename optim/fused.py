@@ -5,11 +5,11 @@ Python guard that walks the model, its shadow and the state as ``optim.state._co
 does and checks each piece is the object the plan was built for (the same arrays,
 ``Leaf``, rule, rule attributes and rule state, not frozen), and one njit function that
 runs every leaf's ``rule.steps`` kernels on a scratch copy of the gradient (the shadow
-keeps the gradient) and subtracts the step.  Arrays reach it as one array of addresses
-(``optim.addresses``), hyperparameters as one float64 array, so after ``adjust`` only a
-new plan's guard and arrays are built; the njit function is compiled once per structure
-(kernels, sizes, dtypes).  Anything else (tied weights, frozen leaves, a gradient of
-another dtype or layout, a rule without ``steps``) keeps the Python path.
+keeps the gradient) and subtracts the step. Arrays reach it as one array of addresses (the
+call layer's ``adcore.calling.addresses``), hyperparameters as one float64 array, so after
+``adjust`` only a new plan's guard and arrays are built; the njit function is compiled
+once per structure (kernels, sizes, dtypes). Anything else (tied weights, frozen leaves, a
+gradient of another dtype or layout, a rule without ``steps``) keeps the Python path.
 """
 import copy
 import weakref
@@ -22,7 +22,7 @@ from adcore.calling.guard_builder import GuardBuilder
 from adcore.numba_abi import native_function
 from adcore.tree import child, children, is_float_array, is_node
 
-from .addresses import view
+from adcore.calling.addresses import address, view
 from .leaf import Leaf
 
 _natives = {}   # (source, kernels) -> the compiled njit update
@@ -48,8 +48,7 @@ class Plan:
         self.ok = self.guard.compile("ok", ("s", "x", "g"), ["return True"],
                                      (AttributeError, KeyError, IndexError, TypeError))
         self.native = self._native()
-        self.addresses = np.array([a.__array_interface__["data"][0] for a in self.arrays],
-                                  np.int64)
+        self.addresses = np.array([address(a) for a in self.arrays], np.int64)
         self.hyperparameters = np.array(self.hyper + [0.0], np.float64)   # last: a failed check's value
         self._call = self._builtin()
 
@@ -80,10 +79,7 @@ class Plan:
 
         def call():
             k = fast.call()
-            error = fast.error() if k is None else None
-            if error is not None:
-                raise error
-            return k
+            return k if k is not None else fast.miss()
         return call
 
     # -- the guard (:mod:`adcore.calling.guard_builder`) ----------------------------

@@ -464,3 +464,10 @@ class NumbaCaller:
         if REFUSED - self.nargs < status <= REFUSED:
             return None
         return kernel_exception(ctypes.c_void_p.from_address(self._excinfo).value)
+
+    def miss(self):
+        """After ``call`` returned None: None when the arguments were refused (nothing
+        ran), else raises the function's exception."""
+        error = self.error()
+        if error is not None:
+            raise error

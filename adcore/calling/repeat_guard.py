@@ -2,16 +2,17 @@
 of the kinds a checked call had.
 
 The first call of a kind runs the full checks in Python (:mod:`adcore.calling.arguments`,
-the compile key, :class:`adcore.calling.compiled.CompiledGradient`); when it passes and its
-gradient can check the rest itself, the calls after it take one generated guard
-(:func:`caller`, written with :mod:`adcore.calling.guard_builder`) that unpacks the arguments, checks the types of their values, allocates the fresh shadows,
-checks that no two arrays share memory (a verdict kept for the same array objects) and
-calls the gradient's njit stub, whose dispatch checks the argument types and whose code
-checks each shadow's shape and strides before anything runs (or, before the stub is made,
-the gradient's ctypes entry, which checks as much natively; the caller checks the arrays'
-writeability and alignment).  What one of these checks
-refuses returns ``None`` having touched nothing, and the call is made again the full way,
-which raises the error or handles the case.
+the compile key, :class:`adcore.calling.compiled.CompiledGradient`); when it passes and
+its gradient can check the rest itself, the calls after it take one generated guard
+(:func:`caller`, written with :mod:`adcore.calling.guard_builder`) that unpacks the
+arguments, checks the types of their values, allocates the fresh shadows, checks that no
+two arrays share memory (a verdict kept for the same array objects) and calls the
+gradient's njit stub, whose dispatch checks the argument types and whose code checks each
+shadow's shape and strides before anything runs (or, before the stub is made, the
+gradient's ctypes entry, which checks as much natively; the caller checks the arrays'
+writeability and alignment). What one of these checks refuses returns ``None`` having
+touched nothing, and the call is made again the full way, which raises the error or
+handles the case.
 """
 import ctypes
 

@@ -12,7 +12,7 @@ to end (each from a cache line) in buffers of the loop's own (PyTorch's fused Ad
 Python runs once per call, stacking the items into buffers kept from call to call (for
 the very item objects of the last call, only their arrays are copied again) and checking
 that no two arrays share memory; every array reaches the loop as one array of addresses
-(``program._Caller``).
+(an ``AddressTable`` of adcore's call layer).
 ``compiled_train`` returns ``None`` when the data or the optimiser do not fit this
 shape (then ``train`` steps through the items in Python).
 """
@@ -31,11 +31,12 @@ from adcore.errors import LinkError
 from adcore.calling.fastcall import row_copier
 from adcore.timings import stage
 from adcore.tree import child
-from optim.addresses import address
+from adcore.calling.addresses import AddressTable, address
 
 from . import direct_ir, loop_ir
 from .lower import LINE_BYTES, Kind
-from .program import Zeroing, _Caller, lookup
+from .drivers import Zeroing, refused
+from .program import lookup
 
 
 _MAX_PLANS = 8      # per compiled program: the optimiser states trained with it
@@ -170,7 +171,7 @@ def _groups(staged, state):
 class _Plan:
     """What ``train`` calls the loop with for one optimiser state, kept between calls while
     the state's leaves keep their rules (and the rules their hyperparameters), state
-    arrays and frozen flags: the loop (through a ``program._Caller``), the optimiser's
+    arrays and frozen flags: the loop (through an ``AddressTable``), the optimiser's
     state arrays and hyperparameters, the messages of the steps' checks (``Step.check``),
     the gradient workspaces and the stacked items (a ``_Stack``).  ``packed``: its groups
     take their steps at once (unless not ``pack``: :func:`_packable`, and
@@ -217,12 +218,12 @@ class _Plan:
         loop = staged.loops[key]
         if loop is None:
             raise NotImplementedError("the loop cannot be compiled")
-        self.call = _Caller(loop, fixed, len(values), lead=("total", "n"))
+        self.call = AddressTable(loop, fixed, len(values), refused, lead=("total", "n"))
 
     def arguments(self, stack, dargs, losses):
         """The loop's arguments: the program's (the stacked inputs from ``stack``), the
         plan's own buffers and ``losses``; the very tuple of the last call when it would
-        hold the same arrays (``program._Caller`` then checks nothing again); ``None``
+        hold the same arrays (the ``AddressTable`` then checks nothing again); ``None``
         when two of them share memory."""
         last = self.last
         if last is not None and last[0] is stack and last[1] is losses and \

@@ -9,7 +9,6 @@ call).  ``lookup`` keeps the compiled programs per loss function (per code
 object, so a closure made anew over the same values reuses them) and picks the one that
 matches.
 """
-import enum
 import re
 import threading
 
@@ -20,13 +19,13 @@ from adcore import tape
 from adcore.annotations import Const, Duplicated
 from adcore import ReverseWithPrimal, compile_gradient
 from adcore.calling import fastcall
+from adcore.calling.addresses import AddressTable
 from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
-from optim.addresses import address, view
-
 from . import direct_ir
+from .drivers import ZEROING, BuiltinDriver, PythonDriver, Zeroing, builtin_slots, njit_driver, refused
 from .guard import GuardWriter, emit_tree
 from .lower import LEAVES, LINE_BYTES, SHADOWED, Kind, Lowering
 from .reads import Reads
@@ -34,7 +33,6 @@ from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
 VARYING = (Kind.INPUT, Kind.INDEX, Kind.INDEX_ND)   # new objects at each call, in general
-WRITTEN = (Kind.STATE, Kind.WORK, Kind.KBUF)          # arrays the program writes
 _cache = {}
 _cache_lock = threading.RLock()
 
@@ -81,12 +79,6 @@ def line_aligned_zeros(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-@numba.njit(cache=False)
-def _zero(a):
-    for i in range(a.size):
-        a[i] = 0
-
-
 class Exclusive:
     """The lock of a compiled program's buffers; while it is held, ``busy[0]`` is 1, and
     the native repeat call (which never waits, see ``adcore.calling.fastcall``) refuses to run."""
@@ -101,6 +93,25 @@ class Exclusive:
     def __exit__(self, *exc):
         self.busy[0] = 0
         self._lock.release()
+
+
+class _DriverArgs:
+    """Per driver argument, then per shadow: the guard's expression that gathers it, a
+    sample of its value and whether the driver flattens it."""
+
+    def __init__(self):
+        self.gather, self.samples, self.flat = [], [], []
+        self.shadows, self.dsamples, self.dflat = [], [], []
+
+    def add(self, expr, sample, flat):
+        self.gather.append(expr)
+        self.samples.append(sample)
+        self.flat.append(flat)
+
+    def add_shadow(self, expr, sample, flat):
+        self.shadows.append(expr)
+        self.dsamples.append(sample)
+        self.dflat.append(flat)
 
 
 class Staged:
@@ -209,23 +220,43 @@ class Staged:
         shadow arrays in the gradient mirror."""
         scope = dict(low.globals)
         exec(self.source, scope)
-        anns, gather, flat, shadows, dflat = [], [], [], [], []
+        anns, d = self._arguments(low, w, exprs)
+        program = direct_ir.translated(self.source, scope, [numba.typeof(a.val) for a in anns]) \
+            or numba.njit(cache=False, error_model="numpy")(scope["program"])
+        self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
+        for k in self.grad.shadowed[len(d.shadows):]:   # Const arrays given scratch shadows
+            d.dsamples.append(np.zeros_like(anns[k].val))
+            d.shadows.append(w.const(d.dsamples[-1]))
+            d.dflat.append(False)
+        self.program = program        # the generated function (for inspection)
+        self.positions = {a.name: k for k, a in enumerate(low.args)}
+        self.flat, self.dflat = d.flat, d.dflat
+        self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in SHADOWED]
+        kinds = [a.kind for a in low.args if a.kind in SHADOWED]
+        self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
+            [Zeroing.ALWAYS] * (len(d.dflat) - len(kinds))
+        fast = self._drivers(low, anns, d)
+        self.loops = {}     # the compiled train loops (layers.staging.loop)
+        self.plans = {}     # what train ran, per optimiser state (layers.staging.loop._Plan)
+        self.varying = self._varying()
+        self._guards(w, d.gather + d.shadows, grads, mirrored, fast)
+
+    def _arguments(self, low, w, exprs):
+        """The annotated sample arguments of the program's gradient, and per driver
+        argument (``self.slots``) and shadow what the guard gathers and how it is passed
+        (a ``_DriverArgs``)."""
+        anns, d = [], _DriverArgs()
         self.slots = []   # per driver argument: (Kind, argument index, path, sample value)
-        samples, dsamples = [], []   # per driver argument and shadow: a sample of its value
         for a in low.args:
             if a.kind in LEAVES:
                 expr, dvar, sample, j, path = exprs[a.name if a.kind != Kind.INDEX_ND else a.payload]
+                d.add(expr, sample, a.kind != Kind.INDEX_ND and (a.kind != Kind.INPUT or
+                                                                 isinstance(a.payload, np.ndarray)))
                 self.slots.append((a.kind, j, path, sample))
-                gather.append(expr)
-                samples.append(sample)
-                flat.append(a.kind != Kind.INDEX_ND and (a.kind != Kind.INPUT or
-                                                        isinstance(a.payload, np.ndarray)))
             if a.kind == Kind.PARAM:
                 value = a.payload.reshape(-1)
                 anns.append(Duplicated(value, np.zeros_like(value)))
-                shadows.append(dvar)
-                dsamples.append(sample)
-                dflat.append(True)
+                d.add_shadow(dvar, sample, True)
             elif a.kind == Kind.STATE:
                 anns.append(Const(sample.reshape(-1).copy()))
             elif a.kind in (Kind.INPUT, Kind.INDEX, Kind.CONST):
@@ -236,9 +267,7 @@ class Staged:
                     value = np.ascontiguousarray(sample).reshape(-1)
                 anns.append(Const(value))
                 if a.kind == Kind.CONST:
-                    gather.append(w.const(value))
-                    samples.append(value)
-                    flat.append(False)
+                    d.add(w.const(value), value, False)
                     self.slots.append((a.kind, None, None, value))
             elif a.kind == Kind.INDEX_ND:
                 anns.append(Const(np.ascontiguousarray(sample)))
@@ -246,70 +275,55 @@ class Staged:
                 shape, dtype = a.payload
                 buf, dbuf = line_aligned_zeros(shape, dtype), line_aligned_zeros(shape, dtype)
                 anns.append(Duplicated(buf, dbuf))
-                gather.append(w.const(buf))
-                samples.append(buf)
-                flat.append(False)
+                d.add(w.const(buf), buf, False)
                 self.slots.append((a.kind, None, None, buf))
-                shadows.append(w.const(dbuf))
-                dsamples.append(dbuf)
-                dflat.append(False)
-        program = direct_ir.translated(self.source, scope, [numba.typeof(a.val) for a in anns]) \
-            or numba.njit(cache=False, error_model="numpy")(scope["program"])
-        self.grad = compile_gradient(ReverseWithPrimal, program, *anns)
-        for k in self.grad.shadowed[len(shadows):]:   # Const arrays given scratch shadows
-            dsamples.append(np.zeros_like(anns[k].val))
-            shadows.append(w.const(dsamples[-1]))
-            dflat.append(False)
-        self.program = program        # the generated function (for inspection)
-        self.positions = {a.name: k for k, a in enumerate(low.args)}
-        self.flat, self.dflat = flat, dflat
-        self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in SHADOWED]
-        kinds = [a.kind for a in low.args if a.kind in SHADOWED]
-        self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
-            [Zeroing.ALWAYS] * (len(dflat) - len(kinds))
-        # The stub's arrays that stay the same objects from call to call (all but the
-        # inputs) reach the njit driver as addresses: {driver position: sample of the stub's}.
-        # A gradient from the disk cache runs a Python driver over its ctypes call first.
+                d.add_shadow(w.const(dbuf), dbuf, False)
+        return anns, d
+
+    def _drivers(self, low, anns, d):
+        """Choose how the gradient is called (``drivers``): its builtin (returned), else a
+        Python driver over its ctypes entry, else the njit driver through an address
+        table.  The stub's arrays that stay the same objects from call to call (all but
+        the inputs) reach the njit driver as addresses: ``fixed``, ``{driver position:
+        sample of the stub's}``."""
         fixed = {k: anns[k].val for k, a in enumerate(low.args) if a.kind not in VARYING}
-        fixed.update((len(flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
-        slots = _fast_slots(low.args, samples, dsamples, flat, dflat, self.zeroing)
+        fixed.update((len(d.flat) + q, anns[k].val) for q, k in enumerate(self.grad.shadowed))
+        slots = builtin_slots(low.args, d.samples, d.dsamples, d.flat, d.dflat, self.zeroing)
 
         def builtin(busy):
             return fastcall.numba_caller(self.grad.symbol, *self.grad.stub_spec[:2], slots,
                                          zero=True, busy=busy)
         fast = builtin(self.lock.busy)
         if fast is not None:
-            self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed, promote=False)
-            self.call = _FastCaller(fast, lambda: builtin(None), self.driver)
+            self.driver = PythonDriver(self.grad, d.flat, d.dflat, self.zeroing, fixed, promote=False)
+            self.call = BuiltinDriver(fast, lambda: builtin(None), self.driver)
         elif self.grad.from_disk:
-            self.driver = _python_driver(self.grad, flat, dflat, self.zeroing, fixed)
-            self.call = _DirectCaller(self.driver)
+            self.driver = self.call = PythonDriver(self.grad, d.flat, d.dflat, self.zeroing, fixed)
         else:
-            self.driver = _driver(self.grad.native, flat, dflat, self.zeroing, fixed)
-            self.call = _Caller(self.driver, sorted(fixed), len(flat) + len(dflat))
-        self.loops = {}     # the compiled train loops (layers.staging.loop)
-        self.plans = {}     # what train ran, per optimiser state (layers.staging.loop._Plan)
-        self.varying = self._varying()
-        items, mirror = ", ".join(gather + shadows), f"({''.join(g + ', ' for g in grads)})"
+            self.driver = njit_driver(self.grad.native, d.flat, d.dflat, self.zeroing, fixed)
+            self.call = AddressTable(self.driver, sorted(fixed), len(d.flat) + len(d.dflat), refused)
+        return fast
+
+    def _guards(self, w, gathered, grads, mirrored, fast):
+        """``gather`` and the repeat gradient call ``call_gradient`` (the guard that also
+        runs the driver, returning ``(loss, grads)``)."""
+        items, mirror = ", ".join(gathered), f"({''.join(g + ', ' for g in grads)})"
         self.gather = w.compile(f"({items},), {mirror}")
         self.guard_source = w.source(f"({items},), {mirror}")
-        # The repeat gradient call: the guard that also runs the driver, returning
-        # ``(loss, grads)``.
-        if fast is not None:
-            # The builtin checks the arrays it is passed (so the guard does not; an input
-            # that is not C-contiguous is refused, and copied on the slow path) and returns
-            # the loss as a float, else a status: a refusal (also while another thread holds
-            # the lock) is a miss (``None``).  It runs no Python and holds the GIL, so it
-            # needs no lock of its own.
-            passed = [_CONTIGUOUS.sub(r"\1", x) for x in gather + shadows]
-            self.call_gradient = w.compile(
-                None, ("zero",), None, _passed_arrays(passed),
-                _fast_tail(f"FAST(True if zero else False, {', '.join(passed)})", mirror,
-                           mirrored),
-                FAST=fast.call, MISS=self.call.miss, LAST=(None,) * (1 + len(mirrored)))
-        else:
+        if fast is None:
             self.call_gradient = w.compile(f"CALL(zero, {items}), {mirror}", ("zero",),
                                            self.lock, CALL=self.call.call)
+            return
+        # The builtin checks the arrays it is passed (so the guard does not; an input that
+        # is not C-contiguous is refused, and copied on the slow path) and returns the loss
+        # as a float, else a status: a refusal (also while another thread holds the lock)
+        # is a miss (``None``).  It runs no Python and holds the GIL, so it needs no lock
+        # of its own.
+        passed = [_CONTIGUOUS.sub(r"\1", x) for x in gathered]
+        self.call_gradient = w.compile(
+            None, ("zero",), None, _passed_arrays(passed),
+            _fast_tail(f"FAST(True if zero else False, {', '.join(passed)})", mirror, mirrored),
+            FAST=fast.call, MISS=self.call.miss, LAST=(None,) * (1 + len(mirrored)))
 
     def _varying(self):
         """``{driver position: argument index - 1}`` of the inputs that are whole arguments
@@ -353,138 +367,6 @@ class Staged:
         return v if view.shape else v[()]
 
 
-class Zeroing(enum.Enum):
-    """When the driver zeroes a shadow before a call."""
-    ON_REQUEST = "when the call asks (``zero``)"
-    NEVER = "never"
-    ALWAYS = "before every call"
-
-
-# A parameter's shadow is zeroed when the call asks; the workspace's never, because every
-# workspace slot is written before it is read, so the reverse pass leaves its shadow zero
-# (the adjoint of a value that was overwritten), and it starts zero; kernel buffers and
-# the scratch shadows of Const arrays always.
-ZEROING = {Kind.PARAM: Zeroing.ON_REQUEST, Kind.WORK: Zeroing.NEVER}
-
-
-def _driver(stub, flat, dflat, zeroing, fixed):
-    """An njit ``driver(zero, table, *others)``: zero the shadows as ``zeroing`` says
-    (see ``ZEROING``), call the gradient, return the loss.  Its arguments are the stub's
-    (``*args, *shadows``, the shadows in the order of the gradient's ``shadowed``: the
-    parameters' and buffers', then those adcore gave Const arrays); those at the positions
-    of ``fixed`` (``{position: the stub's sample array}``) come as the address ``table`` of
-    an int64 array of their addresses (``_Caller``), the others in order as ``others``."""
-    n, m = len(flat), len(dflat)
-    names = [f"a{k}" for k in range(n)] + [f"d{k}" for k in range(m)]
-    flags = list(flat) + list(dflat)
-    others = "".join(", " + x for k, x in enumerate(names) if k not in fixed)
-    lines = [f"def driver(zero, table{others}):",
-             f"    addresses = view(table, ({len(fixed)},), np.int64)"]
-    scope = {"stub": stub, "_zero": _zero, "view": view, "np": np}
-    call = []
-    for k, x in enumerate(names):
-        if k in fixed:
-            scope[f"T{k}"] = fixed[k].dtype.type
-            lines.append(f"    {x} = view(addresses[{sorted(fixed).index(k)}], "
-                         f"{fixed[k].shape!r}, T{k})")
-            call.append(x)
-        else:
-            call.append(f"{x}.reshape(-1)" if flags[k] else x)
-    for q in range(m):
-        if zeroing[q] == Zeroing.ON_REQUEST:
-            lines.append(f"    if zero:\n        _zero({call[n + q]}.reshape(-1))")
-        elif zeroing[q] == Zeroing.ALWAYS:
-            lines.append(f"    _zero({call[n + q]}.reshape(-1))")
-    lines.append(f"    return stub({', '.join(call)})[0]")
-    exec("\n".join(lines) + "\n", scope)
-    return numba.njit(cache=False)(scope["driver"])
-
-
-# Calls of a program through the Python driver before its njit driver is compiled (about
-# 1.3 s of Numba): a first gradient (a test, an edit-run loop) skips that compile, and a
-# training loop has paid for it, at full speed, by its 20th step.
-DRIVER_AFTER = 20
-
-
-def _python_driver(grad, flat, dflat, zeroing, fixed, promote=True):
-    """``_driver`` in Python over the ctypes call of a fresh gradient or one loaded from
-    adcore's disk cache: no Numba compile before the first call; after ``DRIVER_AFTER`` calls
-    (when ``promote``), the njit driver through a ``_Caller``.  The arrays at the positions
-    of ``fixed`` (``{position: sample}``) must be C-contiguous, as ``_Caller`` requires."""
-    n = len(flat)
-    zeroed = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ALWAYS]
-    on_request = [k for k in range(len(dflat)) if zeroing[k] == Zeroing.ON_REQUEST]
-    reshaped = list(flat) + list(dflat)
-    calls, njit = [0], []
-
-    def driver(zero, *args):
-        if njit:
-            return njit[0](zero, *args)
-        calls[0] += 1
-        if promote and calls[0] >= DRIVER_AFTER:
-            njit.append(_Caller(_driver(grad.native, flat, dflat, zeroing, fixed),
-                                sorted(fixed), len(reshaped)).call)
-        if not all(args[k].flags.c_contiguous and args[k].flags.writeable for k in fixed):
-            raise ActivityError(_NOT_CONTIGUOUS)
-        for k in zeroed + (on_request if zero else []):
-            args[n + k].fill(0)
-        return grad.call(*[x.reshape(-1) if fl else x for x, fl in zip(args, reshaped)])[0]
-    return driver
-
-
-_NOT_CONTIGUOUS = ("a Duplicated model's arrays must be writeable C-contiguous arrays "
-                   "(np.ascontiguousarray); one was replaced by another")
-
-
-def _fast_slots(args, samples, dsamples, flat, dflat, zeroing):
-    """How each driver argument reaches the gradient through its builtin caller
-    (:func:`adcore.calling.fastcall.numba_caller`): the program's arguments, then the shadows
-    (zeroed as ``zeroing`` says)."""
-    zero = {Zeroing.ON_REQUEST: "on_request", Zeroing.ALWAYS: "always", Zeroing.NEVER: None}
-    slots = []
-    for a, sample, fl in zip(args, samples, flat):     # one sample per argument
-        if isinstance(sample, np.ndarray):
-            slots.append(fastcall.ArrayArg(sample, fl, written=a.kind in WRITTEN))
-        elif a.kind == Kind.CONST:
-            slots.append(fastcall.ConstArg(sample))
-        else:
-            slots.append(fastcall.ScalarArg(sample))
-    slots += [fastcall.ArrayArg(d, fl, zero[z], written=True)
-              for d, fl, z in zip(dsamples, dflat, zeroing)]
-    return slots
-
-
-class _FastCaller:
-    """The gradient's builtins (:mod:`adcore.calling.fastcall`): ``fast``, which the repeat call
-    calls without the program's lock and which refuses while the lock is held, and, for
-    ``run`` under the lock, one that does not look at the lock's flag (``make_held()``,
-    compiled at the first such call).  When a builtin refuses the arguments (one not
-    C-contiguous, say), the Python ``driver`` runs, which copes or raises the error."""
-
-    def __init__(self, fast, make_held, driver):
-        self.fast, self.driver = fast, driver
-        self.make_held, self.held = make_held, None
-
-    def run(self, zero, dargs):
-        """The gradient of ``dargs``; the caller holds the program's lock."""
-        if self.held is None:
-            self.held = self.make_held()
-        r = self.held.call(True if zero else False, *dargs)
-        if r is None:
-            error = self.held.error()
-            if error is not None:
-                raise error
-            return self.driver(zero, *dargs)
-        return r
-
-    def miss(self):
-        """None when the builtin refused the arguments; else raises the gradient's
-        exception."""
-        error = self.fast.error()
-        if error is not None:
-            raise error
-
-
 def _fast_tail(call, mirror, names):
     """The repeat call's last statements: ``call`` the builtin, then return the loss and
     the gradient ``mirror``, whose arrays are the variables ``names``.  The mirror of the
@@ -514,57 +396,6 @@ def _passed_arrays(items):
 
 _VARIABLE = re.compile(r"[va]\d+")
 _CONTIGUOUS = re.compile(r"_contiguous\(([va]\d+)\)")
-
-
-class _DirectCaller:
-    """Calls a driver that takes every array itself (the Python driver)."""
-
-    def __init__(self, driver):
-        self.call = driver
-        self.run = lambda zero, dargs: driver(zero, *dargs)
-
-
-class _Caller:
-    """Calls ``fn(*lead, table, *others)`` with gathered arguments: the arrays at ``fixed``
-    positions as one int, the address of an int64 array of their addresses (see
-    ``optim.addresses``; the njit side reads it with ``view(table, (len(fixed),),
-    np.int64)``), computed again only when one of them is another object than at the last
-    call (an array keeps its data while referenced), the others in order.  Numba's
-    dispatcher and a ctypes call cost per array argument, little per int.
-    ``call(*lead, *dargs)`` or ``run(*lead, dargs)``; ``lead`` names the leading arguments
-    passed through (the driver's ``zero``).  ``run`` given the very tuple of its last call
-    checks nothing again (a tuple holds the same objects)."""
-
-    def __init__(self, fn, fixed, n, lead=("zero",)):
-        self.objects, self.addresses = [None] * len(fixed), np.zeros(len(fixed), np.int64)
-        names = "".join(f"a{k}, " for k in range(n))
-        same = " and ".join(f"a{k} is F[{q}]" for q, k in enumerate(fixed)) or "True"
-        others = "".join(f", a{k}" for k in range(n) if k not in fixed)
-        head = "".join(x + ", " for x in lead)
-        last = [None]
-        scope = {"fn": fn, "F": self.objects, "TABLE": address(self.addresses), "LAST": last}
-        again = "".join(f", dargs[{k}]" for k in range(n) if k not in fixed)
-        exec(f"def call({head}{names}):\n"
-             f"    if not ({same}):\n"
-             f"        refresh(({names}))\n"
-             f"    return fn({head}TABLE{others})\n"
-             f"def run({head}dargs):\n"
-             f"    if dargs is LAST[0]:\n"
-             f"        return fn({head}TABLE{again})\n"
-             f"    LAST[0] = None\n"
-             f"    got = call({head}*dargs)\n"
-             f"    if type(dargs) is tuple:\n"
-             f"        LAST[0] = dargs\n"
-             f"    return got\n", scope)
-        scope["refresh"] = self._refresh
-        self.fixed, self.call, self.run = fixed, scope["call"], scope["run"]
-
-    def _refresh(self, dargs):
-        for q, k in enumerate(self.fixed):
-            a = dargs[k]
-            if not (a.flags.c_contiguous and a.flags.writeable):
-                raise ActivityError(_NOT_CONTIGUOUS)
-            self.objects[q], self.addresses[q] = a, address(a)
 
 
 def cache_key(f):

@@ -9,7 +9,8 @@ import pytest
 from adcore import ActivityError, Const, Duplicated, ReverseWithPrimal, compile_gradient
 from adcore.backend import vector_math
 from layers import Chain, Dense, gradient, relu, sigmoid, softmax, tanh, withgradient
-from layers.staging import products, program
+from adcore.calling.addresses import AddressTable
+from layers.staging import drivers, products, program
 
 RNG = np.random.default_rng(3)
 
@@ -95,12 +96,12 @@ def test_driver_passes_scratch_shadows_in_shadowed_order():
     grad = compile_gradient(ReverseWithPrimal, _writes_const, Duplicated(p, np.zeros(5)),
                             Const(c), Duplicated(w, np.zeros(5)))
     assert grad.shadowed == [0, 2, 1]
-    Z = program.Zeroing
+    Z = drivers.Zeroing
     zeroing = [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS]
     dp, dw, dc = np.zeros(5), np.zeros(5), np.full(5, 7.0)     # a stale scratch shadow
     fixed = {1: c, 2: w, 4: dw}                                # passed as addresses
-    driver = program._driver(grad.native, [False] * 3, [False] * 3, zeroing, fixed)
-    call = program._Caller(driver, sorted(fixed), 6)
+    driver = drivers.njit_driver(grad.native, [False] * 3, [False] * 3, zeroing, fixed)
+    call = AddressTable(driver, sorted(fixed), 6, drivers.refused)
     for _ in range(2):
         assert call.run(True, (p, c, w, dp, dw, dc)) == pytest.approx(np.sum(4 * p * p))
         np.testing.assert_allclose(dp, 8 * p)
@@ -115,13 +116,13 @@ def test_python_driver_promoted_to_the_njit_driver_takes_the_same_arrays(monkeyp
     ``DRIVER_AFTER`` calls) the njit driver with the fixed arrays as addresses: both give
     the same results, and an array replaced by another object after the promotion is
     followed."""
-    monkeypatch.setattr(program, "DRIVER_AFTER", 3)
+    monkeypatch.setattr(drivers, "DRIVER_AFTER", 3)
     p, c, w = RNG.standard_normal(5), np.zeros(5), np.zeros(5)
     grad = compile_gradient(ReverseWithPrimal, _writes_const, Duplicated(p, np.zeros(5)),
                             Const(c), Duplicated(w, np.zeros(5)))
-    Z = program.Zeroing
+    Z = drivers.Zeroing
     dp, dw, dc = np.zeros(5), np.zeros(5), np.zeros(5)
-    driver = program._python_driver(grad, [False] * 3, [False] * 3,
+    driver = drivers.PythonDriver(grad, [False] * 3, [False] * 3,
                                     [Z.ON_REQUEST, Z.NEVER, Z.ALWAYS], {1: c, 2: w, 4: dw})
     for k in range(5):                                          # 3 in Python, then njit
         if k == 4:
@@ -149,7 +150,7 @@ def test_workspace_shadow_stays_zero():
     for _ in range(3):
         again = gradient(loss, dup, x, y)[0]
         for z, d in zip(e.zeroing, dargs[len(e.flat):]):
-            if z == program.Zeroing.NEVER:
+            if z == drivers.Zeroing.NEVER:
                 assert not d.any()
     close(again, first, rtol=1e-6)
     close(first, gradient(loss, model, x, y)[0], rtol=2e-4)
