@@ -147,7 +147,12 @@ def _power(g, r):
     """out = a ** b:  da = g b a**(b-1) (0 where b = 0),  db = g out log a (0 where a = 0, or real a < 0)."""
     a, b = r.args
     if r.inputs[1] is None and type(b) is int and b == 2:  # the common square: no power call
-        return g * (a + a), None
+        twice = a + a
+        if type(twice) is np.ndarray and twice.shape == np.shape(g) and \
+                getattr(g, "dtype", None) == twice.dtype:
+            twice *= g                     # g (a + a), in the temporary
+            return twice, None
+        return g * twice, None
     ga = g * b * a ** _exponent_less_one(b) if r.inputs[0] is not None else None
     gb = g * r.value * _log_base(a) if r.inputs[1] is not None else None
     return ga, gb

@@ -136,6 +136,7 @@ def _resolve_shape(shape, size):
 
 
 _REVERSED = [tuple(range(n))[::-1] for n in range(64)]  # the axes of .T by ndim
+_TRANSPOSE = RULES["transpose"]
 
 
 def _binary(op):
@@ -198,7 +199,13 @@ class Tracked:
     ndim = property(lambda self: self.value.ndim)
     size = property(lambda self: self.value.size)
     dtype = property(lambda self: self.value.dtype)
-    T = property(lambda self: apply1("transpose", self, {"axes": _REVERSED[self.value.ndim]}))
+    @property
+    def T(self):
+        """The transpose (recorded; a view)."""
+        v = self.value
+        axes = _REVERSED[v.ndim]
+        out = v.transpose(axes) if type(v) is np.ndarray else np.transpose(v, axes)
+        return _record(self._tape, _TRANSPOSE, "transpose", (self._id,), (v,), out, {"axes": axes}, (self,))
     real = property(lambda self: apply1("real", self))
     imag = property(lambda self: apply1("imag", self))
 
