@@ -100,7 +100,7 @@ class Tape:
                 if i is None or c is None:
                     continue
                 old = adj[i]
-                if c.shape != arg.shape or c.dtype != arg.dtype:
+                if c.shape != arg.shape or c.dtype is not arg.dtype and c.dtype != arg.dtype:
                     c = fit(c, arg)
                     if old is None:  # a sum or a cast is a new array: ours to add into
                         adj[i] = c
