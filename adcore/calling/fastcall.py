@@ -276,42 +276,11 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
     result, _ = _result(restype)
     context = target_context()
     ret_type = str(context.get_value_type(restype))
-    e, params, passed = _Emitter(), [], int(zero)
-    zeroed = {"always": [], "on_request": []}
-    for k, (slot, nbtype) in enumerate(zip(slots, argtypes)):
-        ptypes = flat_types(context, nbtype)
-        if isinstance(slot, FixedArray):
-            params += _fixed(slot)
-            continue
-        if isinstance(slot, ConstArg):
-            ty, literal = _constant(slot.value)
-            if [ty] != ptypes:
-                return None
-            params.append(f"{ty} {literal}")
-            passed += 1
-            continue
-        obj = e.tmp("arg")
-        e.lines += [f"  {obj}.p = getelementptr ptr, ptr %args, i64 {passed}",
-                    f"  {obj} = load ptr, ptr {obj}.p"]
-        passed += 1
-        if isinstance(slot, ArrayArg):
-            data, fields = _array(e, obj, k, slot, len(ptypes))
-            params += fields
-            if slot.zero:
-                zeroed[slot.zero].append((data, slot.sample.nbytes))
-        else:
-            params.append(_scalar(e, obj, k, slot, ptypes[0]))
+    e = _Emitter()
+    params, passed, zeroed = _passed(e, context, slots, argtypes, zero)
     for w, a in enumerate(watched):
         _watch(e, len(slots) + w, a)
-    for data, nbytes in zeroed["always"]:
-        e.lines.append(f"  call void @llvm.memset.p0.i64(ptr {data}, i8 0, i64 {nbytes}, i1 false)")
-    if zeroed["on_request"] and zero:
-        e.lines += ["  %zero.p = load ptr, ptr %args",
-                    f"  %zero = icmp eq ptr %zero.p, inttoptr (i64 {id(True)} to ptr)",
-                    "  br i1 %zero, label %zeroing, label %call", "zeroing:"]
-        for data, nbytes in zeroed["on_request"]:
-            e.lines.append(f"  call void @llvm.memset.p0.i64(ptr {data}, i8 0, i64 {nbytes}, i1 false)")
-        e.lines += ["  br label %call", "call:"]
+    _zeroing(e, zeroed, zero)
     loaded, box, boxed = _BOXES[str(result)]
     widen = {"float": "fpext float %ret.v to double"}.get(loaded)
     e.lines += [f"  %status = call i32 %target(ptr %ret, ptr %exc, {', '.join(params)})",
@@ -345,6 +314,52 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
         "  br label %none",
         "args.ok:"] + e.lines)
     return NumbaCaller(*_compile(ir, name, box), len(slots) + len(watched))
+
+
+def _passed(e, context, slots, argtypes, zero):
+    """Check and convert each argument of ``slots`` (Numba types ``argtypes``; after the
+    leading ``zero`` when ``zero``): the parameters to pass, the number of Python
+    arguments, and ``{"always" or "on_request": [(data pointer, bytes)]}`` to zero."""
+    params, passed = [], int(zero)
+    zeroed = {"always": [], "on_request": []}
+    for k, (slot, nbtype) in enumerate(zip(slots, argtypes)):
+        ptypes = flat_types(context, nbtype)
+        if isinstance(slot, FixedArray):
+            params += _fixed(slot)
+            continue
+        if isinstance(slot, ConstArg):
+            ty, literal = _constant(slot.value)
+            if [ty] != ptypes:
+                raise _Unpassable
+            params.append(f"{ty} {literal}")
+            passed += 1
+            continue
+        obj = e.tmp("arg")
+        e.lines += [f"  {obj}.p = getelementptr ptr, ptr %args, i64 {passed}",
+                    f"  {obj} = load ptr, ptr {obj}.p"]
+        passed += 1
+        if isinstance(slot, ArrayArg):
+            data, fields = _array(e, obj, k, slot, len(ptypes))
+            params += fields
+            if slot.zero:
+                zeroed[slot.zero].append((data, slot.sample.nbytes))
+        else:
+            params.append(_scalar(e, obj, k, slot, ptypes[0]))
+    return params, passed, zeroed
+
+
+def _zeroing(e, zeroed, zero):
+    """Zero the arrays of ``zeroed`` (see :func:`_passed`): always, or when the leading
+    argument is ``True`` (``zero``)."""
+    for data, nbytes in zeroed["always"]:
+        e.lines.append(f"  call void @llvm.memset.p0.i64(ptr {data}, i8 0, i64 {nbytes}, i1 false)")
+    if zeroed["on_request"] and zero:
+        e.lines += ["  %zero.p = load ptr, ptr %args",
+                    f"  %zero = icmp eq ptr %zero.p, inttoptr (i64 {id(True)} to ptr)",
+                    "  br i1 %zero, label %zeroing, label %call", "zeroing:"]
+        for data, nbytes in zeroed["on_request"]:
+            e.lines.append(f"  call void @llvm.memset.p0.i64(ptr {data}, i8 0, i64 {nbytes}, i1 false)")
+        e.lines += ["  br label %call", "call:"]
 
 
 def _returned(obj):

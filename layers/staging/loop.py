@@ -307,31 +307,15 @@ def _packing_pays(plan, dargs, steps_a_call):
 def _loop_spec(staged, samples, plan, values, fixed, packed):
     """The :class:`loop_ir.LoopSpec` of the loop over ``values`` (``(*args, *shadows,
     *grads, *states, hyper, losses)``; those at the positions ``fixed`` come through the
-    table), with the kernels it calls (``[(kernel, argument types)]``).  The per-item inputs, at the positions of ``samples``, are the rows of a
-    ``_Stack``.  When ``packed`` (:func:`_packable`), ``grads`` is one gradient buffer, one
+    table), with the kernels it calls (``[(kernel, argument types)]``).  The per-item
+    inputs, at the positions of ``samples``, are the rows of a ``_Stack``.  When ``packed`` (:func:`_packable`), ``grads`` is one gradient buffer, one
     for the parameters and one per per-element state, each of them all laid end to end,
     and the groups become one.  NotImplementedError for what the loop does not pass."""
     na, nd = len(staged.flat), len(staged.dflat)
     q_of = {k: q for q, k in enumerate(fixed)}
     packing = _Packing(plan, values, q_of, na + nd, na, staged.shadow_of) if packed else None
     grad_types, grad_result = staged.grad.stub_spec[:2]
-    args = []
-    for k, t in enumerate(grad_types):
-        flat = staged.flat[k] if k < na else staged.dflat[k - na]
-        if k in samples:
-            sample = samples[k]
-            if isinstance(sample, np.ndarray) and not (isinstance(t, types.Array) and t.ndim == 1):
-                raise NotImplementedError("a stacked input the gradient takes with several axes")
-            args.append(loop_ir.Arg("row", q_of[k], (sample.size,)) if isinstance(sample, np.ndarray)
-                        else loop_ir.Arg("scalar", q_of[k]))
-        elif k in q_of:
-            shape = (values[k].size,) if flat else values[k].shape
-            if not (isinstance(t, types.Array) and t.ndim == len(shape)):
-                raise NotImplementedError("an array the gradient takes with other axes")
-            q, offset = packing.at.get(k, (q_of[k], 0)) if packing else (q_of[k], 0)
-            args.append(loop_ir.Arg("array", q, shape, offset))
-        else:
-            raise NotImplementedError("an argument that is neither an array nor a stacked input")
+    args = _gradient_args(staged, samples, values, q_of, packing)
     checked = any(st.check for _, steps in plan for st in steps)
     # With no checked step, the parameters' shadows are zeroed as they are read (but for
     # the last step's, which the shadow keeps as after a gradient call), else before each step.
@@ -369,6 +353,29 @@ def _loop_spec(staged, samples, plan, values, fixed, packed):
                             tuple(shadow[j] for j in sorted(read)), zero_each, tuple(groups),
                             q_of[hyper], q_of[hyper + 1], len(fixed), **copies)
     return spec, list(kernels)
+
+
+def _gradient_args(staged, samples, values, q_of, packing):
+    """The :class:`loop_ir.Arg` of each of the gradient's arguments (see
+    :func:`_loop_spec`)."""
+    na, args = len(staged.flat), []
+    for k, t in enumerate(staged.grad.stub_spec[0]):
+        flat = staged.flat[k] if k < na else staged.dflat[k - na]
+        if k in samples:
+            sample = samples[k]
+            if isinstance(sample, np.ndarray) and not (isinstance(t, types.Array) and t.ndim == 1):
+                raise NotImplementedError("a stacked input the gradient takes with several axes")
+            args.append(loop_ir.Arg("row", q_of[k], (sample.size,)) if isinstance(sample, np.ndarray)
+                        else loop_ir.Arg("scalar", q_of[k]))
+        elif k in q_of:
+            shape = (values[k].size,) if flat else values[k].shape
+            if not (isinstance(t, types.Array) and t.ndim == len(shape)):
+                raise NotImplementedError("an array the gradient takes with other axes")
+            q, offset = packing.at.get(k, (q_of[k], 0)) if packing else (q_of[k], 0)
+            args.append(loop_ir.Arg("array", q, shape, offset))
+        else:
+            raise NotImplementedError("an argument that is neither an array nor a stacked input")
+    return args
 
 
 def _packed_offsets(sizes, itemsize):
