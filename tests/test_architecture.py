@@ -320,3 +320,54 @@ def test_the_known_functions_table_is_consistent():
     runtime = {n for text in texts for n in re.findall(r"@\"?(NRT_\w+)", text)}
     assert {known.ALLOCATE, known.FREE, known.CALL_DTOR, known.DECREF} <= runtime
     assert runtime <= set(names), sorted(runtime - set(names))
+
+
+# Guards (generated Python checking a call before native code runs) are written by
+# adcore/calling/guard_builder.py; native addresses are called through ctypes in
+# adcore/calling/ (the call layer) only.
+_GUARD_TEXT = re.compile(r"\bif not \(|\)\s*:\s*return (?:None|False)\b")
+_NATIVE_CALL = re.compile(r"\bctypes\.(?:CFUNCTYPE|PYFUNCTYPE)\b|\bPyCFunction_NewEx\b")
+
+
+def _call_layer_offenders(root=ROOT):
+    """``path:line: text`` of guard source written outside the guard builder, and of
+    ctypes calls of native addresses outside the call layer (adcore, layers, optim)."""
+    import ast
+    found = []
+    for package in ("adcore", "layers", "optim"):
+        for path in sorted((root / package).rglob("*.py")):
+            name, text = path.relative_to(root).as_posix(), path.read_text()
+            if name != "adcore/calling/guard_builder.py":
+                found += [f"{name}:{n}: {literal}" for n, literal in _string_literals(ast.parse(text), text)
+                          if _GUARD_TEXT.search(literal)]
+            if not name.startswith("adcore/calling/"):
+                found += [f"{name}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+                          if _NATIVE_CALL.search(line.split("#")[0])]
+    return found
+
+
+def test_guards_are_written_by_the_guard_builder_and_native_calls_made_by_the_call_layer():
+    """Repeat calls, staged programs and the fused update write their guards with
+    adcore.calling.guard_builder (no ``if not (...): return None`` of their own), and only
+    adcore/calling/ makes ctypes function pointers or builtins of native addresses."""
+    found = _call_layer_offenders()
+    assert not found, "\n".join(found)
+
+
+def test_the_call_layer_scan_finds_an_old_generator_put_back(tmp_path):
+    """The scan above is not vacuous: the old generators' guard text, or a ctypes call of
+    an address, put back into a copy of the packages fails it."""
+    import shutil
+    for package in ("adcore", "layers", "optim"):
+        shutil.copytree(ROOT / package, tmp_path / package)
+    for relative, added in [
+            ("optim/fused.py", '_IF, _FAIL = "    if not (", "): return False"'),
+            ("layers/staging/guard.py", "_LINE = f\"    if not ({' and '.join(conds)}): return None\""),
+            ("adcore/calling/repeat_guard.py", 'lines = [f"    if not ({checks}):\\n        return None"]'),
+            ("layers/staging/program.py", "run = ctypes.CFUNCTYPE(None)(address)")]:
+        path = tmp_path / relative
+        text = path.read_text()
+        path.write_text(text + "\n" + added + "\n")
+        assert any(f.startswith(relative) for f in _call_layer_offenders(tmp_path)), relative
+        path.write_text(text)
+    assert not _call_layer_offenders(tmp_path)
