@@ -13,6 +13,7 @@ setup(
                 "with a tape engine and a Flux-like layers/optim API",
     packages=find_packages(include=["adcore", "adcore.*", "layers", "layers.*",
                                     "optim", "optim.*", "bench", "bench.*"]),
+    package_data={"adcore.ir": ["templates/*.ll"]},     # the IR templates adcore.ir.writer reads
     python_requires=">=3.10",
     install_requires=[
         "numba>=0.68,<0.69",

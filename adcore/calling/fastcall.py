@@ -33,7 +33,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from numba.core.types import unliteral
 
-from ..ir.writer import float_const
+from ..ir.writer import Emitter, fill, float_const
 from .. import numba_abi as abi
 from ..numba_abi import flat_types, target_context, target_machine_at
 from .python_entry import kernel_exception
@@ -127,44 +127,26 @@ class _Unpassable(Exception):
     """An argument that the function takes as another type."""
 
 
-class _Emitter:
-    def __init__(self):
-        self.lines, self.n = [], 0
-
-    def tmp(self, prefix="t"):
-        self.n += 1
-        return f"%{prefix}{self.n}"
-
-    def field(self, ptr, offset, ty):
-        p, v = self.tmp("p"), self.tmp()
-        self.lines += [f"  {p} = getelementptr i8, ptr {ptr}, i64 {offset}",
-                       f"  {v} = load {ty}, ptr {p}"]
-        return v
-
-    def refuse_unless(self, cond, k):
-        ok = self.tmp("ok")
-        self.lines += [f"  br i1 {cond}, label {ok}, label %refuse{k}", f"{ok[1:]}:"]
+def _refuse_unless(e, cond, k):
+    """Go on when ``cond`` holds, else refuse as argument ``k`` (block ``%refuse<k>``)."""
+    ok = e.fresh("ok")
+    e.branch(cond, ok, f"%refuse{k}")
+    e.label(ok)
 
 
 def _checked(e, obj, k, a, written):
     """Refuse (as argument ``k``) unless ``obj`` is an array of the shape and dtype of
     ``a``, C-contiguous, aligned and (when ``written``) writeable; its data pointer."""
-    e.refuse_unless(_is(e, e.field(obj, abi.PYOBJECT_TYPE, "ptr"), id(np.ndarray)), k)
-    conds = [_eq(e, e.field(obj, abi.NDARRAY_NDIM, "i32"), a.ndim, "i32"),
-             _is(e, e.field(obj, abi.NDARRAY_DESCR, "ptr"), id(a.dtype))]
-    flags, want = e.tmp(), _CARRAY if written else _CARRAY & ~abi.NPY_ARRAY_WRITEABLE
-    e.lines.append(f"  {flags} = and i32 {e.field(obj, abi.NDARRAY_FLAGS, 'i32')}, {want}")
-    conds.append(_eq(e, flags, want, "i32"))
-    dims = e.field(obj, abi.NDARRAY_DIMS, "ptr")
+    _refuse_unless(e, _is(e, e.load_at(obj, abi.PYOBJECT_TYPE, "ptr"), id(np.ndarray)), k)
+    conds = [_eq(e, e.load_at(obj, abi.NDARRAY_NDIM, "i32"), a.ndim, "i32"),
+             _is(e, e.load_at(obj, abi.NDARRAY_DESCR, "ptr"), id(a.dtype))]
+    want = _CARRAY if written else _CARRAY & ~abi.NPY_ARRAY_WRITEABLE
+    conds.append(_eq(e, e(f"and i32 {e.load_at(obj, abi.NDARRAY_FLAGS, 'i32')}, {want}"), want, "i32"))
+    dims = e.load_at(obj, abi.NDARRAY_DIMS, "ptr")
     for axis, n in enumerate(a.shape):
-        conds.append(_eq(e, e.field(dims, abi.NDARRAY_DIM_BYTES * axis, "i64"), n, "i64"))
-    all_ok = conds[0]
-    for c in conds[1:]:
-        both = e.tmp()
-        e.lines.append(f"  {both} = and i1 {all_ok}, {c}")
-        all_ok = both
-    e.refuse_unless(all_ok, k)
-    return e.field(obj, abi.NDARRAY_DATA, "ptr")
+        conds.append(_eq(e, e.load_at(dims, abi.NDARRAY_DIM_BYTES * axis, "i64"), n, "i64"))
+    _refuse_unless(e, e.all_of(conds), k)
+    return e.load_at(obj, abi.NDARRAY_DATA, "ptr")
 
 
 def array_fields(shape, itemsize, data):
@@ -195,40 +177,28 @@ def _watch(e, k, a):
     """Refuse (as ``k``) unless array object ``a`` still has its shape, dtype, flags and
     data (it is not passed: its memory is reached through addresses)."""
     data = _checked(e, f"inttoptr (i64 {id(a)} to ptr)", k, a, a.flags.writeable)
-    e.refuse_unless(_is(e, data, a.ctypes.data), k)
+    _refuse_unless(e, _is(e, data, a.ctypes.data), k)
 
 
 def _is(e, ptr, address):
-    c = e.tmp("c")
-    e.lines.append(f"  {c} = icmp eq ptr {ptr}, inttoptr (i64 {address} to ptr)")
-    return c
+    return e(f"icmp eq ptr {ptr}, inttoptr (i64 {address} to ptr)", "c")
 
 
 def _eq(e, value, constant, ty):
-    c = e.tmp("c")
-    e.lines.append(f"  {c} = icmp eq {ty} {value}, {constant}")
-    return c
+    return e(f"icmp eq {ty} {value}, {constant}", "c")
 
 
 def _scalar(e, obj, k, slot, ptype):
     """Check scalar ``obj`` (argument ``k``); the field to pass, of LLVM type ``ptype``."""
     if slot.type is bool:
         c = _is(e, obj, id(True))
-        e.refuse_unless(_or_is(e, c, obj, id(False)), k)
-        v = e.tmp()
-        e.lines.append(f"  {v} = zext i1 {c} to {ptype}")
-        return f"{ptype} {v}"
-    e.refuse_unless(_is(e, e.field(obj, abi.PYOBJECT_TYPE, "ptr"), id(slot.type)), k)
+        _refuse_unless(e, e.any_of([c, _is(e, obj, id(False))]), k)
+        return f"{ptype} {e(f'zext i1 {c} to {ptype}')}"
+    _refuse_unless(e, _is(e, e.load_at(obj, abi.PYOBJECT_TYPE, "ptr"), id(slot.type)), k)
     stored = _SCALARS[slot.type]
     if stored != ptype:
         raise _Unpassable
-    return f"{ptype} {e.field(obj, abi.PYOBJECT_VALUE, stored)}"
-
-
-def _or_is(e, c, obj, address):
-    other, either = _is(e, obj, address), e.tmp("c")
-    e.lines.append(f"  {either} = or i1 {c}, {other}")
-    return either
+    return f"{ptype} {e.load_at(obj, abi.PYOBJECT_VALUE, stored)}"
 
 
 def _fixed(slot):
@@ -276,7 +246,7 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
     result, _ = _result(restype)
     context = target_context()
     ret_type = str(context.get_value_type(restype))
-    e = _Emitter()
+    e = Emitter()
     params, passed, zeroed = _passed(e, context, slots, argtypes, zero)
     for w, a in enumerate(watched):
         _watch(e, len(slots) + w, a)
@@ -334,9 +304,7 @@ def _passed(e, context, slots, argtypes, zero):
             params.append(f"{ty} {literal}")
             passed += 1
             continue
-        obj = e.tmp("arg")
-        e.lines += [f"  {obj}.p = getelementptr ptr, ptr %args, i64 {passed}",
-                    f"  {obj} = load ptr, ptr {obj}.p"]
+        obj = e(f"load ptr, ptr {e(f'getelementptr ptr, ptr %args, i64 {passed}')}", "arg")
         passed += 1
         if isinstance(slot, ArrayArg):
             data, fields = _array(e, obj, k, slot, len(ptypes))
@@ -372,12 +340,8 @@ def _builtin_module(name, declarations, body):
     """The IR of builtin ``name`` (``ptr name(ptr %self, ptr %args, i64 %nargs)``, its
     lines ``body`` after the entry label) with its status and exception globals and their
     accessors ``name.state`` and ``name.excinfo`` (:func:`_compile`)."""
-    return "\n".join(["declare void @Py_IncRef(ptr)", *declarations,
-                      "@excinfo = internal global ptr null", f"@status = internal global i32 {REFUSED}",
-                      f"define ptr @{name}.state() {{\n  ret ptr @status\n}}",
-                      f"define ptr @{name}.excinfo() {{\n  ret ptr @excinfo\n}}",
-                      f"define ptr @{name}(ptr %self, ptr %args, i64 %nargs) {{", "entry:",
-                      *body, "}", ""])
+    return fill("builtin", name=name, declarations="\n".join(declarations), refused=REFUSED,
+                body="\n".join(body))
 
 
 def row_copier(columns):
@@ -386,24 +350,23 @@ def row_copier(columns):
     column ``k``'s ``sample``, C-contiguous and aligned; it copies them into the rows of
     ``buffer`` (C-contiguous, whoever holds the builtin keeps it alive) and returns True,
     or copies nothing and returns None when one is not so."""
-    e = _Emitter()
+    e = Emitter()
     e.lines += [f"  %count = icmp eq i64 %nargs, {len(columns)}",
                 "  br i1 %count, label %check0, label %refuse0"]
     for k, (sample, buffer) in enumerate(columns):
         e.lines += [f"check{k}:", f"  %col{k}.p = getelementptr ptr, ptr %args, i64 {k}",
                     f"  %col{k} = load ptr, ptr %col{k}.p"]
-        e.refuse_unless(_is(e, e.field(f"%col{k}", abi.PYOBJECT_TYPE, "ptr"), id(tuple)), k)
-        e.refuse_unless(_eq(e, e.field(f"%col{k}", abi.PYTUPLE_SIZE, "i64"), len(buffer), "i64"), k)
+        _refuse_unless(e, _is(e, e.load_at(f"%col{k}", abi.PYOBJECT_TYPE, "ptr"), id(tuple)), k)
+        _refuse_unless(e, _eq(e, e.load_at(f"%col{k}", abi.PYTUPLE_SIZE, "i64"), len(buffer), "i64"), k)
         _over_items(e, k, "checked", len(buffer),
                     lambda item, i, k=k, sample=sample: _checked(e, item, k, sample, False))
         e.lines.append(f"  br label %{'check' if k + 1 < len(columns) else 'copy'}{k + 1}")
     e.lines.append(f"copy{len(columns)}:")
     for k, (sample, buffer) in enumerate(columns):
         def copy(item, i, buffer=buffer, nbytes=sample.nbytes):
-            row, data = e.tmp("row"), e.field(item, abi.NDARRAY_DATA, "ptr")
-            base = f"inttoptr (i64 {buffer.ctypes.data} to ptr)"
-            e.lines += [f"  {row} = getelementptr [{nbytes} x i8], ptr {base}, i64 {i}",
-                        f"  call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {data}, i64 {nbytes}, i1 false)"]
+            data = e.load_at(item, abi.NDARRAY_DATA, "ptr")
+            row = e(f"getelementptr [{nbytes} x i8], ptr inttoptr (i64 {buffer.ctypes.data} to ptr), i64 {i}", "row")
+            e.line(f"call void @llvm.memcpy.p0.p0.i64(ptr {row}, ptr {data}, i64 {nbytes}, i1 false)")
         _over_items(e, k, "copied", len(buffer), copy)
     e.lines += _returned(True)
     for k in range(len(columns)):
@@ -420,10 +383,8 @@ def _over_items(e, k, tag, n, body):
     head = f"{tag}{k}"
     e.lines += [f"  br label %{head}.before", f"{head}.before:", f"  br label %{head}", f"{head}:",
                 f"  %{head}.i = phi i64 [ 0, %{head}.before ], [ %{head}.next, %{head}.latch ]"]
-    item = e.tmp("item")
-    e.lines += [f"  {item}.p = getelementptr i8, ptr %col{k}, i64 {abi.PYTUPLE_ITEMS}",
-                f"  {item}.q = getelementptr ptr, ptr {item}.p, i64 %{head}.i",
-                f"  {item} = load ptr, ptr {item}.q"]
+    items = e(f"getelementptr i8, ptr %col{k}, i64 {abi.PYTUPLE_ITEMS}", "items")
+    item = e(f"load ptr, ptr {e(f'getelementptr ptr, ptr {items}, i64 %{head}.i')}", "item")
     body(item, f"%{head}.i")
     e.lines += [f"  br label %{head}.latch", f"{head}.latch:",
                 f"  %{head}.next = add nuw nsw i64 %{head}.i, 1",

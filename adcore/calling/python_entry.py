@@ -16,6 +16,7 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import as_dtype
 
 from .. import numba_abi as abi
+from ..ir.writer import Emitter
 from ..errors import ActivityError
 from .guard_builder import unless
 
@@ -62,75 +63,58 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
     ``STATUS_WRONG_ARGUMENT - k`` when array ``k`` has not the dimensions, dtype, byte order or
     contiguity of ``kinds[k]``, or ``STATUS_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
     of ``same_layout[q] = (i, j, what)`` differ in shape or strides."""
-    params, flattened, body = [], [], []
+    e = Emitter()
+    params, passed, layouts = ["ptr %ret", "ptr %exc"], ["ptr %ret", "ptr %exc"], {}
     for k, (group, kind) in enumerate(zip(flat, kinds)):
         if kind is None:
             params.append(f"{group[0]} %s{k}")
-            flattened.append(f"{group[0]} %s{k}")
+            passed.append(f"{group[0]} %s{k}")
             continue
-        ndim, nums, contiguity, itemsize, _ = kind
-        a = f"%a{k}"
-        params.append(f"ptr {a}")
-        body += [f"  {a}.ndp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_NDIM}",
-                 f"  {a}.nd = load i32, ptr {a}.ndp",
-                 f"  {a}.descrp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_DESCR}",
-                 f"  {a}.descr = load ptr, ptr {a}.descrp",
-                 f"  {a}.nump = getelementptr i8, ptr {a}.descr, i64 {abi.DESCR_TYPE_NUM}",
-                 f"  {a}.num = load i32, ptr {a}.nump",
-                 f"  {a}.orderp = getelementptr i8, ptr {a}.descr, i64 {abi.DESCR_BYTEORDER}",
-                 f"  {a}.order = load i8, ptr {a}.orderp",
-                 f"  {a}.flagsp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_FLAGS}",
-                 f"  {a}.flags = load i32, ptr {a}.flagsp",
-                 f"  {a}.layout = and i32 {a}.flags, {contiguity}",
-                 f"  {a}.ok = icmp eq i32 {a}.nd, {ndim}",
-                 f"  {a}.ok.order = icmp ne i8 {a}.order, {ord('>')}",    # little-endian hosts
-                 f"  {a}.ok.layout = icmp eq i32 {a}.layout, {contiguity}"]
-        body.append(f"  {a}.is = icmp eq i32 {a}.num, {nums[0]}")
-        dtype_ok = f"{a}.is"
-        for n in nums[1:]:                               # int64 is two type numbers
-            body += [f"  {a}.is{n} = icmp eq i32 {a}.num, {n}",
-                     f"  {a}.or{n} = or i1 {dtype_ok}, {a}.is{n}"]
-            dtype_ok = f"{a}.or{n}"
-        previous = f"{a}.ok"
-        for q, check in enumerate([f"{a}.ok.order", f"{a}.ok.layout", dtype_ok]):
-            body.append(f"  {a}.ok{q} = and i1 {previous}, {check}")
-            previous = f"{a}.ok{q}"
-        body += [f"  br i1 {previous}, label %good{k}, label %wrong{k}",
-                 f"wrong{k}:",
-                 f"  ret i32 {abi.STATUS_WRONG_ARGUMENT - k}",
-                 f"good{k}:",
-                 f"  {a}.datap = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_DATA}",
-                 f"  {a}.data = load ptr, ptr {a}.datap",
-                 f"  {a}.dimsp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_DIMS}",
-                 f"  {a}.dims = load ptr, ptr {a}.dimsp",
-                 f"  {a}.stridesp = getelementptr i8, ptr {a}, i64 {abi.NDARRAY_STRIDES}",
-                 f"  {a}.strides = load ptr, ptr {a}.stridesp"]
-        count = "1"
-        for i in range(ndim):
-            body += [f"  {a}.shp{i} = getelementptr i64, ptr {a}.dims, i64 {i}",
-                     f"  {a}.sh{i} = load i64, ptr {a}.shp{i}",
-                     f"  {a}.stp{i} = getelementptr i64, ptr {a}.strides, i64 {i}",
-                     f"  {a}.st{i} = load i64, ptr {a}.stp{i}",
-                     f"  {a}.n{i} = mul i64 {count}, {a}.sh{i}"]
-            count = f"{a}.n{i}"
-        flattened += ["ptr null", "ptr null", f"i64 {count}", f"i64 {itemsize}", f"ptr {a}.data"]
-        flattened += [f"i64 {a}.sh{i}" for i in range(ndim)] + [f"i64 {a}.st{i}" for i in range(ndim)]
+        params.append(f"ptr %a{k}")
+        fields, layouts[k] = _checked_array(e, k, kind)
+        passed += fields
     for q, (i, j, _) in enumerate(same_layout):
-        fields = [f"sh{d}" for d in range(kinds[i][0])] + [f"st{d}" for d in range(kinds[i][0])]
-        differ = "false"
-        for f in fields:
-            body += [f"  %l{q}.{f} = icmp ne i64 %a{i}.{f}, %a{j}.{f}",
-                     f"  %l{q}.{f}.any = or i1 {differ}, %l{q}.{f}"]
-            differ = f"%l{q}.{f}.any"
-        body += [f"  br i1 {differ}, label %layout{q}, label %same{q}",
-                 f"layout{q}:", f"  ret i32 {abi.STATUS_WRONG_LAYOUT - q}", f"same{q}:"]
+        differ = e.any_of([e(f"icmp ne i64 {x}, {y}") for x, y in zip(layouts[i], layouts[j])])
+        other, same = e.fresh("layout"), e.fresh("same")
+        e.branch(differ, other, same)
+        e.label(other)
+        e.line(f"ret i32 {abi.STATUS_WRONG_LAYOUT - q}")
+        e.label(same)
+    status = e(f'call i32 @"{symbol}"({", ".join(passed)})', "status")
+    e.line(f"ret i32 {status}")
     types = ", ".join(["ptr", "ptr"] + [t for group in flat for t in group])
-    return "\n".join(
-        [f'declare i32 @"{symbol}"({types})',
-         f'define i32 @"{entry_name(symbol)}"(ptr %ret, ptr %exc, {", ".join(params)}) {{',
-         "entry:"] + body +
-        [f'  %status = call i32 @"{symbol}"(ptr %ret, ptr %exc, {", ".join(flattened)})',
-         "  ret i32 %status", "}", ""])
+    e.declare(symbol, f'declare i32 @"{symbol}"({types})')
+    return e.module(f'i32 @"{entry_name(symbol)}"({", ".join(params)})')
+
+
+def _checked_array(e, k, kind):
+    """Return ``STATUS_WRONG_ARGUMENT - k`` unless the array object ``%a<k>`` is of
+    ``kind``; ``(its flattened fields, [its shape's and strides' values])``."""
+    ndim, nums, contiguity, itemsize, _ = kind
+    a = f"%a{k}"
+    descr = e.load_at(a, abi.NDARRAY_DESCR, "ptr", "descr")
+    layout = e(f"and i32 {e.load_at(a, abi.NDARRAY_FLAGS, 'i32', 'flags')}, {contiguity}")
+    number = e.load_at(descr, abi.DESCR_TYPE_NUM, "i32", "num")
+    ok = e.all_of([
+        e(f"icmp eq i32 {e.load_at(a, abi.NDARRAY_NDIM, 'i32', 'nd')}, {ndim}"),
+        e(f"icmp ne i8 {e.load_at(descr, abi.DESCR_BYTEORDER, 'i8', 'order')}, {ord('>')}"),  # little-endian hosts
+        e(f"icmp eq i32 {layout}, {contiguity}"),
+        e.any_of([e(f"icmp eq i32 {number}, {n}") for n in nums])])   # int64 is two type numbers
+    good, wrong = e.fresh("good"), e.fresh("wrong")
+    e.branch(ok, good, wrong)
+    e.label(wrong)
+    e.line(f"ret i32 {abi.STATUS_WRONG_ARGUMENT - k}")
+    e.label(good)
+    data = e.load_at(a, abi.NDARRAY_DATA, "ptr", "data")
+    dims = e.load_at(a, abi.NDARRAY_DIMS, "ptr", "dims")
+    strides = e.load_at(a, abi.NDARRAY_STRIDES, "ptr", "strides")
+    shape = [e.load_at(dims, abi.NDARRAY_DIM_BYTES * i, "i64", "sh") for i in range(ndim)]
+    steps = [e.load_at(strides, abi.NDARRAY_DIM_BYTES * i, "i64", "st") for i in range(ndim)]
+    count = "1"
+    for n in shape:
+        count = e(f"mul i64 {count}, {n}", "n")
+    fields = ["ptr null", "ptr null", f"i64 {count}", f"i64 {itemsize}", f"ptr {data}"]
+    return fields + [f"i64 {v}" for v in shape + steps], shape + steps
 
 
 class EntryCall:

@@ -1,7 +1,11 @@
-"""Writing LLVM IR text: fresh names, typed constants, declarations, and a small typed
+"""Writing LLVM IR text, for every code generator of adcore and layers: the function
+writer (:class:`Emitter`: fresh names, lines, labels, declarations), the long fixed IR
+read at import from ``templates/*.ll`` (:func:`fill`), typed constants, and a small typed
 expression helper that derivative rules are written with."""
 import math
+import string
 import struct
+from importlib import resources
 
 import numpy as np
 
@@ -66,18 +70,24 @@ class GeneratorBase:
 
 
 class Emitter:
-    """Collects lines of one LLVM function and hands out fresh local names."""
+    """The one writer of LLVM function text: fresh local names (``%<prefix><hint>.<n>``,
+    none of them in ``taken``), the lines of the body, block labels (fresh names too), the
+    entry block's hoisted lines (allocas) and the declarations the body needs, each once."""
 
-    def __init__(self, taken):
+    def __init__(self, taken=(), prefix="ad."):
         self.taken = set(taken)
+        self.prefix = prefix
         self.counter = 0
         self.lines = []
+        self.entry = []             # lines of the entry block, before the body's
         self.declarations = {}
+        self.block = "entry"        # the label of the block being written
 
     def fresh(self, hint="t"):
+        """A new local name (a value's, or a block's: :meth:`label` takes it)."""
         while True:
             self.counter += 1
-            name = f"ad.{hint}.{self.counter}"
+            name = f"{self.prefix}{hint}.{self.counter}"
             if name not in self.taken:
                 self.taken.add(name)
                 return "%" + name
@@ -92,10 +102,66 @@ class Emitter:
         self.lines.append(f"  {text}")
 
     def label(self, name):
-        self.lines.append(label(name[1:] if name.startswith("%") else name))
+        """Start block ``name`` (``%name`` or ``name``)."""
+        self.block = name[1:] if name.startswith("%") else name
+        self.lines.append(label(self.block))
+
+    def branch(self, cond, then, other):
+        """``br i1 cond`` to blocks ``then`` and ``other`` (``%`` names)."""
+        self.line(f"br i1 {cond}, label {then}, label {other}")
+
+    def jump(self, target):
+        self.line(f"br label {target}")
+
+    def load_at(self, pointer, offset, type_, hint="f"):
+        """The ``type_`` value ``offset`` bytes from ``pointer`` (a field of a struct)."""
+        at = self(f"getelementptr i8, ptr {pointer}, i64 {offset}", hint + ".p")
+        return self(f"load {type_}, ptr {at}", hint)
+
+    def all_of(self, conditions):
+        """An i1: every one of ``conditions`` (i1 values, at least one) holds."""
+        result = conditions[0]
+        for c in conditions[1:]:
+            result = self(f"and i1 {result}, {c}", "all")
+        return result
+
+    def any_of(self, conditions):
+        """An i1: one of ``conditions`` (i1 values, at least one) holds."""
+        result = conditions[0]
+        for c in conditions[1:]:
+            result = self(f"or i1 {result}, {c}", "any")
+        return result
+
+    def alloca(self, type_, hint="slot", init=None):
+        """A fresh stack slot of ``type_`` in the entry block, stored ``init`` there when given."""
+        ref = self.fresh(hint)
+        self.entry.append(f"  {ref} = alloca {type_}")
+        if init is not None:
+            self.entry.append(f"  store {type_} {init}, ptr {ref}")
+        return ref
 
     def declare(self, name, text):
-        self.declarations[name] = text
+        """Declare global ``name`` by ``text`` (``declare ...``), once."""
+        self.declarations.setdefault(name, text)
+
+    def define(self, signature):
+        """The text of ``define <signature>``: the entry block's lines, then the body's."""
+        return "\n".join([f"define {signature} {{", "entry:", *self.entry, *self.lines, "}", ""])
+
+    def module(self, signature):
+        """The declarations, then the function :meth:`define` writes."""
+        return "".join(d + "\n" for d in self.declarations.values()) + self.define(signature)
+
+
+TEMPLATES = {path.name[:-len(".ll")]: string.Template(path.read_text())
+             for path in resources.files(__package__).joinpath("templates").iterdir()
+             if path.name.endswith(".ll")}
+
+
+def fill(template, **values):
+    """The text of template ``templates/<template>.ll`` with its ``$name`` placeholders
+    replaced by ``values`` (each one is needed; ``$$`` is a ``$``)."""
+    return TEMPLATES[template].substitute(values)
 
 
 INTRINSICS = {"sin", "cos", "exp", "exp2", "log", "log2", "log10", "sqrt", "fabs", "pow",

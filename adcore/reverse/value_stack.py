@@ -8,6 +8,7 @@ by a cold out-of-line helper; push and pop are always-inlined.
 """
 import re
 
+from ..ir.writer import fill
 from ..known_functions import ALLOCATE, CALL_DTOR, FREE, MEMINFO_ALLOC_ALIGNED, declaration
 from ..numba_abi import MEMINFO_DATA, MEMINFO_TYPE
 
@@ -60,221 +61,25 @@ def helpers(types, copy_types=()):
     stack allocations of functions differentiated as calls), of the deferred decref and
     release of meminfos, of array snapshots (:mod:`adcore.plan.snapshots`), of zeroed shadow allocations, of operand
     copies for custom rules, and of the memcpy adjoint for each float type in
-    ``copy_types``."""
-    out = [f"""define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
-  %endp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 2
-  %base = load ptr, ptr %s
-  %top = load ptr, ptr %topp
-  %end = load ptr, ptr %endp
-  %b = ptrtoint ptr %base to i64
-  %t = ptrtoint ptr %top to i64
-  %e = ptrtoint ptr %end to i64
-  %used = sub i64 %t, %b
-  %cap = sub i64 %e, %b
-  %want = add i64 %used, %need
-  %twice = shl i64 %cap, 1
-  %m1 = call i64 @llvm.umax.i64(i64 %twice, i64 %want)
-  %m2 = call i64 @llvm.umax.i64(i64 %m1, i64 65536)
-  %nb = call ptr @realloc(ptr %base, i64 %m2)
-  store ptr %nb, ptr %s
-  %ntop = getelementptr i8, ptr %nb, i64 %used
-  store ptr %ntop, ptr %topp
-  %nend = getelementptr i8, ptr %nb, i64 %m2
-  store ptr %nend, ptr %endp
-  ret void
-}}"""]
-    out.append(f"""define internal ptr @ad.arena.alloc(ptr %a, ptr %frees, i64 %size) {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %a, i32 0, i32 1
-  %endp = getelementptr inbounds {STACK_TYPE}, ptr %a, i32 0, i32 2
-  %top = load ptr, ptr %topp
-  %end = load ptr, ptr %endp
-  %s15 = add i64 %size, 15
-  %rounded = and i64 %s15, -16
-  %next = getelementptr i8, ptr %top, i64 %rounded
-  %full = icmp ugt ptr %next, %end
-  %empty = icmp eq ptr %top, null
-  %grow = or i1 %full, %empty
-  br i1 %grow, label %chunk, label %put
-chunk:
-  %cap = call i64 @llvm.umax.i64(i64 %rounded, i64 {ARENA_CHUNK})
-  %c = call ptr @{ALLOCATE}(i64 %cap)
-  call void @ad.push.ptr(ptr %frees, ptr %c)
-  %cend = getelementptr i8, ptr %c, i64 %cap
-  store ptr %cend, ptr %endp
-  br label %put
-put:
-  %at = phi ptr [ %top, %entry ], [ %c, %chunk ]
-  %after = getelementptr i8, ptr %at, i64 %rounded
-  store ptr %after, ptr %topp
-  call void @llvm.memset.p0.i64(ptr %at, i8 0, i64 %size, i1 false)
-  ret ptr %at
-}}
-define internal void @ad.release(ptr %s, ptr %release) alwaysinline {{
-entry:
-  %base = load ptr, ptr %s
-  %unused = icmp eq ptr %base, null
-  br i1 %unused, label %exit, label %used
-used:
-  call void @ad.release.used(ptr %s, ptr %release)
-  br label %exit
-exit:
-  ret void
-}}
-define internal void @ad.release.used(ptr %s, ptr %release) noinline {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
-  %base = load ptr, ptr %s
-  br label %loop
-loop:
-  %top = load ptr, ptr %topp
-  %done = icmp ule ptr %top, %base
-  br i1 %done, label %exit, label %body
-body:
-  %m = call ptr @ad.pop.ptr(ptr %s)
-  call void %release(ptr %m)
-  br label %loop
-exit:
-  call void @free(ptr %base)
-  ret void
-}}
-define internal void @ad.decref(ptr %s, ptr %m) {{
-entry:
-  %null = icmp eq ptr %m, null
-  br i1 %null, label %exit, label %dec
-dec:
-  %old = atomicrmw sub ptr %m, i64 1 acq_rel
-  %last = icmp eq i64 %old, 1
-  br i1 %last, label %defer, label %exit
-defer:
-  call void @ad.push.ptr(ptr %s, ptr %m)
-  br label %exit
-exit:
-  ret void
-}}
-define internal void @ad.snapshot(ptr %s, ptr %data, i64 %bytes) {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
-  %endp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 2
-  %b7 = add i64 %bytes, 7
-  %rounded = and i64 %b7, -8
-  %top = load ptr, ptr %topp
-  %end = load ptr, ptr %endp
-  %next = getelementptr i8, ptr %top, i64 %rounded
-  %full = icmp ugt ptr %next, %end
-  br i1 %full, label %grow, label %put
-grow:
-  call void @ad.stack.grow(ptr %s, i64 %rounded)
-  %top2 = load ptr, ptr %topp
-  br label %put
-put:
-  %at = phi ptr [ %top, %entry ], [ %top2, %grow ]
-  call void @llvm.memcpy.p0.p0.i64(ptr %at, ptr %data, i64 %bytes, i1 false)
-  %after = getelementptr i8, ptr %at, i64 %rounded
-  store ptr %after, ptr %topp
-  ret void
-}}
-define internal void @ad.restore(ptr %s, ptr %data, i64 %bytes) {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
-  %b7 = add i64 %bytes, 7
-  %rounded = and i64 %b7, -8
-  %top = load ptr, ptr %topp
-  %neg = sub i64 0, %rounded
-  %at = getelementptr i8, ptr %top, i64 %neg
-  store ptr %at, ptr %topp
-  call void @llvm.memcpy.p0.p0.i64(ptr %data, ptr %at, i64 %bytes, i1 false)
-  ret void
-}}
-define internal ptr @ad.copy.operand(ptr %frees, ptr %src, i64 %size) noinline {{
-entry:
-  %p = call ptr @{ALLOCATE}(i64 %size)
-  call void @llvm.memcpy.p0.p0.i64(ptr %p, ptr %src, i64 %size, i1 false)
-  call void @ad.push.ptr(ptr %frees, ptr %p)
-  ret ptr %p
-}}
-define internal ptr @ad.shadow.raw(i64 %size) noinline {{
-entry:
-  %p = call ptr @{ALLOCATE}(i64 %size)
-  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %size, i1 false)
-  ret ptr %p
-}}
-define internal ptr @ad.shadow.alloc(i64 %size, i32 %align) noinline {{
-entry:
-  %m = call ptr @{MEMINFO_ALLOC_ALIGNED}(i64 %size, i32 %align)
-  %null = icmp eq ptr %m, null
-  br i1 %null, label %exit, label %zero
-zero:
-  %dp = getelementptr inbounds {MEMINFO_TYPE}, ptr %m, i32 0, i32 {MEMINFO_DATA}
-  %d = load ptr, ptr %dp
-  call void @llvm.memset.p0.i64(ptr %d, i8 0, i64 %size, i1 false)
-  br label %exit
-exit:
-  ret ptr %m
-}}""")
+    ``copy_types`` (the templates ``value_stack.ll``, ``stack_push_pop.ll`` and
+    ``elementwise_sum.ll`` of :mod:`adcore.ir.writer`)."""
+    out = [fill("value_stack", stack=STACK_TYPE, arena_chunk=ARENA_CHUNK, allocate=ALLOCATE,
+                meminfo_alloc_aligned=MEMINFO_ALLOC_ALIGNED, meminfo_type=MEMINFO_TYPE,
+                meminfo_data=MEMINFO_DATA)]
     for t in sorted(copy_types):
         out.append(_elementwise(f"ad.copy.adjoint.{t}", t, "src", "dst", zero_first=True))
         out.append(_elementwise(f"ad.accumulate.{t}", t, "dst", "src", zero_first=False))
     for t in sorted(types):
-        n, tag = size_of(t), type_tag(t)
-        out.append(f"""define internal void @ad.push.{tag}(ptr %s, {t} %v) alwaysinline {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
-  %endp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 2
-  %top = load ptr, ptr %topp
-  %end = load ptr, ptr %endp
-  %next = getelementptr i8, ptr %top, i64 {n}
-  %full = icmp ugt ptr %next, %end
-  br i1 %full, label %grow, label %put
-grow:
-  call void @ad.stack.grow(ptr %s, i64 {n})
-  %top2 = load ptr, ptr %topp
-  br label %put
-put:
-  %at = phi ptr [ %top, %entry ], [ %top2, %grow ]
-  store {t} %v, ptr %at, align 1
-  %after = getelementptr i8, ptr %at, i64 {n}
-  store ptr %after, ptr %topp
-  ret void
-}}
-define internal {t} @ad.pop.{tag}(ptr %s) alwaysinline {{
-entry:
-  %topp = getelementptr inbounds {STACK_TYPE}, ptr %s, i32 0, i32 1
-  %top = load ptr, ptr %topp
-  %at = getelementptr i8, ptr %top, i64 -{n}
-  store ptr %at, ptr %topp
-  %v = load {t}, ptr %at, align 1
-  ret {t} %v
-}}""")
+        out.append(fill("stack_push_pop", stack=STACK_TYPE, type=t, tag=type_tag(t), size=size_of(t)))
     return "\n".join(out)
 
 
 def _elementwise(name, t, into, from_, zero_first):
     """``name(ptr dst, ptr src, i64 bytes)``: ``into[i] += from_[i]`` over the elements of
     type ``t``, then ``from_[i] = 0`` when ``zero_first`` (the adjoint of a copy)."""
-    zero = f"  store {t} 0.0, ptr %p{from_}\n" if zero_first else ""
-    return f"""define internal void @{name}(ptr %dst, ptr %src, i64 %bytes) {{
-entry:
-  %n = udiv i64 %bytes, {size_of(t)}
-  br label %head
-head:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %more = icmp ult i64 %i, %n
-  br i1 %more, label %body, label %exit
-body:
-  %p{into} = getelementptr {t}, ptr %{into}, i64 %i
-  %p{from_} = getelementptr {t}, ptr %{from_}, i64 %i
-  %a = load {t}, ptr %p{into}
-  %b = load {t}, ptr %p{from_}
-  %sum = fadd {t} %a, %b
-  store {t} %sum, ptr %p{into}
-{zero}  %next = add i64 %i, 1
-  br label %head
-exit:
-  ret void
-}}"""
+    zero = f"  store {t} 0.0, ptr %p.from\n" if zero_first else ""
+    return fill("elementwise_sum", name=name, type=t, size=size_of(t), into=into, zero=zero,
+                **{"from": from_})
 
 
 DECLARATIONS = {

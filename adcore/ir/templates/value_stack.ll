@@ -1,0 +1,156 @@
+; The value stack's runtime helpers (adcore.reverse.value_stack.helpers): growing a stack,
+; the arena, deferred releases and decrefs, array snapshots, operand copies, zeroed shadows.
+; "stack" is the stack's type { base, top, end }.
+define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %s, i32 0, i32 2
+  %base = load ptr, ptr %s
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %b = ptrtoint ptr %base to i64
+  %t = ptrtoint ptr %top to i64
+  %e = ptrtoint ptr %end to i64
+  %used = sub i64 %t, %b
+  %cap = sub i64 %e, %b
+  %want = add i64 %used, %need
+  %twice = shl i64 %cap, 1
+  %m1 = call i64 @llvm.umax.i64(i64 %twice, i64 %want)
+  %m2 = call i64 @llvm.umax.i64(i64 %m1, i64 65536)
+  %nb = call ptr @realloc(ptr %base, i64 %m2)
+  store ptr %nb, ptr %s
+  %ntop = getelementptr i8, ptr %nb, i64 %used
+  store ptr %ntop, ptr %topp
+  %nend = getelementptr i8, ptr %nb, i64 %m2
+  store ptr %nend, ptr %endp
+  ret void
+}
+define internal ptr @ad.arena.alloc(ptr %a, ptr %frees, i64 %size) {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %a, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %a, i32 0, i32 2
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %s15 = add i64 %size, 15
+  %rounded = and i64 %s15, -16
+  %next = getelementptr i8, ptr %top, i64 %rounded
+  %full = icmp ugt ptr %next, %end
+  %empty = icmp eq ptr %top, null
+  %grow = or i1 %full, %empty
+  br i1 %grow, label %chunk, label %put
+chunk:
+  %cap = call i64 @llvm.umax.i64(i64 %rounded, i64 $arena_chunk)
+  %c = call ptr @$allocate(i64 %cap)
+  call void @ad.push.ptr(ptr %frees, ptr %c)
+  %cend = getelementptr i8, ptr %c, i64 %cap
+  store ptr %cend, ptr %endp
+  br label %put
+put:
+  %at = phi ptr [ %top, %entry ], [ %c, %chunk ]
+  %after = getelementptr i8, ptr %at, i64 %rounded
+  store ptr %after, ptr %topp
+  call void @llvm.memset.p0.i64(ptr %at, i8 0, i64 %size, i1 false)
+  ret ptr %at
+}
+define internal void @ad.release(ptr %s, ptr %release) alwaysinline {
+entry:
+  %base = load ptr, ptr %s
+  %unused = icmp eq ptr %base, null
+  br i1 %unused, label %exit, label %used
+used:
+  call void @ad.release.used(ptr %s, ptr %release)
+  br label %exit
+exit:
+  ret void
+}
+define internal void @ad.release.used(ptr %s, ptr %release) noinline {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %base = load ptr, ptr %s
+  br label %loop
+loop:
+  %top = load ptr, ptr %topp
+  %done = icmp ule ptr %top, %base
+  br i1 %done, label %exit, label %body
+body:
+  %m = call ptr @ad.pop.ptr(ptr %s)
+  call void %release(ptr %m)
+  br label %loop
+exit:
+  call void @free(ptr %base)
+  ret void
+}
+define internal void @ad.decref(ptr %s, ptr %m) {
+entry:
+  %null = icmp eq ptr %m, null
+  br i1 %null, label %exit, label %dec
+dec:
+  %old = atomicrmw sub ptr %m, i64 1 acq_rel
+  %last = icmp eq i64 %old, 1
+  br i1 %last, label %defer, label %exit
+defer:
+  call void @ad.push.ptr(ptr %s, ptr %m)
+  br label %exit
+exit:
+  ret void
+}
+define internal void @ad.snapshot(ptr %s, ptr %data, i64 %bytes) {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %s, i32 0, i32 2
+  %b7 = add i64 %bytes, 7
+  %rounded = and i64 %b7, -8
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %next = getelementptr i8, ptr %top, i64 %rounded
+  %full = icmp ugt ptr %next, %end
+  br i1 %full, label %grow, label %put
+grow:
+  call void @ad.stack.grow(ptr %s, i64 %rounded)
+  %top2 = load ptr, ptr %topp
+  br label %put
+put:
+  %at = phi ptr [ %top, %entry ], [ %top2, %grow ]
+  call void @llvm.memcpy.p0.p0.i64(ptr %at, ptr %data, i64 %bytes, i1 false)
+  %after = getelementptr i8, ptr %at, i64 %rounded
+  store ptr %after, ptr %topp
+  ret void
+}
+define internal void @ad.restore(ptr %s, ptr %data, i64 %bytes) {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %b7 = add i64 %bytes, 7
+  %rounded = and i64 %b7, -8
+  %top = load ptr, ptr %topp
+  %neg = sub i64 0, %rounded
+  %at = getelementptr i8, ptr %top, i64 %neg
+  store ptr %at, ptr %topp
+  call void @llvm.memcpy.p0.p0.i64(ptr %data, ptr %at, i64 %bytes, i1 false)
+  ret void
+}
+define internal ptr @ad.copy.operand(ptr %frees, ptr %src, i64 %size) noinline {
+entry:
+  %p = call ptr @$allocate(i64 %size)
+  call void @llvm.memcpy.p0.p0.i64(ptr %p, ptr %src, i64 %size, i1 false)
+  call void @ad.push.ptr(ptr %frees, ptr %p)
+  ret ptr %p
+}
+define internal ptr @ad.shadow.raw(i64 %size) noinline {
+entry:
+  %p = call ptr @$allocate(i64 %size)
+  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %size, i1 false)
+  ret ptr %p
+}
+define internal ptr @ad.shadow.alloc(i64 %size, i32 %align) noinline {
+entry:
+  %m = call ptr @$meminfo_alloc_aligned(i64 %size, i32 %align)
+  %null = icmp eq ptr %m, null
+  br i1 %null, label %exit, label %zero
+zero:
+  %dp = getelementptr inbounds $meminfo_type, ptr %m, i32 0, i32 $meminfo_data
+  %d = load ptr, ptr %dp
+  call void @llvm.memset.p0.i64(ptr %d, i8 0, i64 %size, i1 false)
+  br label %exit
+exit:
+  ret ptr %m
+}
