@@ -1,2 +1,3 @@
-"""Calling native code from Python: argument checks, ctypes entries, builtins compiled
-from IR, repeat calls, and the compiled gradient object."""
+"""The call layer, from Python into native code: argument checks, the guard builder that
+writes every generated guard, ctypes entries, builtins compiled from IR, the address table
+of arrays, repeat calls, and the compiled gradient object."""

@@ -2,7 +2,7 @@
 
 When every data item has the same shapes, the inputs are stacked along a new first
 axis and one native loop (LLVM IR written by :mod:`loop_ir`) runs, per item: zero the
-shadows (as ``program.ZEROING`` says), run adcore's gradient (its IR inlined), stop on a
+shadows (as ``drivers.ZEROING`` says), run adcore's gradient (its IR inlined), stop on a
 non-finite loss, and apply the optimiser's kernels (``rule.steps``, optim's public API,
 written to LLVM IR by :mod:`direct_ir` or lowered by Numba, and inlined) to each parameter, stopping with a step's ``check``
 message when the value it checks is not finite.  Parameters whose steps are the same and
