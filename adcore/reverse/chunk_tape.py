@@ -33,6 +33,7 @@ from ..backend import native
 from .calls import Callees, Pair, Split
 from ..errors import ADError
 from ..frontend.capture import Kernel
+from ..ir.writer import Emitter
 from ..known_functions import CALL_DTOR, FREE
 from .generator import AdjointGenerator, gradient_module
 from ..rules import custom as custom_rules
@@ -143,30 +144,35 @@ def _wrappers(symbol, flat, adjoint_type, floats, result_type):
     """Numba-ABI wrappers of the split: ``i32 @<symbol>.aug.w(ret, exc, <flat>, i64 tape)``
     and ``.rev.w``, which stores the adjoints in its return slot and frees the chunk's
     tape (its deferred destructors and frees, and its value stack)."""
-    params = ", ".join(f"{t} %p{j}" for j, t in enumerate(flat))
     args = ", ".join(f"{t} %p{j}" for j, t in enumerate(flat))
-    stacks = [f"%ad.s{j}" for j in range(len(FRAME_STACKS))]
-    tape = [f"  %ad.s0 = inttoptr i64 %tape to ptr"]
-    tape += [f"  %ad.s{j} = getelementptr i8, ptr %ad.s0, i64 {STACK_BYTES * j}" for j in range(1, len(stacks))]
-    passed = ", ".join(f"ptr {s}" for s in stacks)
-    out = [f"define i32 @{symbol}.aug.w(ptr %ret, ptr %exc, {params}, i64 %tape) {{",
-           "  %slot = alloca ptr"] + tape + [
-           f"  %status = call i32 @{symbol}.aug(ptr %slot, ptr %exc, {args}, {passed})",
-           "  ret i32 %status", "}",
-           f"define i32 @{symbol}.rev.w(ptr %ret, ptr %exc, {params}, i64 %tape) {{",
-           "  %slot = alloca ptr"] + tape
-    call = f"call {adjoint_type} @{symbol}.rev(ptr %slot, ptr %exc, {args}, {passed})"
+    signature = f"i32 @{symbol}.{{}}.w(ptr %ret, ptr %exc, {args}, i64 %tape)"
+    aug = Emitter()
+    slot, stacks = _frame_stacks(aug)
+    status = aug(f"call i32 @{symbol}.aug(ptr {slot}, ptr %exc, {args}, {_passed(stacks)})", "status")
+    aug.line(f"ret i32 {status}")
+    rev = Emitter()
+    slot, stacks = _frame_stacks(rev)
+    call = f"call {adjoint_type} @{symbol}.rev(ptr {slot}, ptr %exc, {args}, {_passed(stacks)})"
     if floats:
-        out.append(f"  %adj = {call}")
+        adjoints = rev(call, "adj")
         for j, t in enumerate(floats):
-            out += [f"  %a{j} = extractvalue {adjoint_type} %adj, {j}",
-                    f"  %f{j} = getelementptr inbounds {result_type}, ptr %ret, i32 0, i32 {j}",
-                    f"  store {t} %a{j}, ptr %f{j}"]
+            field = rev(f"getelementptr inbounds {result_type}, ptr %ret, i32 0, i32 {j}")
+            rev.line(f"store {t} {rev(f'extractvalue {adjoint_type} {adjoints}, {j}')}, ptr {field}")
     else:
-        out.append(f"  {call}")
-    out += [f"  call void @ad.release(ptr %ad.s1, ptr @{CALL_DTOR})",
-            f"  call void @ad.release(ptr %ad.s2, ptr @{FREE})",
-            "  %base = load ptr, ptr %ad.s0",
-            "  call void @free(ptr %base)",
-            f"  ret i32 {numba_abi.STATUS_OK}", "}"]
-    return "\n" + "\n".join(out) + "\n"
+        rev.line(call)
+    rev.line(f"call void @ad.release(ptr {stacks[1]}, ptr @{CALL_DTOR})")
+    rev.line(f"call void @ad.release(ptr {stacks[2]}, ptr @{FREE})")
+    rev.line(f"call void @free(ptr {rev(f'load ptr, ptr {stacks[0]}')})")
+    rev.line(f"ret i32 {numba_abi.STATUS_OK}")
+    return "\n" + aug.define(signature.format("aug")) + rev.define(signature.format("rev"))
+
+
+def _frame_stacks(e):
+    """``(a return slot, the chunk's frame stacks)``: the stacks from the address ``%tape``."""
+    first = e("inttoptr i64 %tape to ptr", "stack")
+    return e.alloca("ptr", "slot"), [first] + [
+        e(f"getelementptr i8, ptr {first}, i64 {STACK_BYTES * j}", "stack") for j in range(1, len(FRAME_STACKS))]
+
+
+def _passed(stacks):
+    return ", ".join(f"ptr {s}" for s in stacks)

@@ -24,7 +24,7 @@ import numpy as np
 from numba.core import types
 
 from adcore import numba_abi
-from adcore.ir.writer import float_const
+from adcore.ir.writer import Emitter, float_const
 from adcore.calling.fastcall import array_fields
 from adcore.numba_abi import flat_types, target_context
 
@@ -133,45 +133,31 @@ def with_distinct_arrays(text, name, argtypes):
     return text[:start] + ", ".join(params) + text[end:]
 
 
-class _Writer:
-    """Lines of one function's body, with fresh names and the current block."""
+class _LoopWriter(Emitter):
+    """The loop function's writer: :class:`adcore.ir.writer.Emitter` with the accesses,
+    copies and calls of the loop, the alias scopes of its element-wise loops and the
+    failed calls' ``(status, block)``."""
 
     def __init__(self):
-        self.lines, self.allocas, self.failures, self.declared = [], [], [], {}
+        super().__init__(prefix="")
+        self.failures = []
         self.metadata = ['!0 = distinct !{!0, !"loop_ir"}']     # the alias domain
-        self.n, self.block = 0, "entry"
-
-    def tmp(self, prefix="t"):
-        self.n += 1
-        return f"%{prefix}{self.n}"
-
-    def label(self, name):
-        self.lines.append(f"{name}:")
-        self.block = name
-
-    def emit(self, line):
-        self.lines.append("  " + line)
+        for declaration in _DECLARATIONS:
+            self.declare(declaration, declaration)
 
     def gep(self, ty, base, index):
-        p = self.tmp("p")
-        self.emit(f"{p} = getelementptr inbounds {ty}, ptr {base}, i64 {index}")
-        return p
+        return self(f"getelementptr inbounds {ty}, ptr {base}, i64 {index}", "p")
 
     def load(self, ty, ptr):
-        v = self.tmp()
-        self.emit(f"{v} = load {ty}, ptr {ptr}")
-        return v
+        return self(f"load {ty}, ptr {ptr}")
 
     def memcpy(self, dst, src, nbytes):
         if nbytes:
-            self.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {nbytes}, i1 false)")
+            self.line(f"call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {nbytes}, i1 false)")
 
     def memset(self, ptr, nbytes):
         if nbytes:
-            self.emit(f"call void @llvm.memset.p0.i64(ptr {ptr}, i8 0, i64 {nbytes}, i1 false)")
-
-    def branch(self, cond, then, other):
-        self.emit(f"br i1 {cond}, label %{then}, label %{other}")
+            self.line(f"call void @llvm.memset.p0.i64(ptr {ptr}, i8 0, i64 {nbytes}, i1 false)")
 
     def scopes(self):
         """Two new alias scopes: ``(dst's, src's)`` metadata suffixes, each access in its
@@ -188,47 +174,46 @@ class _Writer:
         if not size:
             return
         in_dst, in_src = self.scopes()
-        head, before = self.tmp("loop")[1:], self.block
-        i, nxt, done = f"%{head}.i", f"%{head}.next", f"%{head}.done"
-        self.emit(f"br label %{head}")
+        head, end, before = self.fresh("loop"), self.fresh("loop.end"), self.block
+        i, nxt = self.fresh("i"), self.fresh("next")
+        self.jump(head)
         self.label(head)
-        self.emit(f"{i} = phi i64 [ 0, %{before} ], [ {nxt}, %{head} ]")
+        self.line(f"{i} = phi i64 [ 0, %{before} ], [ {nxt}, {head} ]")
         pd, ps = self.gep(ty, dst, i), self.gep(ty, src, i)
-        a, b, r = self.tmp(), self.tmp(), self.tmp()
-        self.emit(f"{a} = load {ty}, ptr {pd}{in_dst}")
-        self.emit(f"{b} = load {ty}, ptr {ps}{in_src}")
-        self.emit(f"{r} = {op} {ty} {a}, {b}")
-        self.emit(f"store {ty} {r}, ptr {pd}{in_dst}")
-        self.emit(f"{nxt} = add nuw nsw i64 {i}, 1")
-        self.emit(f"{done} = icmp eq i64 {nxt}, {size}")
-        self.branch(done, f"{head}.end", head)
-        self.label(f"{head}.end")
+        a = self(f"load {ty}, ptr {pd}{in_dst}")
+        b = self(f"load {ty}, ptr {ps}{in_src}")
+        self.line(f"store {ty} {self(f'{op} {ty} {a}, {b}')}, ptr {pd}{in_dst}")
+        self.line(f"{nxt} = add nuw nsw i64 {i}, 1")
+        self.branch(self(f"icmp eq i64 {nxt}, {size}", "done"), end, head)
+        self.label(end)
 
     def finite(self, ty, value):
         """An i1: ``value`` is neither infinite nor NaN."""
-        a, ok = self.tmp(), self.tmp("c")
-        self.emit(f"{a} = call {ty} @llvm.fabs.{'f32' if ty == 'float' else 'f64'}({ty} {value})")
-        self.emit(f"{ok} = fcmp olt {ty} {a}, {float_const(ty, float('inf'))}")
-        return ok
+        a = self(f"call {ty} @llvm.fabs.{'f32' if ty == 'float' else 'f64'}({ty} {value})")
+        return self(f"fcmp olt {ty} {a}, {float_const(ty, float('inf'))}", "c")
 
     def call(self, target, ret_type, params):
         """Call ``target`` (Numba's calling convention); on failure return its status
         (its exception is in the caller's ``excinfo``).  The result's pointer."""
-        ret, status = self.tmp("ret"), self.tmp("status")
         if target.startswith("@"):
             types_ = ", ".join(["ptr", "ptr"] + [p.split(" ", 1)[0] for p in params])
-            self.declared[target] = f"declare i32 {target}({types_})"
-        self.allocas.append(f"  {ret} = alloca {ret_type}, align 16")
-        self.emit(f"{status} = call i32 {target}(ptr {ret}, ptr %excp, {', '.join(params)})")
-        ok, none, fine = self.tmp("c"), self.tmp("c"), self.tmp("c")
-        self.emit(f"{ok} = icmp eq i32 {status}, {numba_abi.STATUS_OK}")
-        self.emit(f"{none} = icmp eq i32 {status}, {numba_abi.STATUS_NONE}")
-        self.emit(f"{fine} = or i1 {ok}, {none}")
-        cont = self.tmp("called")[1:]
-        self.branch(fine, cont, "failed")
+            self.declare(target, f"declare i32 {target}({types_})")
+        ret = self.fresh("ret")
+        self.entry.append(f"  {ret} = alloca {ret_type}, align 16")
+        status = self(f"call i32 {target}(ptr {ret}, ptr %excp, {', '.join(params)})", "status")
+        fine = self.any_of([self(f"icmp eq i32 {status}, {numba_abi.STATUS_OK}", "c"),
+                            self(f"icmp eq i32 {status}, {numba_abi.STATUS_NONE}", "c")])
+        called = self.fresh("called")
+        self.branch(fine, called, "%failed")
         self.failures.append((status, self.block))
-        self.label(cont)
+        self.label(called)
         return ret
+
+
+_DECLARATIONS = ("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+                 "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+                 "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
+                 "declare i32 @memcmp(ptr, ptr, i64)")
 
 
 def loop_ir(symbol, spec, kernels, gradient):
@@ -237,21 +222,36 @@ def loop_ir(symbol, spec, kernels, gradient):
     gradient, functions of modules linked in; NotImplementedError when a checked step's
     kernel returns no float."""
     context = target_context()
-    w = _Writer()
-    w.emit("%table = inttoptr i64 %arg.table to ptr")
-    addr = [w.load("ptr", w.gep("i64", "%table", q)) for q in range(spec.entries)]
+    w = _LoopWriter()
+    table = w("inttoptr i64 %arg.table to ptr", "table")
+    addr = [w.load("ptr", w.gep("i64", table, q)) for q in range(spec.entries)]
     _check_same(w, spec.same, addr)
     _copies(w, spec.copy_in, addr)
     for q, nbytes in spec.zero_before:
         w.memset(addr[q], nbytes)
-    w.emit("%any = icmp sgt i64 %arg.total, 0")
-    w.branch("%any", "step", "done")
+    w.line("%any = icmp sgt i64 %arg.total, 0")
+    w.branch("%any", "%step", "%done")
     start = w.block
     w.label("step")
-    w.emit(f"%it = phi i64 [ 0, %{start} ], [ %it.next, %step.end ]")
-    w.emit(f"%row = phi i64 [ 0, %{start} ], [ %row.next, %step.end ]")   # it % n
-    w.emit("%it.next = add nuw nsw i64 %it, 1")
-    w.emit("%last = icmp eq i64 %it.next, %arg.total")
+    w.line(f"%it = phi i64 [ 0, %{start} ], [ %it.next, %step.end ]")
+    w.line(f"%row = phi i64 [ 0, %{start} ], [ %row.next, %step.end ]")   # it % n
+    w.line("%it.next = add nuw nsw i64 %it, 1")
+    w.line("%last = icmp eq i64 %it.next, %arg.total")
+    stops = _step(w, spec, addr, kernels, gradient, context)
+    w.jump("%step.end")
+    w.label("step.end")
+    w.line("%row.up = add nuw nsw i64 %row, 1")
+    w.line("%wrapped = icmp eq i64 %row.up, %arg.n")
+    w.line("%row.next = select i1 %wrapped, i64 0, i64 %row.up")
+    w.branch("%last", "%done", "%step")
+    _exits(w, spec, addr, stops)
+    return w.module("i32 @{}(ptr noalias %retp, ptr noalias %excp, i64 %arg.total, i64 %arg.n, "
+                    "i64 %arg.table)".format(symbol)) + "\n".join(w.metadata + [""])
+
+
+def _step(w, spec, addr, kernels, gradient, context):
+    """One step: zero the shadows, call the gradient, store and check the loss, update
+    each group; the stop codes of the step's checks."""
     for q, nbytes in spec.zero_each:
         w.memset(addr[q], nbytes)
     ret = w.call(f"@{gradient}", str(context.get_value_type(spec.grad_result)),
@@ -259,21 +259,18 @@ def loop_ir(symbol, spec, kernels, gradient):
     loss_type = LLVM_FLOATS[str(spec.grad_result.types[0])]
     loss = w.load(loss_type, ret)
     if loss_type == "float":
-        wide = w.tmp()
-        w.emit(f"{wide} = fpext float {loss} to double")
-        loss = wide
-    w.emit(f"store double {loss}, ptr {w.gep('double', addr[spec.losses], '%it')}")
-    w.branch(w.finite("double", loss), "loss.ok", "stop.1")
+        loss = w(f"fpext float {loss} to double")
+    w.line(f"store double {loss}, ptr {w.gep('double', addr[spec.losses], '%it')}")
+    w.branch(w.finite("double", loss), "%loss.ok", "%stop.1")
     w.label("loss.ok")
     stops = ["1"]
     for group in spec.groups:
         stops += _update(w, spec, group, addr, kernels, context, 1 + len(stops))
-    w.emit("br label %step.end")
-    w.label("step.end")
-    w.emit("%row.up = add nuw nsw i64 %row, 1")
-    w.emit("%wrapped = icmp eq i64 %row.up, %arg.n")
-    w.emit("%row.next = select i1 %wrapped, i64 0, i64 %row.up")
-    w.branch("%last", "done", "step")
+    return stops
+
+
+def _exits(w, spec, addr, stops):
+    """The loop's exits: done, each stop, the arrays that differ, a failed call."""
     w.label("done")
     _copies(w, spec.copy_out, addr)
     _returned(w, "%arg.total", "0", "done")
@@ -288,17 +285,9 @@ def loop_ir(symbol, spec, kernels, gradient):
         _returned(w, "0", "-1", "differ")
     w.label("failed")
     incoming = ", ".join(f"[ {s}, %{b} ]" for s, b in w.failures)
-    w.emit(f"%failure = phi i32 {incoming}")
+    w.line(f"%failure = phi i32 {incoming}")
     _copies(w, spec.copy_out, addr)
-    w.emit("ret i32 %failure")
-    head = [f"define i32 @{symbol}(ptr noalias %retp, ptr noalias %excp, i64 %arg.total, "
-            f"i64 %arg.n, i64 %arg.table) {{", "entry:"] + w.allocas
-    declarations = ["declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
-                    "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-                    "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
-                    "declare i32 @memcmp(ptr, ptr, i64)",
-                    *w.declared.values()]
-    return "\n".join(declarations + head + w.lines + ["}"] + w.metadata + [""])
+    w.line("ret i32 %failure")
 
 
 def _gradient_params(w, spec, addr, context):
@@ -325,26 +314,15 @@ def _update(w, spec, group, addr, kernels, context, code):
     ty, itemsize = LLVM_FLOATS[group.dtype], np.dtype(group.dtype).itemsize
     g = addr[group.g]
     if group.in_place:
-        kept = w.tmp("kept")[1:]
-        w.branch("%last", f"{kept}.copy", kept)
-        w.label(f"{kept}.copy")
-        _copies(w, spec.gradient_out, addr)
-        w.emit(f"br label %{kept}")
-        w.label(kept)
+        _at_last_step(w, lambda: _copies(w, spec.gradient_out, addr), only=True)
     for offset, items, shadows in () if group.in_place else group.parts:
         at = w.gep(ty, g, offset) if offset else g
         w.memcpy(at, addr[shadows[0]], items * itemsize)
         for q in shadows[1:]:
             w.elementwise("fadd", ty, at, addr[q], items)
     if group.zero_as_read:
-        keep = w.tmp("kept")[1:]
-        w.branch("%last", keep, f"{keep}.zero")
-        w.label(f"{keep}.zero")
-        for _, items, shadows in group.parts:
-            for q in shadows:
-                w.memset(addr[q], items * itemsize)
-        w.emit(f"br label %{keep}")
-        w.label(keep)
+        _at_last_step(w, lambda: [w.memset(addr[q], items * itemsize)
+                                  for _, items, shadows in group.parts for q in shadows], only=False)
     stops = []
     for step in group.steps:
         params = array_fields((group.size,), itemsize, addr[group.x]) + \
@@ -360,8 +338,8 @@ def _update(w, spec, group, addr, kernels, context, code):
         if step.check:
             if value_type is None:
                 raise NotImplementedError("a checked step's kernel returns no float")
-            checked = w.tmp("checked")[1:]
-            w.branch(w.finite(value_type, w.load(value_type, ret)), checked, f"stop.{code}")
+            checked = w.fresh("checked")
+            w.branch(w.finite(value_type, w.load(value_type, ret)), checked, f"%stop.{code}")
             stops.append(str(code))
             code += 1
             w.label(checked)
@@ -369,14 +347,23 @@ def _update(w, spec, group, addr, kernels, context, code):
     return stops
 
 
+def _at_last_step(w, write, only):
+    """``write()`` the code run only at the last step (``only``), or at every step but the
+    last."""
+    run, after = w.fresh("last" if only else "not.last"), w.fresh("kept")
+    w.branch("%last", *((run, after) if only else (after, run)))
+    w.label(run)
+    write()
+    w.jump(after)
+    w.label(after)
+
+
 def _check_same(w, same, addr):
     """Branch to ``differ`` unless each pair of ``same`` holds equal bytes."""
     for a, b, nbytes in same:
-        c, equal = w.tmp(), w.tmp("c")
-        w.emit(f"{c} = call i32 @memcmp(ptr {addr[a]}, ptr {addr[b]}, i64 {nbytes})")
-        w.emit(f"{equal} = icmp eq i32 {c}, 0")
-        following = w.tmp("same")[1:]
-        w.branch(equal, following, "differ")
+        c = w(f"call i32 @memcmp(ptr {addr[a]}, ptr {addr[b]}, i64 {nbytes})")
+        following = w.fresh("same")
+        w.branch(w(f"icmp eq i32 {c}, 0", "c"), following, "%differ")
         w.label(following)
 
 
@@ -387,10 +374,10 @@ def _copies(w, copies, addr):
 
 
 def _returned(w, steps, code, tag):
-    w.emit(f"store i64 {steps}, ptr %retp")
-    w.emit(f"%code.{tag} = getelementptr i64, ptr %retp, i64 1")
-    w.emit(f"store i64 {code}, ptr %code.{tag}")
-    w.emit(f"ret i32 {numba_abi.STATUS_OK}")
+    w.line(f"store i64 {steps}, ptr %retp")
+    w.line(f"%code.{tag} = getelementptr i64, ptr %retp, i64 1")
+    w.line(f"store i64 {code}, ptr %code.{tag}")
+    w.line(f"ret i32 {numba_abi.STATUS_OK}")
 
 
 def _count(shape):
