@@ -20,6 +20,7 @@ from .. import numba_abi
 from . import vector_math
 from ..calling.python_entry import entry_ir, entry_name
 from ..errors import ActivityError, LinkError
+from ..ir.writer import fill
 from .loop_hints import without_vectorising_large_loops
 from ..numba_abi import target_machine
 
@@ -29,35 +30,9 @@ _objects = {}      # module name (its gradient's symbol) -> the object code MCJI
 _defined = {}      # symbol -> address, of every gradient in the engine
 
 # Compiler-runtime builtins LLVM's code generator may call (``llvm.powi`` becomes
-# ``__powi?f2``) that a Python process need not contain: x^n by repeated squaring.
+# ``__powi?f2``) that a Python process need not contain: x^n by repeated squaring
+# (the template ``powi.ll`` of adcore.ir.writer).
 _BUILTINS = {"__powidf2": "double", "__powisf2": "float"}
-_POWI = """
-define {t} @{name}({t} %x, i32 %n) {{
-entry:
-  %neg = icmp slt i32 %n, 0
-  %minus = sub i32 0, %n
-  %e0 = select i1 %neg, i32 %minus, i32 %n
-  br label %head
-head:
-  %r = phi {t} [ 1.0, %entry ], [ %r2, %body ]
-  %b = phi {t} [ %x, %entry ], [ %b2, %body ]
-  %e = phi i32 [ %e0, %entry ], [ %e2, %body ]
-  %done = icmp eq i32 %e, 0
-  br i1 %done, label %exit, label %body
-body:
-  %bit = and i32 %e, 1
-  %odd = icmp ne i32 %bit, 0
-  %rb = fmul {t} %r, %b
-  %r2 = select i1 %odd, {t} %rb, {t} %r
-  %b2 = fmul {t} %b, %b
-  %e2 = lshr i32 %e, 1
-  br label %head
-exit:
-  %inv = fdiv {t} 1.0, %r
-  %y = select i1 %neg, {t} %inv, {t} %r
-  ret {t} %y
-}}
-"""
 
 
 def optimise(module):
@@ -90,7 +65,7 @@ def _provide_builtins(engine, names):
     """Compile the builtins among ``names`` that the process lacks (once)."""
     missing = {n: t for n, t in _BUILTINS.items() if n in names and not llvm.address_of_symbol(n)}
     if missing:
-        module = llvm.parse_assembly("".join(_POWI.format(name=n, t=t) for n, t in missing.items()))
+        module = llvm.parse_assembly("".join(fill("powi", name=n, type=t) for n, t in missing.items()))
         module.name = "builtins"
         engine.add_module(module)
         engine.finalize_object()

@@ -16,6 +16,7 @@ from .. import numba_abi
 from ..errors import UnsupportedError
 from ..frontend.capture import Kernel
 from ..ir.model import local
+from ..ir.writer import Emitter
 from ..numba_abi import target_machine
 from ..rules import custom as custom_rules
 from ..rules.custom import BoundRule
@@ -133,18 +134,13 @@ def _link_njit_reverses(module):
 
 def _wrapper(callee, types_):
     """A function with the reverse's arguments, pointers for addresses, calling it."""
+    e = Emitter()
+    ret, exc = e.alloca("i64", "ret"), e.alloca("ptr", "exc")
+    args = ", ".join(f"i64 {e(f'ptrtoint ptr %a{k} to i64')}" if t == "ptr" else f"{t} %a{k}"
+                     for k, t in enumerate(types_))
+    e.line(f"ret i32 {e(f'call i32 @{callee}(ptr {ret}, ptr {exc}, {args})')}")
     params = ", ".join(f"{t} %a{k}" for k, t in enumerate(types_))
-    lines = [f"define internal i32 @{_REVERSE_CALL}{callee}({params}) noinline {{",
-             "  %ret = alloca i64", "  %exc = alloca ptr"]
-    args = []
-    for k, t in enumerate(types_):
-        if t == "ptr":
-            lines.append(f"  %i{k} = ptrtoint ptr %a{k} to i64")
-            args.append(f"i64 %i{k}")
-        else:
-            args.append(f"{t} %a{k}")
-    lines += [f"  %s = call i32 @{callee}(ptr %ret, ptr %exc, {', '.join(args)})", "  ret i32 %s", "}"]
-    return "\n".join(lines)
+    return e.define(f"internal i32 @{_REVERSE_CALL}{callee}({params}) noinline")
 
 
 def _spell(value):

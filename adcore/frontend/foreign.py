@@ -22,6 +22,7 @@ from ..backend import native
 from .capture import Kernel
 from .cleanup import clean
 from ..errors import ADError
+from ..ir.writer import Emitter
 from ..numba_abi import flat_types, target_machine
 
 _counter = itertools.count()
@@ -198,19 +199,18 @@ def _lookup(module, name):
 
 
 # -- argument types -> wrapper ---------------------------------------------------------------
-def _convert(value, src, param, signed):
-    """Instructions turning ``value`` of LLVM type ``src`` into ``param``'s type."""
+def _convert(e, value, src, param, signed):
+    """``value`` of LLVM type ``src`` turned into ``param``'s type (written by Emitter ``e``)."""
     dst = param.type
     if src == dst:
-        return [], value
-    out = f"%c{param.index}"
+        return value
     if param.kind == "int":
         op = "trunc" if int(src[1:]) > int(dst[1:]) else ("sext" if signed else "zext")
     elif src.startswith("i"):
         op = "sitofp" if signed else "uitofp"
     else:
         op = "fptrunc" if src == "double" else "fpext"
-    return [f"  {out} = {op} {src} {value} to {dst}"], out
+    return e(f"{op} {src} {value} to {dst}", "c")
 
 
 class ForeignFunction:
@@ -281,7 +281,7 @@ class ForeignFunction:
     # -- code generation -----------------------------------------------------------------
     def _wrapper(self, argtypes, symbol):
         """IR text of the Numba-ABI wrapper ``symbol`` calling the foreign function."""
-        params, body, args = ["ptr %retptr", "ptr %excinfo"], [], []
+        e, params, args = Emitter(), ["ptr %retptr", "ptr %excinfo"], []
         for p, t in zip(self.params, argtypes):
             flat = flat_types(self._context, t)
             names = [f"%a{p.index}.{j}" for j in range(len(flat))]
@@ -291,23 +291,19 @@ class ForeignFunction:
                 args.append(f"ptr {names[data]}")
                 continue
             signed = isinstance(t, nbtypes.Integer) and t.signed
-            lines, value = _convert(names[0], flat[0], p, signed)
-            body += lines
-            args.append(f"{p.type} {value}")
+            args.append(f"{p.type} {_convert(e, names[0], flat[0], p, signed)}")
         call = f"{self.calling_conv}{self.ret} {_global_ref(self.name)}({', '.join(args)})"
         if self.ret == "void":
-            body.append(f"  call {call}")
+            e.line(f"call {call}")
         else:
-            body.append(f"  %r = call {call}")
-            value, rt = "%r", str(self._context.get_value_type(self.restype))
+            value, rt = e(f"call {call}", "r"), str(self._context.get_value_type(self.restype))
             if self.ret.startswith("i") and self.ret != "i64":
                 width = int(self.ret[1:])
                 op = "zext" if width == 1 else ("trunc" if width > 64 else "sext")
-                body.append(f"  %r64 = {op} {self.ret} %r to i64")
-                value = "%r64"
-            body.append(f"  store {rt} {value}, ptr %retptr")
-        return (f"\ndefine i32 @{symbol}({', '.join(params)}) {{\nentry:\n"
-                + "\n".join(body) + "\n  ret i32 0\n}\n")
+                value = e(f"{op} {self.ret} {value} to i64", "r64")
+            e.line(f"store {rt} {value}, ptr %retptr")
+        e.line(f"ret i32 {numba_abi.STATUS_OK}")
+        return "\n" + e.define(f"i32 @{symbol}({', '.join(params)})")
 
     def _module(self, argtypes):
         """A fresh module: the foreign IR plus a wrapper for ``argtypes``; and its symbol."""
