@@ -95,7 +95,10 @@ class Tape:
             if not inputs:
                 continue
             adj[k] = None
-            contribs = rules[rec.op].vjp(g, rec)
+            rule = rules[rec.op]
+            kind = rule.cotangents  # are the cotangents private arrays? (see rules.Rule)
+            private = kind == "new" or kind == "of g" and owned[k]
+            contribs = rule.vjp(g, rec)
             for i, c, arg in zip(inputs, contribs, rec.args):
                 if i is None or c is None:
                     continue
@@ -108,6 +111,7 @@ class Tape:
                         continue
                 if old is None:
                     adj[i] = c
+                    owned[i] = private and type(c) is np.ndarray
                 elif owned[i]:
                     np.add(old, c, out=old)
                 else:

@@ -35,6 +35,12 @@ finite uses JAX's convention instead (``d(a**0)/da = 0``; the derivative of a no
 Where the derivative itself is infinite (``sqrt`` or ``log`` at 0) it stays ``inf``,
 and a zero cotangent times it gives ``nan`` as in JAX (mask the input, not only the output).
 
+``cotangents`` tells the tape what a VJP returns, so that it can add into the arrays in
+place and return a leaf's adjoint without copying it: ``"new"``, arrays no one else holds
+(products, sums); ``"of g"``, ``g`` itself or a view of it (a reshape, a transpose), private
+when ``g`` was; ``None`` (the default), anything (``g`` shared between operands, views of
+the operands, read-only views).
+
 Rules on more topics live in ``rules_complex``, ``rules_scan`` and ``rules_linalg``, which
 register theirs in ``RULES`` when the package (``adcore.tape``) imports them.
 """
@@ -46,24 +52,25 @@ from .recording import unbroadcast
 
 
 class Rule:
-    __slots__ = ("name", "forward", "vjp", "view", "complex_ok", "scalar")
+    __slots__ = ("name", "forward", "vjp", "view", "complex_ok", "scalar", "cotangents")
 
-    def __init__(self, name, forward, vjp, view, complex_ok=False, scalar=None):
+    def __init__(self, name, forward, vjp, view, complex_ok=False, scalar=None, cotangents=None):
         self.name = name
         self.forward = forward
         self.vjp = vjp
         self.view = view
         self.complex_ok = complex_ok
         self.scalar = scalar
+        self.cotangents = cotangents
 
 
 RULES = {}
 
 
-def rule(name, forward, view=False, complex_ok=False, scalar=None):
+def rule(name, forward, view=False, complex_ok=False, scalar=None, cotangents=None):
     """Register the decorated function as the VJP of op ``name``."""
     def register(vjp):
-        RULES[name] = Rule(name, forward, vjp, view, complex_ok, scalar)
+        RULES[name] = Rule(name, forward, vjp, view, complex_ok, scalar, cotangents)
         return vjp
     return register
 
@@ -671,7 +678,7 @@ def _matmul_vjp(g, r):
     return ga, gb
 
 
-rule("matmul", np.matmul, complex_ok=True)(_matmul_vjp)
+rule("matmul", np.matmul, complex_ok=True, cotangents="new")(_matmul_vjp)
 
 
 # ---------------------------------------------------------------- shape and copies
@@ -684,13 +691,13 @@ def transpose_forward(x, axes=None):
     return x.transpose(axes) if type(x) is np.ndarray else np.transpose(x, axes)
 
 
-@rule("reshape", reshape_forward, view=True, complex_ok=True)
+@rule("reshape", reshape_forward, view=True, complex_ok=True, cotangents="of g")
 def _reshape(g, r):
     """out = x reshaped:  dx = g reshaped back to x.shape."""
     return (g.reshape(r.args[0].shape) if type(g) is np.ndarray else np.reshape(g, np.shape(r.args[0])),)
 
 
-@rule("transpose", transpose_forward, view=True, complex_ok=True)
+@rule("transpose", transpose_forward, view=True, complex_ok=True, cotangents="of g")
 def _transpose(g, r):
     """out = x with axes permuted by p:  dx = g permuted by the inverse of p."""
     axes = r.attrs.get("axes")

@@ -142,10 +142,14 @@ _TRANSPOSE = RULES["transpose"]
 def _binary(op):
     rule = RULES[op]
 
-    def method(self, other):  # a constant operand skips apply's walk over the operands
-        if type(other) is Tracked:
-            return apply(op, (self, other))
+    def method(self, other):  # apply without its walk over the operands
         x = self.value
+        if type(other) is Tracked:
+            if other._tape is not self._tape:
+                return apply(op, (self, other))     # its error
+            y = other.value
+            return _record(self._tape, rule, op, (self._id, other._id), (x, y),
+                           rule.forward(x, y), EMPTY, (self, other))
         return _record(self._tape, rule, op, (self._id, None), (x, other), rule.forward(x, other),
                        EMPTY, (self,))
 
