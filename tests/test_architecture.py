@@ -200,8 +200,6 @@ ABI_MODULES = {"adcore/numba_abi.py", "adcore/known_functions.py"}
 _STATUS_IN_IR = re.compile(r"\bret i32 -?\d|\bicmp \w+ i32 [^,]*status[^,]*, -?\d")
 _STATUS_DEFINED = re.compile(r"^\s*(?:[\w.]+\s*,\s*)*\w*(?:STATUS|RETCODE|_OK|REFUSED|WRONG)\w*"
                              r"\s*(?:,\s*[\w.]+\s*)*=\s*\(?-?\d", re.M)
-# not this change's to edit: a wrapper of a foreign function returns its status as a literal
-_STATUS_LEFT = {"adcore/frontend/foreign.py"}
 
 
 def _string_literals(tree, text):
@@ -243,7 +241,7 @@ def _abi_literals(root=ROOT):
                 continue
             text = path.read_text()
             for line, literal in _string_literals(ast.parse(text), text):
-                if "NRT_" in literal or (_STATUS_IN_IR.search(literal) and name not in _STATUS_LEFT):
+                if "NRT_" in literal or _STATUS_IN_IR.search(literal):
                     found.append(f"{name}:{line}: {literal}")
             for m in _STATUS_DEFINED.finditer(text):
                 found.append(f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0).strip()}")
@@ -371,3 +369,101 @@ def test_the_call_layer_scan_finds_an_old_generator_put_back(tmp_path):
         assert any(f.startswith(relative) for f in _call_layer_offenders(tmp_path)), relative
         path.write_text(text)
     assert not _call_layer_offenders(tmp_path)
+
+
+# -- LLVM text: written by adcore.ir.writer (its Emitter, and the templates it fills) ------
+# a function written out as text in place: ``define ... @name`` at the start of a literal
+# or of one of its lines
+_DEFINE_TEXT = re.compile(r"""(?:^[A-Za-z]*["']+|\\n|\n)\s*define\s[^\n]*@""")
+# modules owned by the generator split in progress: their Emitter's lines are wrapped in a
+# ``define`` header written in place
+_DEFINE_NOT_YET_FOLDED = {"adcore/reverse/generator.py", "adcore/reverse/function_exits.py",
+                          "adcore/forward/generator.py"}
+
+
+def _fresh_name_counter(function):
+    """Whether ``function`` hands out IR local names from a counter of its own: an
+    f-string starting with ``%`` formats ``next(...)`` or what the function steps by 1."""
+    import ast
+    stepped = {ast.unparse(n.target) for n in ast.walk(function) if isinstance(n, ast.AugAssign)
+               and isinstance(n.op, ast.Add) and isinstance(n.value, ast.Constant) and n.value.value == 1}
+    for n in ast.walk(function):
+        if isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant) \
+                and str(n.values[0].value).startswith("%"):
+            if any(isinstance(v, ast.FormattedValue) and (
+                    ast.unparse(v.value) in stepped or isinstance(v.value, ast.Call) and
+                    isinstance(v.value.func, ast.Name) and v.value.func.id == "next") for v in n.values):
+                return True
+    return False
+
+
+def llvm_writers(source, name="<source>"):
+    """``name:line: what`` of each LLVM writer of its own in ``source``: a ``define``
+    written in place, or a counter handing out fresh local names."""
+    import ast
+    tree = ast.parse(source)
+    found = [f"{name}:{line}: a define written in place" for line, literal in _string_literals(tree, source)
+             if _DEFINE_TEXT.search(literal) and name not in _DEFINE_NOT_YET_FOLDED]
+    return found + [f"{name}:{node.lineno}: a counter of fresh names ({node.name})"
+                    for node in ast.walk(tree)
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _fresh_name_counter(node)]
+
+
+def test_llvm_text_is_written_by_the_one_writer():
+    """Every code generator (adjoint, tangent, fast-call builtins, ctypes entry, value
+    stack, chunk wrappers, the Python-subset translator, train's loop) writes LLVM text
+    with adcore.ir.writer: its Emitter's fresh names, labels and declarations and its
+    ``define``, or a template of adcore/ir/templates; no module keeps a writer of its own."""
+    found = []
+    for package in ("adcore", "layers", "optim"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name != "adcore/ir/writer.py":
+                found += llvm_writers(path.read_text(), name)
+    assert not found, "\n".join(found)
+
+
+def test_the_writer_scan_finds_the_old_writers():
+    """The scan above finds each of the writers the generators used to have."""
+    old = {
+        "fastcall's and loop_ir's tmp": 'def tmp(self, prefix="t"):\n    self.n += 1\n    return f"%{prefix}{self.n}"\n',
+        "direct_ir's fresh": 'def fresh(self, prefix="t"):\n    return f"%{prefix}{next(self.names)}"\n',
+        "value_stack's helpers": 'out = [f"""define internal void @ad.stack.grow(ptr %s) {{\nentry:\n"""]\n',
+        "the builtin module": 'lines = ["declare void @Py_IncRef(ptr)", f"define ptr @{name}.state() {{"]\n',
+        "the wrappers": 'text = f"\\ndefine i32 @{symbol}({params}) {{\\nentry:\\n" + body\n',
+        "direct_ir's text": 'head = f"define i32 @{self.symbol}({params}) {{\\nentry:\\n"\n'}
+    assert [what for what, source in old.items() if not llvm_writers(source)] == []
+    new = ['ok = e.fresh("ok")', 'return e.module(f\'i32 @"{entry_name(symbol)}"({", ".join(params)})\')',
+           'header = line.startswith("define ")', 'name = f"adcore_fastcall_{next(_names)}"',
+           'def fresh(self, prefix):\n    self.counter += 1\n    return f"{prefix}{self.counter}"\n']
+    assert [source for source in new if llvm_writers(source)] == []
+
+
+def test_the_ir_templates_are_shipped_used_and_parse_once_filled():
+    """Each template of adcore/ir/templates is read at import, filled by its generator and
+    shipped by setup.py; the text filled in parses and verifies, and names Numba's runtime
+    and status codes only through placeholders (as the ABI modules spell them)."""
+    import llvmlite.binding as llvm
+
+    from adcore.backend import native
+    from adcore.calling import fastcall
+    from adcore.ir import writer
+    from adcore.reverse import value_stack
+
+    files = sorted((ROOT / "adcore" / "ir" / "templates").glob("*.ll"))
+    assert sorted(writer.TEMPLATES) == [f.stem for f in files]
+    assert '"adcore.ir": ["templates/*.ll"]' in (ROOT / "setup.py").read_text()
+    sources = "".join(p.read_text() for package in ("adcore", "layers", "optim")
+                      for p in (ROOT / package).rglob("*.py"))
+    for f in files:
+        assert f'fill("{f.stem}"' in sources, f"{f.name} is not filled anywhere"
+        text = f.read_text()
+        assert "NRT_" not in text and not _STATUS_IN_IR.search(text), f.name
+    filled = [
+        value_stack.helpers({"double", "float", "<4 x double>", "i64", "ptr"}, {"double", "float"})
+        + "\n" + "\n".join(value_stack.DECLARATIONS.values()),
+        fastcall._builtin_module("adcore_template_test", ["declare void @llvm.trap()"],
+                                 ["  call void @llvm.trap()", "  ret ptr null"]),
+        "".join(writer.fill("powi", name=n, type=t) for n, t in native._BUILTINS.items())]
+    for text in filled:
+        llvm.parse_assembly(text).verify()

@@ -339,9 +339,8 @@ def _update(w, spec, group, addr, kernels, context, code):
             if value_type is None:
                 raise NotImplementedError("a checked step's kernel returns no float")
             checked = w.fresh("checked")
-            w.branch(w.finite(value_type, w.load(value_type, ret)), checked, f"%stop.{code}")
-            stops.append(str(code))
-            code += 1
+            stops.append(str(code + len(stops)))
+            w.branch(w.finite(value_type, w.load(value_type, ret)), checked, f"%stop.{stops[-1]}")
             w.label(checked)
     w.elementwise("fsub", ty, addr[group.x], g, group.size)
     return stops
