@@ -466,7 +466,8 @@ def sigmoid_forward(x):
     A real array whose entries are all above ``-SAFE_EXP`` (so e**-x is finite and the
     result a normal number) takes that formula in place, four passes; otherwise (and with
     NaN) ``where(x >= 0, 1, e) / (1 + e)`` with ``e = e**-|x|``, which cannot overflow."""
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:  # np.asarray is a Python wrapper while recording (builders)
+        x = np.asarray(x)
     if x.ndim == 0 or x.dtype.kind != "f":
         e = np.exp(-np.abs(x))
         return np.where(x >= 0, 1, e) / (1 + e)
@@ -504,7 +505,8 @@ def logsumexp_forward(x, axis=None, keepdims=False):
 
 def softmax_forward(x, axis=-1):
     """e**x / sum(e**x) along ``axis``, shifted by the maximum."""
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:  # np.asarray is a Python wrapper while recording (builders)
+        x = np.asarray(x)
     if x.ndim == 0 or x.dtype.kind not in "fc":
         e = np.exp(x - np.max(x, axis=axis, keepdims=True))
         return e / np.sum(e, axis=axis, keepdims=True)
