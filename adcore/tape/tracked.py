@@ -1,5 +1,6 @@
 """The tracked array: a numpy value plus its id on a tape; every op on it is recorded."""
 import math
+from operator import attrgetter
 
 import numpy as np
 
@@ -198,11 +199,12 @@ class Tracked:
         return self._tape
 
     # ------------------------------------------------------------ attributes
-    # ``value`` is always a numpy array or scalar (``track`` and the rules make sure)
-    shape = property(lambda self: self.value.shape)
-    ndim = property(lambda self: self.value.ndim)
-    size = property(lambda self: self.value.size)
-    dtype = property(lambda self: self.value.dtype)
+    # ``value`` is always a numpy array or scalar (``track`` and the rules make sure); the
+    # getters are C functions (attrgetter), not Python ones: layers read them on every call
+    shape = property(attrgetter("value.shape"))
+    ndim = property(attrgetter("value.ndim"))
+    size = property(attrgetter("value.size"))
+    dtype = property(attrgetter("value.dtype"))
     @property
     def T(self):
         """The transpose (recorded; a view)."""
