@@ -212,7 +212,7 @@ class NativeParts:
 def generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=None, name="", keep_primal=True,
              parfors=None):
     """Stages capture to generate: ``(primal, layout, generator, gradient module IR,
-    scratch)`` (the generator's ``cache_plan()`` is what :func:`adcore.cache_report` shows).
+    scratch)`` (the generator's ``pushes.per_iteration`` is what :func:`adcore.cache_report` shows).
     A ``parallel=True`` kernel's parallel loops get a reverse on Numba's threads
     (``parfors="calls"``, :mod:`adcore.reverse.parallel_loops`) where that is exactly the serial
     gradient, else the kernel is differentiated with them lowered as loops (``"loops"``);

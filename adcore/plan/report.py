@@ -73,7 +73,7 @@ def build_report(generator):
     """The :class:`CacheReport` of a built :class:`adcore.reverse.generator.AdjointGenerator`."""
     cfg = generator.cfg
     loops = {}
-    for block, kind, value in generator.cache_plan():
+    for block, kind, value in generator.pushes.per_iteration(generator.snapshots, generator.replays):
         owner = [lp for lp in cfg.loops if block in lp.blocks]
         if not owner:
             continue
@@ -82,7 +82,7 @@ def build_report(generator):
             loops[loop] = LoopCache(_line(loop.header), len(owner))
         loops[loop].items.append(_item(kind, value, block))
     order = {b: k for k, b in enumerate(cfg.rpo)}
-    upward = [_line(h) for h in sorted(generator.forward_order, key=order.get)]
+    upward = [_line(h) for h in sorted(generator.pushes.forward_order, key=order.get)]
     return CacheReport(generator.spec.pyname,
                        [loops[lp] for lp in sorted(loops, key=lambda lp: order[lp.header])], upward,
                        getattr(generator, "parallel_loops", ()))

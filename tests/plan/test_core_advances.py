@@ -1,4 +1,4 @@
-"""Header phis that advance by a nested loop's trips (adcore/reverse/advances.py): a packed-triangle
+"""Header phis that advance by a nested loop's trips (adcore/plan/advances.py): a packed-triangle
 index such as the GMM's ``li`` runs backwards in the reverse pass instead of being kept per
 column; gradients checked against central finite differences, the plan through
 ``adcore.cache_report``."""

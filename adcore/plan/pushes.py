@@ -1,0 +1,96 @@
+"""What the forward pass pushes on the value stack, block by block.
+
+Decided after the reverse bodies are written (they decide, through
+:class:`adcore.plan.values.Values`, which values are kept in registers): a kept value
+defined in a loop is pushed before it is overwritten, unless the reverse pass can run it
+backwards (a loop counter with a constant step, or a phi that advances by a nested loop's
+trips, :mod:`adcore.plan.advances`); a block with several predecessors pushes which one
+entered it.  Loops from which nothing is pushed may have their reverse count up
+(:mod:`adcore.plan.loop_order`).
+"""
+from ..analysis.cfg import InductionVariable, step_of
+from .advances import availability, find_advance
+
+
+def pred_type(block):
+    """The integer type that records which predecessor ``block`` was entered from."""
+    return "i8" if len(block.preds) < 128 else "i32"
+
+
+def counters(defs, registers, header, iv):
+    """``{phi: step instr}``: the kept header phis ``p = phi [init, outside], [p + C,
+    latch]`` of the loop with counter ``iv`` (``defs``: the header's values in order)."""
+    out = {}
+    for phi in defs:
+        if phi.opcode != "phi" or phi not in registers:
+            continue
+        step = phi.operands[phi.incoming.index(iv.latch)].defn
+        if step is not None and step_of(step, phi) is not None:
+            out[phi] = step
+    return out
+
+
+class Pushes:
+    """The pushes of one gradient function (``gen``: its
+    :class:`adcore.reverse.generator.AdjointGenerator`, after its reverse bodies):
+
+    - ``inverted``: ``{phi: InductionVariable}``, kept counters the reverse runs backwards;
+    - ``advanced``: ``{phi: advances.Advance}``, kept phis advancing by a nested loop's trips;
+    - ``by_block``: ``{block: [(kind, value, segment)]}`` in push order, kind "pred", "reg"
+      or "iv", the segment counting the calls differentiated as calls before the push;
+    - ``forward_order``: the headers of counted loops whose reverse counts up."""
+
+    def __init__(self, gen):
+        cfg, registers = gen.cfg, gen.values.registers
+        self.inverted = {phi: InductionVariable(phi, None, iv.outside, iv.latch, step)
+                         for header, iv in cfg.ivs.items()
+                         for phi, step in counters(gen.defs(header), registers, header, iv).items()}
+        available = availability(gen.values, self.inverted)
+        self.advanced = {}
+        for header in cfg.ivs:
+            for phi in header.phis:
+                if phi in registers and phi not in self.inverted:
+                    advance = find_advance(phi, cfg, available)
+                    if advance is not None:
+                        self.advanced[phi] = advance
+        self.by_block = {b: self._saves(gen, b) for b in cfg.rpo}
+        self.forward_order = {h for h in gen.limits if self._nothing_kept_in(gen, cfg.loop_at[h])}
+
+    def _saves(self, gen, block):
+        cfg = gen.cfg
+        cyclic = block in cfg.cyclic
+        events = []
+        if len(block.preds) > 1 and block not in cfg.ivs and block not in cfg.branch_merges:
+            events.append(("pred", None, 0))
+        segment = 0
+        for instr in gen.defs(block):
+            segment += gen.is_callee(instr)
+            if instr in gen.values.registers and cyclic and instr not in self.inverted \
+                    and instr not in self.advanced:
+                events.append(("reg", instr, segment))
+        for phi, iv in self.inverted.items():
+            if iv.outside is block and cyclic and phi.block not in gen.exit_tests:
+                events.append(("iv", phi, segment))
+        for phi, advance in self.advanced.items():
+            if advance.outside is block and cyclic:
+                events.append(("iv", phi, segment))
+        return events
+
+    def _nothing_kept_in(self, gen, loop):
+        """No value, record or array is pushed per iteration of ``loop``."""
+        latch = loop.latches[0]
+        return not any(self.by_block[b] for b in loop.blocks) and latch not in gen.snapshots.at \
+            and latch not in gen.replays
+
+    def per_iteration(self, snapshots, replays):
+        """``(block, kind, value)`` for each push, and for each array copied at the end of an
+        iteration: kind "snapshot" (``value`` the array ``(data, nitems, itemsize)``),
+        "refill" (an array the reverse pass may refill instead, :mod:`adcore.plan.replays`)
+        or "choice" (``value`` the :class:`adcore.plan.replays.Replay` whose choice is pushed)."""
+        out = [(b, kind, v) for b, plan in self.by_block.items() for kind, v, _ in plan]
+        for latch, arrays in snapshots.at.items():
+            refilled = replays[latch].arrays if latch in replays else ()
+            out += [(latch, "refill" if array in refilled else "snapshot", array) for array in arrays]
+            if refilled:
+                out.append((latch, "choice", replays[latch]))
+        return out

@@ -1,0 +1,139 @@
+"""How a gradient function ends its forward pass and returns: the status check, the
+returned array's seed, the active arguments' adjoints stored, deferred frees run; and a
+callee's split into an augmented forward and a reverse function (:mod:`adcore.reverse.calls`)."""
+from .. import numba_abi as abi
+from ..errors import UnsupportedError
+from ..ir.model import local
+from ..ir.writer import float_const
+from ..known_functions import CALL_DTOR, FREE
+from . import value_stack as runtime
+
+
+class FunctionExits:
+    """The exits' part of :class:`adcore.reverse.generator.AdjointGenerator`."""
+
+    def split_functions(self, forward, reverse):
+        """A callee's augmented forward and reverse (see :mod:`adcore.reverse.calls`)."""
+        e, split = self.e, self.spec.split
+        rt, pair = split.ret_type, split.pair
+        kept = list(self.values.registers.items())
+        e.lines = []
+        e.label("ad.fwdexit")
+        result = e(f"phi {rt} " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "result") \
+            if rt != "void" else None
+        which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
+        for value, reg in kept:
+            self.push(value.type, e(f"load {value.type}, ptr {reg}"))
+        returns = len(self.ret_blocks)
+        if returns > 1:                  # which return was taken (one return: nothing to tell)
+            self.push("i32", which)
+        e.line(f"ret {rt} {result}" if result else "ret void")
+        exit_ = e.lines
+        e.lines = []
+        which = self.pop("i32") if returns > 1 else "0"
+        for value, reg in reversed(kept):
+            e.line(f"store {value.type} {self.pop(value.type)}, ptr {reg}")
+        cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
+                         for k, (b, _) in enumerate(self.ret_blocks[1:], 1))
+        e.line(f"switch i32 {which}, label {local('ad.r.' + self.ret_blocks[0][0].name)} [ {cases} ]")
+        start = e.lines
+        e.lines = []
+        e.label("ad.done")
+        adjoints = "undef"
+        for j, index in enumerate(self.spec.active):
+            arg = self.func.args[index]
+            value = e(f"load {arg.type}, ptr {self.slots[arg]}") if arg in self.slots \
+                else float_const(arg.type, 0)
+            adjoints = e(f"insertvalue {pair.adjoint_type} {adjoints}, {arg.type} {value}, {j}")
+        e.line(f"ret {pair.adjoint_type} {adjoints}" if self.spec.active else "ret void")
+        done = e.lines
+        args = [f"{a.type} {a.ref}" for a in self.func.args] + self.shadow_params
+        dret = [f"{rt} %ad.dret"] if self.spec.ret_active else []
+        stacks = [f"ptr {s}" for s in runtime.FRAME_STACKS]
+        entry = ["ad.entry:"] + self.allocas
+        augmented = "\n".join(entry + [f"  br label {self.func.entry.ref}"] + forward + exit_)
+        reverse_ = "\n".join(entry + start + reverse + done)
+        return (f"define internal {rt} @{pair.augmented}({', '.join(args + stacks)}) {{\n{augmented}\n}}\n"
+                f"define internal {pair.adjoint_type} @{pair.reverse}({', '.join(args + dret + stacks)}) "
+                f"{{\n{reverse_}\n}}\n")
+
+    def seed_returned_array(self, bytes_field):
+        """Add ``dret`` into the shadow of the returned array before the reverse pass.  The
+        returned array must have the seed's shape and (C-contiguous) strides: else the bytes
+        field is set to -1 and the reverse pass is skipped."""
+        e = self.e
+        data = abi.field_offset(abi.DATA)
+        if data not in self.returned_shadow:
+            raise UnsupportedError("the returned array", self.spec.pyname,
+                                   "only a newly allocated float array can be returned")
+        t = self.spec.seed[1]
+        ndim = (len(self.spec.seed[0]) - abi.SHAPE) // 2
+
+        def returned(position):        # a field of the returned array struct
+            return e(f"load i64, ptr {e(f'getelementptr i8, ptr {self.retptr.ref}, i64 {abi.field_offset(position)}')}")
+
+        nitems = returned(abi.NITEMS)
+        same = e(f"icmp eq i64 {nitems}, %ad.seed.{abi.NITEMS}")
+        for d in range(ndim):
+            n, stride = returned(abi.shape_field(d)), returned(abi.stride_field(ndim, d))
+            same_n = e(f"icmp eq i64 {n}, %ad.seed.{abi.shape_field(d)}")
+            same_stride = e(f"icmp eq i64 {stride}, %ad.seed.{abi.stride_field(ndim, d)}")
+            same_stride = e(f"or i1 {same_stride}, {e(f'icmp ule i64 {n}, 1')}")
+            same = e(f"and i1 {same}, {e(f'and i1 {same_n}, {same_stride}')}")
+        e.line(f"br i1 {same}, label %ad.rseed.add, label %ad.rseed.bad")
+        e.label("ad.rseed.bad")
+        e.line(f"store i64 -1, ptr {bytes_field}")
+        e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+        self.release()
+        e.line(f"ret i32 {abi.STATUS_OK}")
+        e.label("ad.rseed.add")
+        self.memory_types.add(t)
+        shadow = e(f"load ptr, ptr {self.returned_shadow[data]}")
+        bytes_ = e(f"mul i64 {nitems}, {runtime.SIZES[t]}")
+        e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.{abi.DATA}, i64 {bytes_})")
+
+    def release(self):
+        """Run the deferred destructors and frees of the forward pass."""
+        self.e.line(f"call void @ad.release(ptr %ad.dtors, ptr @{CALL_DTOR})")
+        self.e.line(f"call void @ad.release(ptr %ad.rawfrees, ptr @{FREE})")
+
+    def exits(self):
+        e, spec = self.e, self.spec
+        rt = spec.result_type
+        e.label("ad.fwdexit")
+        status = e("phi i32 " + ", ".join(f"[ {s.ref}, {b.ref} ]" for b, s in self.ret_blocks), "status")
+        which = e("phi i32 " + ", ".join(f"[ {k}, {b.ref} ]" for k, (b, _) in enumerate(self.ret_blocks)), "ret")
+        base = e("load ptr, ptr %ad.stack")
+        top = e(f"load ptr, ptr {e(f'getelementptr inbounds {runtime.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
+        used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
+        field = e(f"getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {spec.bytes_field}")
+        e.line(f"store i64 {used}, ptr {field}")
+        ok = e(f"or i1 {e(f'icmp eq i32 {status}, {abi.STATUS_OK}')}, {e(f'icmp eq i32 {status}, {abi.STATUS_NONE}')}")
+        e.line(f"br i1 {ok}, label %ad.rseed, label %ad.fail")
+        e.label("ad.fail")
+        e.line(f"call void @free(ptr {base})")
+        self.release()
+        e.line(f"ret i32 {status}")
+        e.label("ad.rseed")
+        if spec.seed:
+            self.seed_returned_array(field)
+        e.line("br label %ad.rstart")
+        e.label("ad.rstart")
+        for array in self.snapshots.bases():     # the primal's final contents, put back at the end
+            self.copy_array("snapshot", "%ad.finals", array)
+        cases = " ".join(f"i32 {k}, label {local('ad.r.' + b.name)}"
+                         for k, (b, _) in enumerate(self.ret_blocks[1:], 1))
+        e.line(f"switch i32 {which}, label {local('ad.r.' + self.ret_blocks[0][0].name)} [ {cases} ]")
+        e.label("ad.done")
+        for index, field_no in zip(spec.active, spec.active_fields):
+            arg, zero = self.func.args[index], float_const(self.func.args[index].type, 0)
+            value = e(f"fadd {arg.type} {e(f'load {arg.type}, ptr {self.slots[arg]}')}, {zero}") \
+                if arg in self.slots else zero           # + 0.0: an untouched adjoint reads 0.0, not -0.0
+            e.line(f"store {arg.type} {value}, ptr {e(f'getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {field_no}')}")
+        if self.snapshots.at:
+            for array in reversed(self.snapshots.bases()):
+                self.copy_array("restore", "%ad.finals", array)
+            e.line(f"call void @free(ptr {e('load ptr, ptr %ad.finals')})")
+        e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+        self.release()
+        e.line(f"ret i32 {abi.STATUS_OK}")
