@@ -81,7 +81,9 @@ class Emitter:
         self.lines = []
         self.entry = []             # lines of the entry block, before the body's
         self.declarations = {}
-        self.block = "entry"        # the label of the block being written
+        # the entry block's label: a fresh one when the body has a block or value named entry
+        self.entry_label = self.fresh("entry")[1:] if "entry" in self.taken else "entry"
+        self.block = self.entry_label        # the label of the block being written
 
     def fresh(self, hint="t"):
         """A new local name (a value's, or a block's: :meth:`label` takes it)."""
@@ -146,11 +148,16 @@ class Emitter:
 
     def define(self, signature):
         """The text of ``define <signature>``: the entry block's lines, then the body's."""
-        return "\n".join([f"define {signature} {{", "entry:", *self.entry, *self.lines, "}", ""])
+        return function_text(signature, [label(self.entry_label), *self.entry, *self.lines])
 
     def module(self, signature):
         """The declarations, then the function :meth:`define` writes."""
         return "".join(d + "\n" for d in self.declarations.values()) + self.define(signature)
+
+
+def function_text(signature, lines):
+    """The text of ``define <signature>`` whose body is ``lines`` (labels included)."""
+    return "\n".join([f"define {signature} {{", *lines, "}", ""])
 
 
 TEMPLATES = {path.name[:-len(".ll")]: string.Template(path.read_text())

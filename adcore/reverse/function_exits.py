@@ -4,7 +4,7 @@ callee's split into an augmented forward and a reverse function (:mod:`adcore.re
 from .. import numba_abi as abi
 from ..errors import UnsupportedError
 from ..ir.model import local
-from ..ir.writer import float_const
+from ..ir.writer import float_const, function_text
 from ..known_functions import CALL_DTOR, FREE
 from . import value_stack as runtime
 
@@ -51,11 +51,11 @@ class FunctionExits:
         dret = [f"{rt} %ad.dret"] if self.spec.ret_active else []
         stacks = [f"ptr {s}" for s in runtime.FRAME_STACKS]
         entry = ["ad.entry:"] + self.allocas
-        augmented = "\n".join(entry + [f"  br label {self.func.entry.ref}"] + forward + exit_)
-        reverse_ = "\n".join(entry + start + reverse + done)
-        return (f"define internal {rt} @{pair.augmented}({', '.join(args + stacks)}) {{\n{augmented}\n}}\n"
-                f"define internal {pair.adjoint_type} @{pair.reverse}({', '.join(args + dret + stacks)}) "
-                f"{{\n{reverse_}\n}}\n")
+        augmented = function_text(f"internal {rt} @{pair.augmented}({', '.join(args + stacks)})",
+                                  entry + [f"  br label {self.func.entry.ref}"] + forward + exit_)
+        reverse_ = function_text(f"internal {pair.adjoint_type} @{pair.reverse}({', '.join(args + dret + stacks)})",
+                                 entry + start + reverse + done)
+        return augmented + reverse_
 
     def seed_returned_array(self, bytes_field):
         """Add ``dret`` into the shadow of the returned array before the reverse pass.  The

@@ -30,7 +30,7 @@ that pops them.  A block's pushes made after a call (on top of the callee's tape
 popped just before the callee's reverse.
 """
 from ..ir.model import Operand, Synthetic, label, vector_shape
-from ..ir.writer import SUM, Emitter, GeneratorBase, adjoint_zero
+from ..ir.writer import SUM, Emitter, GeneratorBase, adjoint_zero, function_text
 from ..errors import UnsupportedError
 from ..plan.function_plan import plan_function
 from ..plan.pushes import Pushes
@@ -302,8 +302,8 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
-        body = "\n".join(entry + forward + exits + reverse)
-        return f"define i32 @{self.spec.symbol}({params}) {{\n{body}\n}}\n" + self.loop_hints.text()
+        return function_text(f"i32 @{self.spec.symbol}({params})", entry + forward + exits + reverse) \
+            + self.loop_hints.text()
 
     def parameters(self):
         """The gradient function's parameters: the primal's, then the shadows'.  For arrays
