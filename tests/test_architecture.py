@@ -143,10 +143,6 @@ _TEXT_PARSERS = {
     # r", align (\d+)", r",\s*align\s+([0-9]+)"
     "a regex reading the alignment": re.compile(r"""align(?:\s|\\s[+*]?)+\(\[?\\?[d0]"""),
 }
-# Readers in modules owned elsewhere that still parse the text (to fold into Instr next):
-# pointers' i8 GEP test (an element type) and parallel_loops' " slt " (a predicate).
-_NOT_YET_FOLDED = {("adcore/analysis/pointers.py", "a regex after an opcode"),
-                   ("adcore/reverse/parallel_loops.py", "a keyword looked up in the text")}
 
 
 def text_parsers(source):
@@ -164,8 +160,7 @@ def test_instruction_attributes_are_parsed_in_the_ir_model_only():
         name = path.relative_to(ROOT).as_posix()
         if name == "adcore/ir/model.py":
             continue
-        offenders += [(name, kind, line) for kind, line in text_parsers(path.read_text())
-                      if (name, kind) not in _NOT_YET_FOLDED]
+        offenders += [(name, kind, line) for kind, line in text_parsers(path.read_text())]
     assert not offenders, offenders
 
 

@@ -16,7 +16,6 @@ NOWHERE = frozenset()
 
 PURE_CASTS = ("bitcast", "addrspacecast")
 PUSH_POINTER, POP_POINTER = "adg.push.ptr", "adg.pop.ptr"     # a gradient's value stack in hvp
-_BYTE_GEP = re.compile(r"=\s*getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+)*i8,")
 
 
 class MemInfo:
@@ -46,7 +45,7 @@ def stack_slot(op):
     if d.opcode == "alloca":
         return d, 0
     if d.opcode == "getelementptr" and len(d.operands) == 2 and d.operands[1].is_const \
-            and _BYTE_GEP.search(d.text) and getattr(d.operands[0].defn, "opcode", None) == "alloca":
+            and d.element_type == "i8" and getattr(d.operands[0].defn, "opcode", None) == "alloca":
         return d.operands[0].defn, int(d.operands[1].ref)
     return None
 
@@ -57,7 +56,7 @@ def return_slot(op, retptr):
     if d is retptr:
         return 0
     if getattr(d, "opcode", None) == "getelementptr" and len(d.operands) == 2 \
-            and d.operands[0].defn is retptr and d.operands[1].is_const and _BYTE_GEP.search(d.text):
+            and d.operands[0].defn is retptr and d.operands[1].is_const and d.element_type == "i8":
         return int(d.operands[1].ref)
     return None
 

@@ -165,7 +165,7 @@ def _wraps(defn, index):
     if getattr(defn, "opcode", None) != "select" or defn.operands[2].ref != "0":
         return False
     test = defn.operands[0].defn
-    return (getattr(test, "opcode", None) == "icmp" and " slt " in test.text
+    return (getattr(test, "opcode", None) == "icmp" and test.predicate == "slt"
             and _same_value(test.operands[0].defn, index) and test.operands[1].ref == "0")
 
 
