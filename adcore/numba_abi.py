@@ -686,82 +686,104 @@ def keep_unoptimised_modules():
     """From now on every code library Numba finalises keeps a clone of its module as it
     was before Numba's module optimisation, and the list of libraries it links; and
     :func:`machine_code_deferred` takes effect."""
-    cls = _codegen.CPUCodeLibrary
     with _hook_lock:
-        if getattr(cls.finalize, "_adcore_hook", False):
+        if getattr(_codegen.CPUCodeLibrary.finalize, "_adcore_hook", False):
             return
-        original = cls.finalize
+        _hook_finalize()
+        _hook_pointers()
+        _hook_executables()
+        _hook_linking()
+        _hook_flags()
 
-        def finalize(self):
-            self._adcore_own = self._final_module.clone()
-            self._adcore_links = list(self._linking_libraries)
-            for fn in self._adcore_own.functions:
-                if not fn.is_declaration:
-                    _defining_library[fn.name] = self
-            if self.__dict__.pop("_adcore_defer", False):
-                self._raise_if_finalized()
-                _link_only(self)
-                self._adcore_deferred = self._finalized = True
-                return None
-            return original(self)
 
-        finalize._adcore_hook = True
-        cls.finalize = finalize
+def _hook_finalize():
+    """A finalised library keeps its unoptimised module and links; a deferred one is only linked."""
+    cls = _codegen.CPUCodeLibrary
+    original = cls.finalize
 
-        jit = _codegen.JITCodeLibrary
-        pointer = jit.get_pointer_to_function
+    def finalize(self):
+        self._adcore_own = self._final_module.clone()
+        self._adcore_links = list(self._linking_libraries)
+        for fn in self._adcore_own.functions:
+            if not fn.is_declaration:
+                _defining_library[fn.name] = self
+        if self.__dict__.pop("_adcore_defer", False):
+            self._raise_if_finalized()
+            _link_only(self)
+            self._adcore_deferred = self._finalized = True
+            return None
+        return original(self)
 
-        def get_pointer_to_function(self, name):
-            self._ensure_finalized()
-            if getattr(self, "_adcore_deferred", False) and _defines(self, name):
-                _complete(self)
-            return pointer(self, name)
+    finalize._adcore_hook = True
+    cls.finalize = finalize
 
-        jit.get_pointer_to_function = get_pointer_to_function
 
-        for name in ("get_asm_str", "serialize_using_object_code", "get_disasm_cfg", "get_function_cfg"):
-            method = getattr(jit, name, None)
-            if method is not None:
-                setattr(jit, name, _completing(method))
+def _hook_pointers():
+    """Asking a deferred library for a function's address or its machine code completes it."""
+    jit = _codegen.JITCodeLibrary
+    pointer = jit.get_pointer_to_function
 
-        context = type(target_context())
-        executable = context.get_executable
+    def get_pointer_to_function(self, name):
+        self._ensure_finalized()
+        if getattr(self, "_adcore_deferred", False) and _defines(self, name):
+            _complete(self)
+        return pointer(self, name)
 
-        def get_executable(self, library, fndesc, env):    # a compiled function's library is finalised here
-            if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
-                library._adcore_defer = True
-            library._ensure_finalized()
-            if not getattr(library, "_adcore_deferred", False):
-                return executable(self, library, fndesc, env)
-            from numba import _dynfunc          # Numba's own steps, the environment kept for later
-            library.__dict__.setdefault("_adcore_environments", []).append((self.get_env_name(fndesc), env))
-            return _dynfunc.make_function(fndesc.lookup_module(), fndesc.qualname.split(".")[-1],
-                                          f"compiled wrapper for {fndesc.qualname!r}",
-                                          library.get_pointer_to_function(fndesc.llvm_cpython_wrapper_name),
-                                          env, (library,))
+    jit.get_pointer_to_function = get_pointer_to_function
+    for name in ("get_asm_str", "serialize_using_object_code", "get_disasm_cfg", "get_function_cfg"):
+        method = getattr(jit, name, None)
+        if method is not None:
+            setattr(jit, name, _completing(method))
 
-        context.get_executable = get_executable
 
-        links = cls.add_linking_library
+def _hook_executables():
+    """A compiled function's library, finalised when its executable is made, may be deferred:
+    its wrapper is then made by Numba's own steps with the environment kept for later."""
+    context = type(target_context())
+    executable = context.get_executable
 
-        def add_linking_library(self, library):     # a subroutine's library is finalised here
-            if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
-                library._adcore_defer = True
-            return links(self, library)
+    def get_executable(self, library, fndesc, env):
+        if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
+            library._adcore_defer = True
+        library._ensure_finalized()
+        if not getattr(library, "_adcore_deferred", False):
+            return executable(self, library, fndesc, env)
+        from numba import _dynfunc
+        library.__dict__.setdefault("_adcore_environments", []).append((self.get_env_name(fndesc), env))
+        return _dynfunc.make_function(fndesc.lookup_module(), fndesc.qualname.split(".")[-1],
+                                      f"compiled wrapper for {fndesc.qualname!r}",
+                                      library.get_pointer_to_function(fndesc.llvm_cpython_wrapper_name),
+                                      env, (library,))
 
-        cls.add_linking_library = add_linking_library
+    context.get_executable = get_executable
 
-        function_compiler = _dispatcher._FunctionCompiler
-        customised = function_compiler._customize_flags
 
-        def _customize_flags(self, flags):    # Numba's own overloads: no C wrapper (no Python one)
-            flags = customised(self, flags)
-            if getattr(_deferring, "on", False) and flags.no_cpython_wrapper and \
-                    getattr(self.py_func, "__module__", "").startswith("numba."):
-                flags.no_cfunc_wrapper = True
-            return flags
+def _hook_linking():
+    """A subroutine's library, finalised when it is linked into its caller's, may be deferred."""
+    cls = _codegen.CPUCodeLibrary
+    links = cls.add_linking_library
 
-        function_compiler._customize_flags = _customize_flags
+    def add_linking_library(self, library):
+        if getattr(_deferring, "on", False) and not library._finalized and _deferrable(library):
+            library._adcore_defer = True
+        return links(self, library)
+
+    cls.add_linking_library = add_linking_library
+
+
+def _hook_flags():
+    """While deferring, Numba's own overloads get no C wrapper (they have no Python one)."""
+    function_compiler = _dispatcher._FunctionCompiler
+    customised = function_compiler._customize_flags
+
+    def _customize_flags(self, flags):
+        flags = customised(self, flags)
+        if getattr(_deferring, "on", False) and flags.no_cpython_wrapper and \
+                getattr(self.py_func, "__module__", "").startswith("numba."):
+            flags.no_cfunc_wrapper = True
+        return flags
+
+    function_compiler._customize_flags = _customize_flags
 
 
 def _completing(method):
