@@ -370,9 +370,6 @@ def test_the_call_layer_scan_finds_an_old_generator_put_back(tmp_path):
 # a function written out as text in place: ``define ... @name`` at the start of a literal
 # or of one of its lines
 _DEFINE_TEXT = re.compile(r"""(?:^[A-Za-z]*["']+|\\n|\n)\s*define\s[^\n]*@""")
-# modules owned by the generator split in progress: their Emitter's lines are wrapped in a
-# ``define`` header written in place
-_DEFINE_NOT_YET_FOLDED = set()
 
 
 def _fresh_name_counter(function):
@@ -397,7 +394,7 @@ def llvm_writers(source, name="<source>"):
     import ast
     tree = ast.parse(source)
     found = [f"{name}:{line}: a define written in place" for line, literal in _string_literals(tree, source)
-             if _DEFINE_TEXT.search(literal) and name not in _DEFINE_NOT_YET_FOLDED]
+             if _DEFINE_TEXT.search(literal)]
     return found + [f"{name}:{node.lineno}: a counter of fresh names ({node.name})"
                     for node in ast.walk(tree)
                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _fresh_name_counter(node)]

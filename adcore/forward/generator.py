@@ -20,6 +20,10 @@ pointer; and the reverse rules'
 zero guards ``select (v != 0), v·p, 0`` (:meth:`adcore.ir.writer.Expr.unless_zero`) are
 differentiated as the ``v·p`` they stand for: at ``v = 0`` its tangent is ``dv·p``, not the
 guard's 0 (else ``hvp`` would be wrong wherever an adjoint is exactly zero).
+
+Stack mode is :mod:`adcore.forward.stack_mode`'s, the stores, memory intrinsics, internal
+shadows and overlap check are :mod:`adcore.forward.shadow_memory`'s; this module assembles
+the function.
 """
 from .. import numba_abi
 from ..known_functions import CALL_DTOR, FREE
@@ -30,9 +34,10 @@ from ..ir.writer import Emitter, GeneratorBase, Expr, alignment, float_const
 from ..reverse import value_stack as runtime
 from ..reverse.call_sites import check_arguments
 from ..reverse.shadows import shadow_pointers
-from .rule_calls import forward_rule_call
 from ..rules.scalar import tangent_rule
-
+from .rule_calls import forward_rule_call
+from .shadow_memory import ShadowMemory
+from .stack_mode import StackMode, no_stack
 
 
 class ForwardSpec:
@@ -96,20 +101,20 @@ class _Lane:
         return self.shadow_def[d].ref
 
 
-class TangentGenerator(GeneratorBase):
+class TangentGenerator(StackMode, ShadowMemory, GeneratorBase):
     """Builds the tangent function of one primal function for one :class:`ForwardSpec`.
     ``stack_rule(instr)`` tells the value-stack calls of stack mode (None otherwise)."""
 
     def __init__(self, func, spec, analyses, context=None, stack_rule=None, callees=None):
         self.func, self.spec, self.context, self.callees = func, spec, context, callees
         self.cfg, self.memory, self.act = analyses.cfg, analyses.memory, analyses.activity
-        self.rule_of, self.stack_rule = analyses.rule_of, stack_rule or _no_stack
+        self.rule_of, self.stack_rule = analyses.rule_of, stack_rule or no_stack
         args, k = func.args, spec.lanes
         self.retptr = args[0] if spec.result_type is not None else None    # a callee's is a shadowed pointer
         taken = {a.name for a in args} | {b.name for b in func.blocks}
         taken |= {i.name for i in func.instructions() if i.name}
         self.e = Emitter(taken)
-        self.entry, self.exit_ref = self.e.fresh("fentry"), self.e.fresh("fexit")
+        self.exit_ref = self.e.fresh("fexit")
         self.dtors, self.rawfrees = self.e.fresh("dtors"), self.e.fresh("rawfrees")
         self.tstacks = {}                # a value stack of the gradient -> its lanes' tangent stacks
         self.allocas, self.stack_types, self.ret_blocks = [], {"ptr"}, []
@@ -158,17 +163,19 @@ class TangentGenerator(GeneratorBase):
 
     # -- emission --------------------------------------------------------------------
     def build(self):
-        """The tangent function and its helpers, as IR text."""
-        body = []
+        """The tangent function, as IR text (its helpers are :func:`tangent_module`'s)."""
         for block in self.func.blocks:
-            self.e.lines = []
             self.block(block)
-            body += self.e.lines
-        self.e.lines = []
         self.exit()
-        stacks = [self.dtors, self.rawfrees] + self.tangent_stacks()
-        entry = [self.entry[1:] + ":"]
-        for stack in stacks:
+        self.e.entry += self.frame()
+        return self.e.define(f"{self.spec.return_type} @{self.spec.symbol}({', '.join(self.params)})")
+
+    def frame(self):
+        """The entry block's lines: the frame's stacks, the allocas, the result's status and
+        tangents set to zero, the overlap check, the internal shadows, then the primal's
+        entry."""
+        entry = []
+        for stack in [self.dtors, self.rawfrees] + self.tangent_stacks():
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
         entry += self.allocas
@@ -180,9 +187,7 @@ class TangentGenerator(GeneratorBase):
                 entry.append(f"  store {t} {float_const(t, 0)}, ptr {self.result_field(j, entry)}")
         start = self.e.fresh("start")
         entry += self.overlap_check(start) if self.spec.checks_overlap else [f"  br label {start}"]
-        entry += [f"{start[1:]}:"] + self.internal_shadows() + [f"  br label {self.func.entry.ref}"]
-        return f"define {self.spec.return_type} @{self.spec.symbol}({', '.join(self.params)}) {{\n" \
-               + "\n".join(entry + body + self.e.lines) + "\n}\n"
+        return entry + [f"{start[1:]}:"] + self.internal_shadows() + [f"  br label {self.func.entry.ref}"]
 
     def status(self, lines):
         """The address of the result's status field (emitted into ``lines``)."""
@@ -190,47 +195,6 @@ class TangentGenerator(GeneratorBase):
         lines.append(f"  {ref} = getelementptr inbounds {self.spec.result_type}, ptr {self.retptr.ref}, i32 0, "
                      f"i32 {self.spec.status_field}")
         return ref
-
-    def internal_shadows(self):
-        """Lines allocating the zeroed internal shadows (freed on return), each laid out
-        as its array: the same offsets from the bytes it spans."""
-        lines, emit = self.emitter_into()
-        for fields, refs in self.internal:
-            lo, hi = _byte_span(fields, emit)
-            offset = emit(f"sub i64 {emit(f'ptrtoint ptr {fields[numba_abi.DATA]} to i64')}, {lo}")
-            for ref in refs:
-                base = emit(f"call ptr @ad.shadow.raw(i64 {emit(f'sub i64 {hi}, {lo}')})")
-                lines.append(f"  call void @ad.push.ptr(ptr {self.rawfrees}, ptr {base})")
-                lines.append(f"  {ref} = getelementptr i8, ptr {base}, i64 {offset}")
-        return lines
-
-    def emitter_into(self):
-        """``(lines, emit)``: ``emit(text)`` appends ``%new = text`` to ``lines``, returns ``%new``."""
-        lines = []
-
-        def emit(text):
-            ref = self.e.fresh("t")
-            lines.append(f"  {ref} = {text}")
-            return ref
-        return lines, emit
-
-    def overlap_check(self, start):
-        """The end of the entry block when the arrays were to share no memory: if any two
-        of them (arguments and tangents) do, status -1 and return before anything runs;
-        else on to ``start``."""
-        lines, emit = self.emitter_into()
-        spans = [_byte_span(fields, emit) for fields in self.array_fields]
-        clash = "false"
-        for i, (lo, hi) in enumerate(spans):
-            for lo2, hi2 in spans[i + 1:]:
-                both = emit(f"and i1 {emit(f'icmp ult i64 {lo}, {hi2}')}, {emit(f'icmp ult i64 {lo2}, {hi}')}")
-                clash = emit(f"or i1 {clash}, {both}")
-        refuse = self.e.fresh("clash")
-        lines.append(f"  br i1 {clash}, label {refuse}, label {start}")
-        lines.append(f"{refuse[1:]}:")
-        lines.append(f"  store i64 -1, ptr {self.status(lines)}")
-        lines.append(f"  ret i32 {numba_abi.STATUS_OK}")
-        return lines
 
     @property
     def ret_type(self):
@@ -344,110 +308,6 @@ class TangentGenerator(GeneratorBase):
         else:
             self.names[instr, j] = value
 
-    def zero_guarded(self, instr):
-        """Stack mode: the guarded operand ``x`` of a zero guard ``select (v == 0), 0, x``
-        (or ``select (v != 0), x, 0``) on a value ``v`` with a tangent; else None."""
-        if self.stack_rule is _no_stack or instr.opcode != "select":
-            return None
-        cond = instr.operands[0].defn
-        if getattr(cond, "opcode", None) != "fcmp" or not any(_is_zero(o) for o in cond.operands) \
-                or not any(self.has_tangent(o) for o in cond.operands):
-            return None
-        predicate = None if cond.flags else cond.predicate   # the guards' fcmp has no fast-math flags
-        zero_at, kept_at = {"oeq": (1, 2), "une": (2, 1)}.get(predicate, (None, None))
-        if zero_at is None or not _is_zero(instr.operands[zero_at]):
-            return None
-        return instr.operands[kept_at]
-
-    def store(self, instr):
-        value, ptr = instr.operands
-        if ptr.defn is self.retptr:
-            if self.spec.tangent_field is not None:
-                for j in range(self.spec.lanes):
-                    self.e.line(f"store {value.type} {self.tangent(value, j)}, ptr {self.result_field(j)}")
-            return
-        if not self.memory.is_shadowed(ptr):
-            return
-        t = value.type
-        if not (is_float_type(t) or value.defn in self.act.pun_type or value.is_const and t.startswith("i")):
-            raise self.unsupported(instr, "a non-float value is stored into a differentiable array")
-        for lane in self.lanes:
-            self.e.line(f"store {t} {self.tangent(value, lane.j)}, ptr {lane.shadow(ptr)}{alignment(instr)}")
-
-    def memory_intrinsic(self, instr):
-        """memcpy(d, s, n): shadow(d) = shadow(s) (0 when s has none); memset(d): shadow(d) = 0."""
-        dst, size = instr.operands[0], instr.operands[2]
-        if not self.memory.is_shadowed(dst):
-            return
-        src = None if instr.callee.startswith("llvm.memset") else instr.operands[1]
-        for lane in self.lanes:
-            if src is not None and self.memory.is_shadowed(src):
-                self.e.line(f"call void @{instr.callee}(ptr {lane.shadow(dst)}, ptr {lane.shadow(src)}, "
-                            f"{size.type} {size.ref}, i1 false)")
-            else:
-                self.e.declare(f"llvm.memset.p0.{size.type}",
-                               f"declare void @llvm.memset.p0.{size.type}(ptr, i8, {size.type}, i1)")
-                self.e.line(f"call void @llvm.memset.p0.{size.type}(ptr {lane.shadow(dst)}, i8 0, "
-                            f"{size.type} {size.ref}, i1 false)")
-
-    def stack_call(self, instr, kind):
-        """Stack mode: ``push(s, v)`` pushes v's tangent on each lane's tangent stack of s,
-        ``pop(s)`` pops it (floats only; other values carry no tangent); ``snapshot(s, a,
-        n)`` and ``restore(s, a, n)`` copy the tangents of array a likewise."""
-        e = self.e
-        e.line(strip_metadata(instr.text))
-        what, t = kind.what, kind.type
-        if what in ("snapshot", "restore"):
-            data, size = instr.operands[1], instr.operands[2]
-            if self.memory.is_shadowed(data):
-                stacks = self.tangent_stack(instr.operands[0])
-                for lane in self.lanes:
-                    e.line(f"call void @ad.{what}(ptr {stacks[lane.j]}, ptr {lane.shadow(data)}, "
-                           f"i64 {size.ref})")
-            return
-        if t == "ptr":
-            self.pointer_stack_call(instr, what)
-            return
-        if not is_float_type(t):
-            return
-        self.stack_types.add(t)
-        tag = runtime.type_tag(t)
-        stacks = self.tangent_stack(instr.operands[0])
-        for j in range(self.spec.lanes):
-            if what == "push":
-                e.line(f"call void @ad.push.{tag}(ptr {stacks[j]}, {t} {self.tangent(instr.operands[1], j)})")
-            else:
-                out = self.tangent(Operand(instr.ref, instr.type, instr), j)
-                if instr not in self.act.active:
-                    out = e.fresh("unused")
-                e.line(f"{out} = call {t} @ad.pop.{tag}(ptr {stacks[j]})")
-
-    def pointer_stack_call(self, instr, what):
-        """Stack mode: a pointer pushed has each lane's shadow of it pushed (null when it has
-        none), a pointer popped has them popped (into its shadow when it has one), so
-        that a pointer the gradient keeps on its stack keeps its shadows."""
-        e, stacks = self.e, self.tangent_stack(instr.operands[0])
-        for lane in self.lanes:
-            if what == "push":
-                pushed = instr.operands[1]
-                shadow = lane.shadow(pushed) if self.memory.mirrored(pushed) else "null"
-                e.line(f"call void @ad.push.ptr(ptr {stacks[lane.j]}, ptr {shadow})")
-            elif instr in lane.shadow_def:
-                e.line(lane.shadow_def[instr].text)
-            else:
-                e.line(f"{e.fresh('unused')} = call ptr @ad.pop.ptr(ptr {stacks[lane.j]})")
-
-    def tangent_stack(self, stack):
-        """Each lane's tangent stack of the gradient's value stack ``stack`` (one set per
-        stack, so that tangents leave in the order their values do)."""
-        key = stack.defn if stack.defn is not None else stack.ref
-        if key not in self.tstacks:
-            self.tstacks[key] = [self.e.fresh("tstack") for _ in range(self.spec.lanes)]
-        return self.tstacks[key]
-
-    def tangent_stacks(self):
-        return [ref for lanes in self.tstacks.values() for ref in lanes]
-
     def exit(self):
         e, t = self.e, self.spec.return_type
         e.label(self.exit_ref)
@@ -468,40 +328,9 @@ class TangentGenerator(GeneratorBase):
         e.line("ret void" if t == "void" else f"ret {t} {status}")
 
 
-def _byte_span(fields, emit):
-    """``(lo, hi)``: the addresses of the bytes an array spans, from its flattened fields
-    (``0, 0`` when it is empty, so that it meets no other)."""
-    nd = (len(fields) - numba_abi.SHAPE) // 2
-    lo = hi = emit(f"ptrtoint ptr {fields[numba_abi.DATA]} to i64")
-    for n, stride in zip(fields[numba_abi.SHAPE:numba_abi.SHAPE + nd], fields[numba_abi.SHAPE + nd:]):
-        reach = emit(f"mul i64 {emit(f'sub i64 {n}, 1')}, {stride}")
-        down = emit(f"icmp slt i64 {reach}, 0")
-        lo = emit(f"add i64 {lo}, {emit(f'select i1 {down}, i64 {reach}, i64 0')}")
-        hi = emit(f"add i64 {hi}, {emit(f'select i1 {down}, i64 0, i64 {reach}')}")
-    hi = emit(f"add i64 {hi}, {fields[numba_abi.ITEMSIZE]}")
-    empty = emit(f"icmp eq i64 {fields[numba_abi.NITEMS]}, 0")
-    return emit(f"select i1 {empty}, i64 0, i64 {lo}"), emit(f"select i1 {empty}, i64 0, i64 {hi}")
-
-
 def returned_type(float_type, lanes):
     """What a tangent function returns for a float result with tangents: ``{ T, k x T }``."""
     return "{ " + ", ".join([float_type] * (1 + lanes)) + " }"
-
-
-def _no_stack(instr):
-    return None
-
-
-def _is_zero(op):
-    """True for a constant float zero (scalar or vector)."""
-    if not op.is_const:
-        return False
-    if op.ref == "zeroinitializer":
-        return True
-    try:                         # LLVM spells floats as decimals or as the double's bits in hex
-        return int(op.ref, 16) & ~(1 << 63) == 0 if op.ref.startswith("0x") else float(op.ref) == 0.0
-    except ValueError:
-        return False
 
 
 def tangent_module(module, gen):

@@ -450,8 +450,11 @@ def test_foreign_c_kernels(name, opt, args, opts):
 
 @pytest.mark.parametrize("file,name,args", [("vector.ll", "vscale", lambda: (rand(2), 0.7)),
                                             ("stack.ll", "stackbuf", lambda: (np.array([1.5]), 1, 1)),
-                                            ("math.ll", "mathfns", lambda: (rand(39), rand(39, seed=2), np.zeros(39)))])
-def test_foreign_ll_files(file, name, args):        # vector IR, a stack buffer, every math function
+                                            ("math.ll", "mathfns", lambda: (rand(39), rand(39, seed=2), np.zeros(39))),
+                                            ("control.ll", "piecewise", lambda: (0.8, 1))])
+def test_foreign_ll_files(file, name, args):
+    """Vector IR, a stack buffer, every math function, and a primal whose first block is
+    named ``entry`` (the tangent function's own entry block takes another name)."""
     from test_foreign import fn
     check_forward(fn(file, name), *args())
 
