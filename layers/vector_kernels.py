@@ -7,7 +7,7 @@ vector's lanes; ``out`` and ``x`` distinct), in blocks of one 256-bit vector thr
 LLVM's vector intrinsic (``llvm.tanh.v8f32``; ``vector_op(op, dtype)``), and the
 elements left over in one more vector call whose lanes are read and written one by one
 (``vector_op(op, dtype, count)``, the other lanes zero), unless both are workspace
-buffers reserving whole vectors (``staging.lower.LINE_BYTES``): then ``n`` is rounded up
+buffers reserving whole vectors (``staging.operands.LINE_BYTES``): then ``n`` is rounded up
 and the last vector runs into their reserved tails.  adcore differentiates the
 intrinsics with its rule table, and maps them to libmvec in the gradient
 (:mod:`adcore.backend.vector_math`); elsewhere they are LLVM's.  (Ending with a whole vector that

@@ -16,7 +16,7 @@ from adcore.calling import fastcall
 from adcore.calling.addresses import AddressTable, view
 from adcore.errors import ActivityError
 
-from .lower import Kind
+from .arguments import Kind
 
 WRITTEN = (Kind.STATE, Kind.WORK, Kind.KBUF)          # arrays the program writes
 

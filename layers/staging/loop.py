@@ -34,8 +34,9 @@ from adcore.tree import child
 from adcore.calling.addresses import AddressTable, address
 
 from . import direct_ir, loop_ir
-from .lower import LINE_BYTES, Kind
+from .arguments import Kind
 from .drivers import Zeroing, refused
+from .operands import LINE_BYTES
 from .program import lookup
 
 

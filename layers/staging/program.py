@@ -27,7 +27,9 @@ from adcore.tree import is_node
 from . import direct_ir
 from .drivers import ZEROING, BuiltinDriver, PythonDriver, Zeroing, builtin_slots, njit_driver, refused
 from .guard import GuardWriter, emit_tree
-from .lower import LEAVES, LINE_BYTES, SHADOWED, Kind, Lowering
+from .arguments import LEAVES, SHADOWED, Kind
+from .lower import Lowering
+from .operands import LINE_BYTES
 from .reads import Reads
 from .trace import Derived, ValueDependentError, tracing
 
