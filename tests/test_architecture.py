@@ -458,3 +458,32 @@ def test_the_ir_templates_are_shipped_used_and_parse_once_filled():
         "".join(writer.fill("powi", name=n, type=t) for n, t in native._BUILTINS.items())]
     for text in filled:
         llvm.parse_assembly(text).verify()
+
+
+# -- size: no class over 300 lines, no function over 60 (IR templates are .ll files) ---------
+def oversized(source, name, class_lines=300, function_lines=60):
+    """``["name:line: what (n lines)"]`` for the classes and functions of ``source`` longer
+    than the limits."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        limit = class_lines if isinstance(node, ast.ClassDef) else \
+            function_lines if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if limit is not None and node.end_lineno - node.lineno + 1 > limit:
+            found.append(f"{name}:{node.lineno}: {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    return found
+
+
+def test_no_class_over_300_lines_and_no_function_over_60():
+    offenders = []
+    for package in ("adcore", "layers", "optim"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            offenders += oversized(path.read_text(), path.relative_to(ROOT).as_posix())
+    assert not offenders, offenders
+
+
+def test_the_size_check_finds_a_long_function():
+    body = "".join(f"    x{k} = {k}\n" for k in range(61))
+    assert oversized(f"def f():\n{body}", "m.py") == ["m.py:1: f (62 lines)"]
+    assert oversized("class C:\n" + "".join(f"    a{k} = {k}\n" for k in range(300)), "m.py") \
+        == ["m.py:1: C (301 lines)"]
