@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from ..errors import UnsupportedError
+from .numpy_api import FUNCTIONS
 from .tracked import Tracked, apply
 
 try:  # np.r_ and np.c_ call this module's own ``array``
@@ -79,11 +80,17 @@ def _wrapper(name, copies):
 
 
 def _list_wrapper(module, name):
-    """``module.name(a, ...)`` whose first argument may be a list or tuple of tracked values."""
+    """``module.name(a, ...)`` whose first argument may be a list or tuple of tracked values;
+    a tracked ``a`` goes to the tape's implementation directly (where numpy would send it
+    through ``__array_function__``)."""
     original = getattr(module, name)
 
     def wrapper(a, *args, **kwargs):
-        if (type(a) is list or type(a) is tuple) and _has_tracked(a):
+        if type(a) is Tracked:
+            handler = FUNCTIONS.get(original)
+            if handler is not None:
+                return handler(a, *args, **kwargs)
+        elif (type(a) is list or type(a) is tuple) and _has_tracked(a):
             a = build(a)
         return original(a, *args, **kwargs)
 

@@ -7,9 +7,9 @@ This module installs ``Tracked.__array_ufunc__`` (served by ``ufunc_call``) and
 import numpy as np
 
 from ..errors import UnsupportedError
-from . import observe
+from . import observe, rules_complex, rules_linalg, rules_scan  # noqa: F401  (all rules in RULES first)
 from .rules import RULES
-from .tracked import Tracked, apply, apply1, primal, _axis, _norm_axis
+from .tracked import BINARY, Tracked, apply, apply1, primal, _axis, _norm_axis
 
 # ufunc -> rule name: the ufunc of every rule whose forward is one (see ``rules``), and aliases
 UFUNC_OPS = {r.forward: name for name, r in RULES.items() if isinstance(r.forward, np.ufunc)}
@@ -345,7 +345,13 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if method == "__call__" and not kwargs:
         op = UFUNC_OPS.get(ufunc)
         if op is not None:
-            return apply1(op, self) if len(inputs) == 1 else apply(op, inputs)
+            if len(inputs) == 1:
+                return apply1(op, self)
+            pair = BINARY.get(op) if len(inputs) == 2 else None
+            if pair is None:
+                return apply(op, inputs)
+            # self is the first tracked operand: np.matmul(x, w) records as x @ w does
+            return pair[0](self, inputs[1]) if inputs[0] is self else pair[1](self, inputs[0])
     return ufunc_call(ufunc, method, inputs, kwargs)
 
 

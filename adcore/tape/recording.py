@@ -7,6 +7,7 @@ that other tools (the compiled path of ``layers``) can read and lower.
 import numpy as np
 
 from ..errors import ADError
+from .sums import blas_matrix, column_sums
 
 
 class Record:
@@ -137,7 +138,9 @@ def _load_rules():
 def unbroadcast(g, shape):
     """Sum ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
     extra = g.ndim - len(shape)
-    if extra:
+    if extra == 1 and blas_matrix(g):  # a bias's cotangent
+        g = column_sums(g)
+    elif extra:
         g = np.add.reduce(g, axis=tuple(range(extra)))
     axes = tuple([a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1])
     if axes:

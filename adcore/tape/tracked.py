@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import ADError, UnsupportedError
 from . import observe
 from .recording import Record
-from .rules import RULES
+from .rules import OPERATORS, RULES
 
 EMPTY = {}
 
@@ -142,6 +142,7 @@ _TRANSPOSE = RULES["transpose"]
 
 def _binary(op):
     rule = RULES[op]
+    forward = OPERATORS.get(op, rule.forward)
 
     def method(self, other):  # apply without its walk over the operands
         x = self.value
@@ -150,22 +151,26 @@ def _binary(op):
                 return apply(op, (self, other))     # its error
             y = other.value
             return _record(self._tape, rule, op, (self._id, other._id), (x, y),
-                           rule.forward(x, y), EMPTY, (self, other))
-        return _record(self._tape, rule, op, (self._id, None), (x, other), rule.forward(x, other),
+                           forward(x, y), EMPTY, (self, other))
+        return _record(self._tape, rule, op, (self._id, None), (x, other), forward(x, other),
                        EMPTY, (self,))
 
     def reflected(self, other):
         if type(other) is Tracked:
             return apply(op, (other, self))
         x = self.value
-        return _record(self._tape, rule, op, (None, self._id), (other, x), rule.forward(other, x),
+        return _record(self._tape, rule, op, (None, self._id), (other, x), forward(other, x),
                        EMPTY, (self,))
 
     def inplace(self, other):
         return self._update(apply(op, (self, other)))
 
     method.__name__ = reflected.__name__ = inplace.__name__ = op
+    BINARY[op] = method, reflected
     return method, reflected, inplace
+
+
+BINARY = {}  # op -> the operator's (method, reflected method), for numpy_api's ufunc calls
 
 
 class Tracked:
