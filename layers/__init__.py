@@ -9,7 +9,7 @@ from .activations import (identity, relu, leakyrelu, elu, gelu, swish, softplus,
 from .core import Layer, Dense, Embedding, Chain
 from .combinators import SkipConnection, Parallel
 from .conv import Conv, MaxPool, MeanPool, GlobalMeanPool, flatten
-from .grad import gradient, withgradient
+from .grad import gradient, withgradient, threads
 from .init import glorot_uniform
 from .io import state, loadmodel, save, load
 from .modes import trainmode, testmode
@@ -26,7 +26,7 @@ __all__ = [
     "logsigmoid", "tanh", "softmax", "logsoftmax", "logsumexp",
     "Layer", "Dense", "Embedding", "Chain", "Conv", "MaxPool", "MeanPool", "GlobalMeanPool",
     "flatten", "LayerNorm", "BatchNorm", "Dropout", "RNN", "LSTM", "GRU", "SkipConnection",
-    "Parallel", "trainmode", "testmode", "gradient", "withgradient", "glorot_uniform",
+    "Parallel", "trainmode", "testmode", "gradient", "withgradient", "threads", "glorot_uniform",
     "state", "loadmodel", "save", "load",
     "mse", "mae", "crossentropy", "logitcrossentropy", "binarycrossentropy",
     "logitbinarycrossentropy", "huber_loss", "kldivergence",

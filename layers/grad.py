@@ -7,10 +7,11 @@ fields, tuples for ``Chain.layers``, arrays at the leaves (zeros where the loss 
 not depend on them), ``None`` for non-trainable parts.
 """
 from adcore.annotations import Duplicated
+from adcore.errors import ActivityError
 from adcore.tape import ValueAndGradient
 from adcore.tape import withgradient as tape_withgradient
 
-from .staging.program import gradients, loss_part as first_output, stage
+from .staging.program import gradients, lookup, loss_part as first_output, stage
 
 
 def withgradient(f, *args, zero=True):
@@ -38,3 +39,12 @@ def gradient(f, *args, zero=True):
         if isinstance(a, Duplicated):
             return gradients(f, args, zero)
     return withgradient(f, *args).grad
+
+
+def threads(f, *args):
+    """How the ``Duplicated`` gradient of ``f(*args)`` uses the cores, as a sentence: its
+    batch's rows split into parts on Numba's threads, or why it runs serially (staging
+    the program if it is not yet)."""
+    if not any(isinstance(a, Duplicated) for a in args):
+        raise ActivityError("layers.threads: the model must be passed as Duplicated(model)")
+    return lookup(f, args)[0].threads

@@ -38,6 +38,7 @@ from .arguments import Kind
 from .drivers import Zeroing, refused
 from .operands import LINE_BYTES
 from .program import lookup
+from .split_policy import thread_count
 
 
 _MAX_PLANS = 8      # per compiled program: the optimiser states trained with it
@@ -536,6 +537,8 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         return np.empty(0)
     first = items[0] if type(items[0]) is tuple else (items[0],)
     staged, (dargs, _) = lookup(loss, (dup,) + tuple(first))
+    if staged.split is not None and thread_count() > 1:
+        return None                     # each item's gradient splits its rows on the threads
     plan = staged.plans.get(id(state))      # its state keeps the id while the plan lives
     if plan is None or not plan.current(state):
         columns = _columns(staged, items, len(first) + 1)

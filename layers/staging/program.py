@@ -24,13 +24,14 @@ from adcore.errors import ActivityError, ADError
 from adcore.tape.tracked import Tracked
 from adcore.tree import is_node
 
-from . import direct_ir
+from . import direct_ir, row_split
 from .drivers import ZEROING, BuiltinDriver, PythonDriver, Zeroing, builtin_slots, njit_driver, refused
 from .guard import GuardWriter, emit_tree
 from .arguments import LEAVES, SHADOWED, Kind
 from .lower import Lowering
 from .operands import LINE_BYTES
 from .reads import Reads
+from .split_policy import thread_count
 from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
@@ -119,7 +120,7 @@ class _DriverArgs:
 class Staged:
     """The compiled gradient of ``f`` for arguments like ``args`` (see the module doc)."""
 
-    def __init__(self, f, args, float_inputs=True):
+    def __init__(self, f, args, float_inputs=True, split=True):
         self.lock = Exclusive()
         w = GuardWriter(len(args))
         t = tape.Tape()
@@ -161,6 +162,33 @@ class Staged:
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
         self._compile(low, w, exprs, grads, [leaf[2] for _, found in walked for leaf in found
                                              if leaf[2] is not None])
+        self.split, self.threads = None, "runs serially: one part of a split batch"
+        if split:
+            self._split_rows(f, args, [v for v, _ in walked], tracked, t.records, loss_id,
+                             states, float_inputs)
+
+    def _split_rows(self, f, args, values, tracked, records, loss_id, states, float_inputs):
+        """Split the batch's rows across threads where the loss allows it
+        (``layers.staging.row_split``); ``self.threads`` says what the program does."""
+        if self.scalar is None or states:
+            self.threads = "runs serially: " + ("a layer keeps state (BatchNorm, Dropout)" if states
+                                                else "the loss returns more than a number")
+            return
+        def part(f, args):
+            return type(self)(f, args, float_inputs, split=False)
+        self.split, self.threads = row_split.plan(part, f, args, values, records, tracked, loss_id)
+        if self.split is None:
+            return
+        serial, split = self.call_gradient, self.split
+
+        def call_gradient(zero, f, *args):
+            if thread_count() > 1 and self.gather(f, *args) is not None:
+                with self.lock:
+                    got = split.call(zero, f, args)
+                if got is not None:
+                    return got
+            return serial(zero, f, *args)
+        self.call_gradient = call_gradient
 
     @staticmethod
     def _arg(w, j, a):
@@ -233,6 +261,7 @@ class Staged:
         self.program = program        # the generated function (for inspection)
         self.positions = {a.name: k for k, a in enumerate(low.args)}
         self.flat, self.dflat = d.flat, d.dflat
+        self.driver_shadow_samples = d.dsamples
         self.shadow_of = [k for k, a in enumerate(low.args) if a.kind in SHADOWED]
         kinds = [a.kind for a in low.args if a.kind in SHADOWED]
         self.zeroing = [ZEROING.get(kind, Zeroing.ALWAYS) for kind in kinds] + \
@@ -452,6 +481,10 @@ def stage(f, args, zero):
         if got is not None:
             return e.run(got[0], got[1], zero)
     e, (dargs, grads) = lookup(f, args)
+    if e.split is not None:
+        got = e.call_gradient(zero, f, *args)
+        if got is not None:
+            return e.scalar(got[0]), got[1]
     return e.run(dargs, grads, zero)
 
 
