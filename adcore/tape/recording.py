@@ -142,8 +142,8 @@ def unbroadcast(g, shape):
         g = column_sums(g)
     elif extra:
         g = np.add.reduce(g, axis=tuple(range(extra)))
-    axes = tuple([a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1])
-    if axes:
+    if g.shape != shape:
+        axes = tuple([a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1])
         g = np.add.reduce(g, axis=axes, keepdims=True)
     return g
 

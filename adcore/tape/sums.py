@@ -31,10 +31,11 @@ def blas_matrix(x):
 
 
 def column_sums(x):
-    """``x.sum(axis=0)`` of a ``blas_matrix``."""
-    return np.dot(ones(x.shape[0], x.dtype), x)
+    """``x.sum(axis=0)`` of a ``blas_matrix`` (``ndarray.dot``: numpy's ``np.dot`` adds a
+    Python dispatcher)."""
+    return ones(x.shape[0], x.dtype).dot(x)
 
 
 def row_sums(x):
     """``x.sum(axis=1, keepdims=True)`` of a ``blas_matrix``."""
-    return np.dot(x, ones(x.shape[1], x.dtype))[:, None]
+    return x.dot(ones(x.shape[1], x.dtype))[:, None]

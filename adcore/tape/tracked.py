@@ -69,7 +69,14 @@ def _record(tape, rule, op, ids, vals, out, attrs, args):
     t._tape = tape
     t._alias = False
     t._id = n = len(records)
-    records.append(Record(op, ids, vals, n, out, attrs))
+    rec = _new(Record)  # Record(op, ids, vals, n, out, attrs) without the call of __init__
+    rec.op = op
+    rec.inputs = ids
+    rec.args = vals
+    rec.out = n
+    rec.value = out
+    rec.attrs = attrs
+    records.append(rec)
     if rule.view:
         t._alias = True  # in-place updates of either are refused
         for a in args:
@@ -113,7 +120,9 @@ def _norm_axis(axis, ndim):
     """``axis`` as given to numpy -> ``None`` or a sorted tuple of non-negative ints."""
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    if type(axis) is int:
+        return (_axis(axis, ndim),)
+    axes = (axis,) if isinstance(axis, np.integer) else axis
     try:
         return tuple(sorted(_axis(a, ndim) for a in axes))
     except TypeError:
