@@ -44,7 +44,9 @@ def gradient(f, *args, zero=True):
 def threads(f, *args):
     """How the ``Duplicated`` gradient of ``f(*args)`` uses the cores, as a sentence: its
     batch's rows split into parts on Numba's threads, or why it runs serially (staging
-    the program if it is not yet)."""
+    the program, and with more than one Numba thread its split, if not done yet)."""
     if not any(isinstance(a, Duplicated) for a in args):
         raise ActivityError("layers.threads: the model must be passed as Duplicated(model)")
-    return lookup(f, args)[0].threads
+    rows = lookup(f, args)[0].row_threads
+    rows.split_for(f, args)
+    return rows.describe

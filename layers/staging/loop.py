@@ -537,7 +537,7 @@ def compiled_train(loss, dup, data, state, error, epochs=1):
         return np.empty(0)
     first = items[0] if type(items[0]) is tuple else (items[0],)
     staged, (dargs, _) = lookup(loss, (dup,) + tuple(first))
-    if staged.split is not None and thread_count() > 1:
+    if thread_count() > 1 and staged.row_threads.split_for(loss, (dup,) + tuple(first)):
         return None                     # each item's gradient splits its rows on the threads
     plan = staged.plans.get(id(state))      # its state keeps the id while the plan lives
     if plan is None or not plan.current(state):

@@ -31,7 +31,6 @@ from .arguments import LEAVES, SHADOWED, Kind
 from .lower import Lowering
 from .operands import LINE_BYTES
 from .reads import Reads
-from .split_policy import thread_count
 from .trace import Derived, ValueDependentError, tracing
 
 _MAX_PER_FUNCTION = 8
@@ -162,33 +161,25 @@ class Staged:
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
         self._compile(low, w, exprs, grads, [leaf[2] for _, found in walked for leaf in found
                                              if leaf[2] is not None])
-        self.split, self.threads = None, "runs serially: one part of a split batch"
+        self.row_threads = row_split.RowThreads(serial="one part of a split batch")
         if split:
             self._split_rows(f, args, [v for v, _ in walked], tracked, t.records, loss_id,
                              states, float_inputs)
 
     def _split_rows(self, f, args, values, tracked, records, loss_id, states, float_inputs):
-        """Split the batch's rows across threads where the loss allows it
-        (``layers.staging.row_split``); ``self.threads`` says what the program does."""
+        """What the program does with threads (``self.row_threads``, a
+        ``row_split.RowThreads``): calls of a loss proved row-independent may split."""
         if self.scalar is None or states:
-            self.threads = "runs serially: " + ("a layer keeps state (BatchNorm, Dropout)" if states
-                                                else "the loss returns more than a number")
+            self.row_threads = row_split.RowThreads(serial="a layer keeps state (BatchNorm, "
+                                                    "Dropout)" if states else
+                                                    "the loss returns more than a number")
             return
+
         def part(f, args):
             return type(self)(f, args, float_inputs, split=False)
-        self.split, self.threads = row_split.plan(part, f, args, values, records, tracked, loss_id)
-        if self.split is None:
-            return
-        serial, split = self.call_gradient, self.split
-
-        def call_gradient(zero, f, *args):
-            if thread_count() > 1 and self.gather(f, *args) is not None:
-                with self.lock:
-                    got = split.call(zero, f, args)
-                if got is not None:
-                    return got
-            return serial(zero, f, *args)
-        self.call_gradient = call_gradient
+        self.row_threads = row_split.RowThreads(self, part, args, values, records, tracked, loss_id)
+        if self.row_threads.splits:
+            self.call_gradient = self.row_threads.call_gradient(self.call_gradient)
 
     @staticmethod
     def _arg(w, j, a):
@@ -481,7 +472,7 @@ def stage(f, args, zero):
         if got is not None:
             return e.run(got[0], got[1], zero)
     e, (dargs, grads) = lookup(f, args)
-    if e.split is not None:
+    if e.row_threads.splits:
         got = e.call_gradient(zero, f, *args)
         if got is not None:
             return e.scalar(got[0]), got[1]

@@ -3,28 +3,27 @@
 When ``rows.row_verdict`` proves the loss row-independent and ``split_policy`` finds that
 splitting pays, the loss is staged again for one part of the batch (``parts`` equal parts
 of ``rows`` rows), and each call runs that part program's gradient on every part at
-once (``part_launch.launch``, a ``prange`` over the parts): a part reads its rows of the
+once (``part_launch.launch``, a ``prange`` over the parts, calling the functions of
+``part_functions``): a part reads its rows of the
 batch arguments in place and has its own workspace and its own zeroed copy of every
 shadow; the parameters are shared, read only.  After the parts join, the parts'
 parameter gradients are added (in part order, so every call rounds the same way) into
 the model's shadow, weighted by ``1/parts`` for a mean, on the threads too; the loss
 likewise.  A call made while Numba has one thread runs the whole batch's serial program.
 """
-import numba
+import threading
+
 import numpy as np
-from numba.core import types
 
 from adcore.annotations import Const, Duplicated
-from adcore.calling.addresses import address, view
+from adcore.calling.addresses import address
 
+from . import part_functions
 from .arguments import Kind
-from .drivers import Zeroing, _zero
-from .operands import LINE_BYTES
 from .part_launch import launch
 from .rows import NoSplit, row_verdict
-from .split_policy import parts_for
+from .split_policy import largest_product, parts_for, thread_count, work
 
-BLOCK = 4096            # elements of a shadow each iteration of the parallel reduction adds
 STACKED = (Kind.WORK, Kind.KBUF)     # the part program's own buffers: one per part
 
 
@@ -60,11 +59,11 @@ class RowSplit:
         self.rows = batch // parts
         self.weight = 1.0 / parts if weighting == "mean" else 1.0
         slots, n = part.slots, len(part.flat)
-        self.stacks = {k: _stack(parts, sample) for k, (kind, _, _, sample) in enumerate(slots)
+        self.stacks = {k: part_functions.stack(parts, sample) for k, (kind, _, _, sample) in enumerate(slots)
                        if kind in STACKED}
         self.param_shadows = [q for q, k in enumerate(part.grad.shadowed)
                               if slots[k][0] == Kind.PARAM]
-        self.shadow_stacks = [_stack(parts, s) for s in part.driver_shadow_samples]
+        self.shadow_stacks = [part_functions.stack(parts, s) for s in part.driver_shadow_samples]
         # What the table of addresses holds, in order: ("rowed", argument index) for the
         # batch's arguments, ("darg", driver position) for the part program's other arrays
         # and the parameters' shadows; ``scalars``: driver positions of numbers.
@@ -79,11 +78,10 @@ class RowSplit:
         self.table = np.zeros(1 + len(self.table_items), np.int64)   # [0]: zero the shadows
         self.losses = np.zeros(parts, np.float64)
         self.scalar_values = np.zeros(max(1, len(self.scalars)), np.float64)
-        self.part_function = _part_function(part, self)
-        self.reduce_function, self.blocks = _reduce_function(part, self)
+        self.part_function = part_functions.part_function(part, self)
+        self.reduce_function, self.blocks = part_functions.reduce_function(part, self)
         self.describe = (f"split into {parts} parts of {self.rows} rows on Numba's threads "
-                         f"(a per-row loss {'averaged' if weighting == 'mean' else 'summed'} "
-                         f"over the batch)")
+                         f"(a per-row loss {_HOW[weighting]} over the batch)")
 
     def call(self, zero, f, args):
         """``(loss, gradient mirror)`` of ``f(*args)``, or ``None`` when the part program's
@@ -110,112 +108,69 @@ class RowSplit:
         return sum(self.losses.tolist()) * self.weight, mirror
 
 
-def _stack(parts, sample):
-    """``parts`` zeroed rows like ``sample`` (flattened), each starting on a cache line."""
-    from .program import line_aligned_zeros
-    n = sample.size
-    line = LINE_BYTES // sample.dtype.itemsize
-    return line_aligned_zeros((parts, -(-n // line) * line), sample.dtype)
+class RowThreads:
+    """What a staged program does with threads (``describe``, what ``layers.threads``
+    shows): whether the recording proves its loss row-independent (else it runs serially,
+    and ``describe`` names the operation that couples rows), and, decided at its first call
+    with more than one Numba thread, into how many parts a batch is split (``split``)."""
+
+    def __init__(self, staged=None, stage_part=None, args=(), values=(), records=(),
+                 tracked=(), loss_id=None, serial=None):
+        self.staged, self.stage_part, self.split, self.pending = staged, stage_part, None, None
+        if serial is not None:
+            self.describe = f"runs serially: {serial}"
+            return
+        batch, rowed = batch_arguments(args, values)
+        verdict = row_verdict(records, [tracked[j].id for j in rowed], loss_id)
+        if isinstance(verdict, NoSplit):
+            self.describe = f"runs serially: {verdict.reason}"
+            return
+        self.pending = (verdict.weighting, batch, rowed, work(records), largest_product(records))
+        self.describe = (f"rows independent (a per-row loss {_HOW[verdict.weighting]} over the "
+                         f"batch): splits its {batch} rows at its first call with more than "
+                         "one Numba thread")
+
+    @property
+    def splits(self):
+        """Whether calls may run split (now or once Numba has more than one thread)."""
+        return self.split is not None or self.pending is not None
+
+    def split_for(self, f, args):
+        """The ``RowSplit`` (staging its part program at the first call with more than one
+        Numba thread; ``args``: that call's arguments), or ``None``."""
+        if self.pending is not None and thread_count() > 1:
+            with _PLANNING:
+                if self.pending is not None:
+                    self._plan(f, args, *self.pending)
+        return self.split
+
+    def _plan(self, f, args, weighting, batch, rowed, ops, product):
+        self.pending = None
+        parts, why = parts_for(batch, ops, product)
+        if why is not None:
+            self.describe = f"runs serially: {why}"
+            return
+        part = self.stage_part(f, _part_args(args, rowed, batch // parts))
+        self.split = RowSplit(part, rowed, batch, parts, weighting)
+        self.describe = self.split.describe
+
+    def call_gradient(self, serial):
+        """The repeat call of a program that may split: the split gradient while Numba has
+        more than one thread and the whole program's guard takes the arguments, else
+        ``serial`` (the program's own repeat call)."""
+        staged = self.staged
+
+        def call(zero, f, *args):
+            if thread_count() > 1 and staged.gather(f, *args) is not None:
+                split = self.split_for(f, args)
+                if split is not None:
+                    with staged.lock:
+                        got = split.call(zero, f, args)
+                    if got is not None:
+                        return got
+            return serial(zero, f, *args)
+        return call
 
 
-def _part_function(part, split):
-    """The ``cfunc`` ``part(t, table)`` running the part program's gradient on part ``t``
-    (see ``RowSplit.call`` for the table)."""
-    scope = {"stub": part.grad.native, "view": view, "_zero": _zero, "np": np}
-    slot = {item: 1 + i for i, item in enumerate(split.table_items)}
-    body = _table_lines(scope, split)
-    call = []
-    for k, (_, j, _, sample) in enumerate(part.slots):
-        if k in split.scalars:
-            scope[f"T_v{k}"] = type(sample)
-            body.append(f"v{k} = T_v{k}(values[{split.scalars.index(k)}])")
-            call.append(f"v{k}")
-            continue
-        if k in split.stacks:
-            body.append(_part_view(scope, f"x{k}", split.stacks[k], sample))
-        elif ("darg", k) in slot:
-            shape = (sample.size,) if part.flat[k] else sample.shape
-            body.append(_view(scope, f"x{k}", f"table[{slot['darg', k]}]", shape, sample.dtype))
-        else:
-            size = split.rows * int(np.prod(sample.shape[1:], dtype=np.int64))
-            body.append(_view(scope, f"x{k}", f"table[{slot['rowed', j]}]", (size,), sample.dtype,
-                              f" + t * {size * sample.dtype.itemsize}"))
-        call.append(f"x{k}")
-    for q, sample in enumerate(part.driver_shadow_samples):
-        body.append(_part_view(scope, f"s{q}", split.shadow_stacks[q],
-                               sample.reshape(-1) if part.dflat[q] else sample))
-        if q in split.param_shadows or part.zeroing[q] != Zeroing.NEVER:
-            body.append(f"_zero(s{q}.reshape(-1))")
-        call.append(f"s{q}")
-    body.append(f"losses[t] = stub({', '.join(call)})[0]")
-    return _cfunc(scope, "part", body)
-
-
-def _table_lines(scope, split):
-    """The lines binding ``table``, ``losses`` and ``values`` (the scalars) in a part or
-    reduce function."""
-    scope["T_int"], scope["T_float"] = np.int64, np.float64
-    return [f"table = view(address, ({1 + len(split.table_items)},), T_int)",
-            f"losses = view({address(split.losses)}, ({split.parts},), T_float)",
-            f"values = view({address(split.scalar_values)}, "
-            f"({len(split.scalar_values)},), T_float)"]
-
-
-def _cfunc(scope, name, body):
-    lines = [f"def {name}(t, address):"] + [f"    {b}" for b in body]
-    exec("\n".join(lines) + "\n", scope)
-    return numba.cfunc(types.void(types.int64, types.int64), cache=False)(scope[name])
-
-
-def _view(scope, name, base, shape, dtype, offset=""):
-    """The line binding ``name`` to the C-contiguous array of ``shape`` and ``dtype`` at
-    the address ``base`` (an expression) plus ``offset``."""
-    scope[f"T_{name}"] = np.dtype(dtype).type
-    return f"{name} = view({base}{offset}, {tuple(shape)!r}, T_{name})"
-
-
-def _part_view(scope, name, stack, sample):
-    """The line binding ``name`` to part ``t``'s row of ``stack``, shaped like ``sample``."""
-    return _view(scope, name, str(address(stack)), sample.shape, sample.dtype,
-                 f" + t * {stack.strides[0]}")
-
-
-def _reduce_function(part, split):
-    """``(cfunc reduce(b, table), blocks)``: block ``b`` of ``BLOCK`` elements of the
-    parameters' shadows gets their parts' gradients added (in part order, times the
-    weight), or set when the table's zero flag is on."""
-    scope = {"view": view}
-    slot = {item: 1 + i for i, item in enumerate(split.table_items)}
-    n = len(part.flat)
-    scale = "" if split.weight == 1.0 else f" * {split.weight!r}"
-    body, first = _table_lines(scope, split) + ["zero = table[0] != 0", "b = t"], 0
-    for q in split.param_shadows:
-        stack, sample = split.shadow_stacks[q], part.driver_shadow_samples[q]
-        size, blocks = sample.size, -(-sample.size // BLOCK)
-        body += [f"{'if' if not first else 'elif'} b < {first + blocks}:",
-                 "    " + _view(scope, f"d{q}", f"table[{slot['darg', n + q]}]", (size,),
-                                sample.dtype),
-                 "    " + _view(scope, f"P{q}", str(address(stack)), stack.shape, stack.dtype),
-                 f"    for i in range((b - {first}) * {BLOCK}, min({size}, (b - {first} + 1) * {BLOCK})):",
-                 f"        g = P{q}[0, i]",
-                 f"        for p in range(1, {split.parts}):",
-                 f"            g += P{q}[p, i]",
-                 f"        d{q}[i] = g{scale} if zero else d{q}[i] + g{scale}"]
-        first += blocks
-    return _cfunc(scope, "reduce", body), first
-
-
-def plan(stage_part, f, args, values, records, tracked, loss_id):
-    """``(RowSplit or None, what the program does with threads)`` for a loss staged on
-    ``args`` (``values``: their values, ``tracked``: their traced values) that recorded
-    ``records`` with the loss ``loss_id``; ``stage_part(f, args)`` stages one part."""
-    batch, rowed = batch_arguments(args, values)
-    verdict = row_verdict(records, [tracked[j].id for j in rowed], loss_id)
-    if isinstance(verdict, NoSplit):
-        return None, f"runs serially: {verdict.reason}"
-    parts, why = parts_for(batch, records)
-    if why is not None:
-        return None, f"runs serially: {why}"
-    part = stage_part(f, _part_args(args, rowed, batch // parts))
-    split = RowSplit(part, rowed, batch, parts, verdict.weighting)
-    return split, split.describe
+_HOW = {"mean": "averaged", "sum": "summed"}
+_PLANNING = threading.Lock()

@@ -56,18 +56,24 @@ def work(records):
     return sum(_products(records)) + sum(np.size(r.value) for r in records if r.op != "input")
 
 
-def parts_for(batch, records):
-    """``(parts, None)``, or ``(1, why the batch runs serially)``."""
+def largest_product(records):
+    """The multiply-adds of the recording's largest product or convolution."""
+    return max(_products(records), default=0)
+
+
+def parts_for(batch, ops, product):
+    """``(parts, None)``, or ``(1, why the batch runs serially)``, for a batch of ``batch``
+    rows whose forward pass does ``ops`` operations, its largest product ``product``
+    multiply-adds."""
     threads = thread_count()
     parts = part_count(batch, threads)
     if parts < 2:
         return 1, (f"{threads} Numba thread(s) for a batch of {batch} rows (parts of at "
                    f"least {MIN_ROWS} rows)")
-    ops = work(records)
     if ops < MIN_WORK:
         return 1, (f"too little work per batch for threads to pay (about {ops} operations; "
                    f"from {MIN_WORK})")
-    product, blas = max(_products(records), default=0), blas_threads()
+    blas = blas_threads()
     if product >= BLAS_PRODUCT and blas > 1:
         return 1, (f"its matrix products (up to {product} multiply-adds) run on BLAS's "
                    f"{blas} threads")
