@@ -6,6 +6,8 @@ same code runs on plain arrays and under the tape engine's recording.
 """
 import numpy as np
 
+from adcore.tape.tracked import Tracked
+
 from . import activations, show
 from .init import glorot_uniform
 
@@ -27,6 +29,8 @@ class Layer:
 def as_input(x, dtype):
     """The input as an array of the layer's dtype, as Flux converts inputs: numbers and
     lists become arrays, arrays of another dtype (plain or tracked) are converted."""
+    if type(x) is np.ndarray or type(x) is Tracked:  # the common inputs, checked first
+        return x if x.dtype == dtype else x.astype(dtype)
     if isinstance(x, (list, tuple)):
         x = np.stack([as_input(v, dtype) for v in x]) if x else np.zeros(0, dtype)
     elif isinstance(x, (int, float, np.number, np.bool_)):
@@ -140,7 +144,8 @@ class Chain(Layer):
         return list(self.layers.values()) if isinstance(self.layers, dict) else list(self.layers)
 
     def __call__(self, x):
-        for l in self._list():
+        layers = self.layers
+        for l in layers.values() if type(layers) is dict else layers:
             x = l(x)
         return x
 

@@ -43,21 +43,16 @@ def track(tree, tape):
     """
     t = type(tree)
     if t is np.ndarray:  # the common leaves first: this runs on every gradient call
-        if tree.dtype.kind not in "fc":
-            return tree
-        leaf = _new(Tracked)
-        leaf.value = tree
-        leaf._tape = tape
-        leaf._id = tape.leaf(tree)
-        leaf._alias = True  # the caller holds the array: never update it in place
-        return leaf
+        return _leaf(tree, tape) if tree.dtype.kind in "fc" else tree
     kind, fields = _KINDS.get(t) or _kind(t)
     if kind is OPAQUE:
         return tree
     if kind is NODE:
         node = _shallow_copy(tree)
         for name in fields:
-            setattr(node, name, track(getattr(tree, name), tape))
+            v = getattr(tree, name)
+            setattr(node, name, _leaf(v, tape) if type(v) is np.ndarray and v.dtype.kind in "fc"
+                    else track(v, tape))
         return node
     if kind is SEQUENCE:
         return t([track(v, tape) for v in tree])
@@ -83,6 +78,18 @@ def track(tree, tape):
 
 
 _new = object.__new__
+
+
+def _leaf(value, tape):
+    """A float or complex array as a new leaf of ``tape``."""
+    leaf = _new(Tracked)
+    leaf.value = value
+    leaf._tape = tape
+    leaf._id = tape.leaf(value)
+    leaf._alias = True  # the caller holds the array: never update it in place
+    return leaf
+
+
 _PLAIN_COPY = {}  # class -> True when copy.copy(obj) is a new instance with obj.__dict__ copied
 
 
@@ -129,7 +136,7 @@ def grad_tree(tracked, adjoints):
     if kind is OPAQUE:
         return None
     if kind is NODE:
-        return {name: grad_tree(getattr(tracked, name), adjoints) for name in fields}
+        return _node_gradient(tracked, fields, adjoints)
     if kind is SEQUENCE:
         return tuple([grad_tree(v, adjoints) for v in tracked])
     if isinstance(tracked, (tuple, list)):
@@ -137,3 +144,16 @@ def grad_tree(tracked, adjoints):
     if isinstance(tracked, dict):
         return {k: grad_tree(v, adjoints) for k, v in tracked.items()}
     return None
+
+
+def _node_gradient(node, fields, adjoints):
+    """``{field: gradient}`` of a node; an array field's adjoint is taken directly (the
+    fields of layers are mostly arrays: one call fewer each)."""
+    out = {}
+    for name in fields:
+        v = getattr(node, name)
+        g = None
+        if type(v) is Tracked and adjoints is not None and type(v.value) is np.ndarray:
+            g = adjoints[v._id]
+        out[name] = grad_tree(v, adjoints) if g is None else g
+    return out
