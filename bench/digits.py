@@ -18,6 +18,7 @@ from layers import (Chain, Conv, Dense, MaxPool, flatten, logitcrossentropy, one
 from optim import Adam, setup
 
 from . import peers
+from .row_threads import at_threads, thread_rows
 from .rows import row, skipped
 from .timing import Timing
 
@@ -170,6 +171,29 @@ def plot(histories, path):
     return None
 
 
+def epoch_thread_rows(config, split, batch=32):
+    """One epoch of the CNN with ``Duplicated`` at 1 thread (``train``'s native loop) and at
+    every core (each batch's rows split across the threads), side by side; the threaded
+    gradient of a batch checked against the serial one."""
+    import numba
+    from adcore import Duplicated
+    from adcore.tree import leaves
+    from layers import f32, gradient, threads
+    model = f32(models()["CNN"])
+    dup, state = Duplicated(model), setup(Adam(3e-3), model)
+    items = epoch_batches(split[0], split[1], batch, np.random.default_rng(0))
+    x, y = items[0]
+
+    def flat_gradient(n):
+        g = at_threads(n, lambda: gradient(loss, dup, x, y))()[0]
+        return np.concatenate([np.ravel(a) for _, a in leaves(g)]).astype(np.float64)
+    serial, threaded = flat_gradient(1), flat_gradient(numba.config.NUMBA_NUM_THREADS)
+    check = (float(np.abs(threaded - serial).max() / np.abs(serial).max()), 1e-5)
+    case = f"CNN, one epoch of {len(items)} batches of {batch}, time per epoch"
+    return thread_rows(W, case, "layers, Duplicated: train", lambda: train(loss, dup, items, state),
+                       lambda: threads(loss, dup, x, y), config.sampler, number=1, check=check)
+
+
 def run(config):
     """Each model trained by each engine for the same epochs from the same weights."""
     try:
@@ -205,6 +229,7 @@ def run(config):
             gap = max(final.values()) - min(final.values())
             rows.append(row(W, f"{name}: engines agree", " vs ".join(final), err=gap, tol=0.01,
                             note="final test accuracies differ by at most 1 point"))
+    rows += epoch_thread_rows(config, split)
     if torch is None:
         rows.append(skipped(W, "", "PyTorch", peers.why("torch")))
     if config.output:

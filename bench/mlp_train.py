@@ -12,11 +12,14 @@ check only the gradient's signs, and amplify rounding where a gradient is nearly
 """
 import numpy as np
 
+import numba
 from adcore import Duplicated
-from layers import Chain, Dense, gradient, relu, softmax, train
+from adcore.tree import leaves
+from layers import Chain, Dense, gradient, relu, softmax, threads, train
 from optim import Adam, setup, update
 
 from . import peers
+from .row_threads import at_threads, thread_rows
 from .rows import failed, row, skipped
 from .timing import first_call
 
@@ -229,4 +232,30 @@ def run(config):
             continue
         rows.append(row(W, case, name, t, vs_ref=t.median / t_ref.median, first_call_s=first,
                         err=abs(value - ref) / abs(ref), tol=TOL))
+    try:
+        rows += _thread_rows(config, batch, case)
+    except Exception as exc:
+        rows.append(failed(W, case, "layers, Duplicated: threads", exc))
     return rows
+
+
+def _thread_rows(config, batch, case):
+    """``Duplicated``'s step (``gradient`` + ``update``, and ``train`` over one item) at 1
+    thread and at every core, the threaded gradient checked against the serial one."""
+    model, _, x, y = problem(batch)
+    dup, state = Duplicated(model), setup(Adam(), model)
+
+    def flat_gradient(n):
+        g = at_threads(n, lambda: gradient(loss, dup, x, y))()[0]
+        return np.concatenate([np.ravel(a) for _, a in leaves(g)]).astype(np.float64)
+    serial, threaded = flat_gradient(1), flat_gradient(numba.config.NUMBA_NUM_THREADS)
+    check = (float(np.abs(threaded - serial).max() / np.abs(serial).max()), TOL)
+
+    def step():
+        gradient(loss, dup, x, y)
+        update(state, dup)
+    describe = lambda: threads(loss, dup, x, y)     # noqa: E731
+    return thread_rows(W, case, "layers, Duplicated: gradient + update", step, describe,
+                       config.sampler, check=check) + \
+        thread_rows(W, case, "layers, Duplicated: train (1 item)",
+                    lambda: train(loss, dup, [(x, y)], state), describe, config.sampler)

@@ -329,9 +329,9 @@ def torch_rows(c, case, sampler, all_threads, expected, hand):
 
 def digits_rows(sampler, all_threads):
     """One epoch of the digits CNN with ``Duplicated`` (``bench.digits``) at 1 thread and at
-    ``all_threads``: the staged programs do not split a batch across threads yet."""
+    ``all_threads`` (where each batch's rows are split across the threads: ``layers.threads``)."""
     from adcore import Duplicated
-    from layers import train
+    from layers import threads as layers_threads, train
     from optim import Adam, setup
     from . import digits
     try:
@@ -349,8 +349,8 @@ def digits_rows(sampler, all_threads):
         at_one = at_one or t
         rows.append(row(W, f"digits CNN epoch ({len(items)} batches of 32)",
                         f"layers, Duplicated: train, {threads} thread" + ("s" if threads > 1 else ""),
-                        timing, note=f"{at_one / t:.2f}x the speed at 1 thread (batches are not "
-                                     f"split across threads yet)"))
+                        timing, note=f"{at_one / t:.2f}x the speed at 1 thread; " +
+                        _at_threads(threads, lambda: layers_threads(digits.loss, dup, *items[0]))))
     return rows
 
 
