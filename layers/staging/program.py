@@ -161,14 +161,17 @@ class Staged:
         self.scalar = out.value.dtype.type if type(out) is Tracked and out.ndim == 0 else None
         self._compile(low, w, exprs, grads, [leaf[2] for _, found in walked for leaf in found
                                              if leaf[2] is not None])
-        self.row_threads = row_split.RowThreads(serial="one part of a split batch")
-        if split:
-            self._split_rows(f, args, [v for v, _ in walked], tracked, t.records, loss_id,
-                             states, float_inputs)
+        self._split_rows(f, args, [v for v, _ in walked], tracked, t.records, loss_id, states,
+                         float_inputs, split)
 
-    def _split_rows(self, f, args, values, tracked, records, loss_id, states, float_inputs):
+    def _split_rows(self, f, args, values, tracked, records, loss_id, states, float_inputs, split):
         """What the program does with threads (``self.row_threads``, a
-        ``row_split.RowThreads``): calls of a loss proved row-independent may split."""
+        ``row_split.RowThreads``): calls of a loss proved row-independent may split.  A
+        part of a split batch (not ``split``) keeps its recording's ``row_signature``."""
+        if not split:
+            self.row_threads = row_split.RowThreads(serial="one part of a split batch")
+            self.row_signature = row_split.signature_of(args, values, records, tracked, loss_id)
+            return
         if self.scalar is None or states:
             self.row_threads = row_split.RowThreads(serial="a layer keeps state (BatchNorm, "
                                                     "Dropout)" if states else

@@ -125,6 +125,7 @@ class RowThreads:
         if isinstance(verdict, NoSplit):
             self.describe = f"runs serially: {verdict.reason}"
             return
+        self.signature = verdict.signature
         self.pending = (verdict.weighting, batch, rowed, work(records), largest_product(records))
         self.describe = (f"rows independent (a per-row loss {_HOW[verdict.weighting]} over the "
                          f"batch): splits its {batch} rows at its first call with more than "
@@ -151,6 +152,11 @@ class RowThreads:
             self.describe = f"runs serially: {why}"
             return
         part = self.stage_part(f, _part_args(args, rowed, batch // parts))
+        if part.row_signature != self.signature:
+            self.describe = ("runs serially: the loss records other operations for a part of "
+                             "the batch than for the whole (its Python code depends on the "
+                             "batch's size)")
+            return
         self.split = RowSplit(part, rowed, batch, parts, weighting)
         self.describe = self.split.describe
 
@@ -170,6 +176,14 @@ class RowThreads:
                         return got
             return serial(zero, f, *args)
         return call
+
+
+def signature_of(args, values, records, tracked, loss_id):
+    """The recording's ``row_signature.signature`` when the loss is row-independent, else
+    ``None``."""
+    _, rowed = batch_arguments(args, values)
+    verdict = row_verdict(records, [tracked[j].id for j in rowed], loss_id)
+    return None if isinstance(verdict, NoSplit) else verdict.signature
 
 
 _HOW = {"mean": "averaged", "sum": "summed"}

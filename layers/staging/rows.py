@@ -19,6 +19,7 @@ import numpy as np
 from adcore.tape.rules import RULES
 
 from .. import conv_kernels, recurrent_kernels
+from .row_signature import signature
 from .trace import Derived, TapeRef
 
 # Layer kernels that compute each sample from the same sample of their first operand.
@@ -28,8 +29,10 @@ ROW_REDUCTIONS = {"sum": "sum", "mean": "mean"}
 
 
 class Split(NamedTuple):
-    """The loss is ``weighting`` ("sum" or "mean") over rows of independent values."""
+    """The loss is ``weighting`` ("sum" or "mean") over rows of independent values;
+    ``signature`` is the recording's ``row_signature.signature``."""
     weighting: str
+    signature: list
 
 
 class NoSplit(NamedTuple):
@@ -51,7 +54,7 @@ def row_verdict(records, rowed, loss_id):
             if rec.op == "input":
                 continue
             if rec.out == loss_id:
-                return walk.loss(rec)
+                return Split(walk.loss(rec), signature(records[:rec.out + 1], walk.rowed))
             walk.record(rec)
     except _Coupled as err:
         return NoSplit(str(err))
@@ -65,6 +68,7 @@ class _RowWalk:
         self.rowed, self.records = rowed, records
 
     def loss(self, rec):
+        """The weighting of the loss ``rec``: "sum" or "mean"."""
         x = rec.inputs[0]
         if rec.op not in ROW_REDUCTIONS or x not in self.rowed:
             raise _Coupled(f"the loss is {rec.op!r} of a value, not a sum or a mean over the "
@@ -72,7 +76,7 @@ class _RowWalk:
         axis, ndim = rec.attrs.get("axis"), np.ndim(rec.args[0])
         if axis is not None and sorted(a % ndim for a in _axes(axis)) != list(range(ndim)):
             raise _Coupled(f"the loss is a {rec.op} over axes {axis}, not over every element")
-        return Split(ROW_REDUCTIONS[rec.op])
+        return ROW_REDUCTIONS[rec.op]
 
     def record(self, rec):
         if not any(self._is_rowed(rec, k) for k in range(len(rec.inputs))):

@@ -285,3 +285,18 @@ def test_fresh_process_first_call_is_threaded_and_right():
 def test_four_threads_split_into_four_parts_the_same_every_time():
     out = _fresh({"NUMBA_NUM_THREADS": "4"}, (4, 3, 2), 20)
     assert "split into 4 parts of 8 rows" in out and "same every time" in out
+
+
+def _batch_sized_slice(m, x, y):
+    return np.sum(m(x)[:, :x.shape[0] // 8] ** 2)     # 4 columns for 32 rows, 2 for a part
+
+
+def test_a_loss_whose_code_depends_on_the_batch_size_runs_serially():
+    model = mlp()
+    dup = Duplicated(model)
+    x, y = data((32, 64))
+    report = at_threads(2, threads, _batch_sized_slice, dup, x, y)
+    assert report.startswith("runs serially") and "batch's size" in report, report
+    got = flat(at_threads(2, gradient, _batch_sized_slice, dup, x, y)[0])
+    np.testing.assert_allclose(got, flat(gradient(_batch_sized_slice, model, x, y)[0]), rtol=1e-9,
+                               atol=1e-12)
