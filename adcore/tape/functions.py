@@ -20,7 +20,7 @@ def _one(op, x, attrs=EMPTY):
 
 def sigmoid(x):
     """The logistic function 1 / (1 + exp(-x)), without overflow."""
-    return _one("sigmoid", x)
+    return apply1("sigmoid", x) if type(x) is Tracked else _one("sigmoid", x)
 
 
 def softplus(x):
@@ -41,8 +41,10 @@ def logsumexp(x, axis=None, keepdims=False):
 
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x), axis), shifted by the maximum."""
-    x = _arg(x)
-    return _one("softmax", x, {"axis": _norm_axis(axis, x.ndim)[0]})
+    if type(x) is Tracked:
+        return apply1("softmax", x, {"axis": _norm_axis(axis, x.value.ndim)[0]})
+    x = np.asarray(x)
+    return apply("softmax", (x,), {"axis": _norm_axis(axis, x.ndim)[0]})
 
 
 def logsoftmax(x, axis=-1):
