@@ -61,7 +61,7 @@ def _record(tape, rule, op, ids, vals, out, attrs, args):
             raise _untracked(op, out)
     elif not rule.complex_ok:
         j = 0
-        for v in vals:  # (indexing: a zip costs more than the check)
+        for v in vals:  # (indexing: a zip costs more than the check itself)
             if ids[j] is not None and v.dtype.kind == "c":
                 raise _untracked(op, out)
             j += 1
