@@ -8,14 +8,14 @@ with a vector of ones adds the same entries in the same precision in one BLAS ca
 """
 import numpy as np
 
-_ONES = {}  # (shape, dtype char) -> a read-only array of ones
+_ONES = {}  # (shape, dtype.str) -> a read-only array of ones
 
 
 def ones(shape, dtype):
     """A read-only array of ones of ``dtype`` (cached).  ``ones((), dtype)`` is the
     constant 1 of a ufunc call on arrays of ``dtype``: numpy converts a Python number
     operand on every call (0.9 µs), a 0-d array of the same dtype not."""
-    key = (shape, dtype.char)
+    key = (shape, dtype.str)
     v = _ONES.get(key)
     if v is None:
         if len(_ONES) >= 64:
