@@ -37,6 +37,7 @@ their reverse on threads, and why the others do not.
 """
 import itertools
 import os
+import textwrap
 
 import numba
 import numpy as np
@@ -49,6 +50,7 @@ from ..frontend.capture import Kernel, unoptimised_module
 from ..ir.model import gep_element_type
 from ..rules.custom import carray
 from ..rules.scalar import is_pure_call
+from .row_writes import row_checks
 from .value_stack import FRAME_BYTES
 
 _counter = itertools.count()
@@ -73,11 +75,15 @@ class LoopPlan:
     """What :func:`plan` found for one parallel loop: ``reason`` (None when its reverse runs
     in parallel), ``written`` / ``private`` / ``shared`` (positions among the chunk
     function's arguments of the arrays it writes, of those read elsewhere than at the loop
-    index, and of those read only there)."""
+    index, and of those read only there), ``rows`` (those of the written arrays written
+    in the loop index's row, :mod:`adcore.reverse.row_writes`) and ``checks`` (the Python
+    conditions on the chunk function's arguments ``a<k>`` under which they are: where one
+    fails at a call, the loop's pieces run one after another)."""
 
-    def __init__(self, call, kernel, reason=None, written=(), private=(), shared=()):
+    def __init__(self, call, kernel, reason=None, written=(), private=(), shared=(), rows=(), checks=()):
         self.call, self.kernel, self.reason = call, kernel, reason
         self.written, self.private, self.shared = tuple(written), tuple(private), tuple(shared)
+        self.rows, self.checks = tuple(rows), tuple(checks)
 
     @property
     def parallel(self):
@@ -93,7 +99,13 @@ class LoopPlan:
         return (f"{where}: reverse runs on Numba's threads; arrays accessed only at the loop "
                 f"index or reduced (shared shadows): {len(self.written) + len(self.shared)}, "
                 f"read elsewhere (a private shadow per thread, added after the loop): "
-                f"{len(self.private)}; {how}")
+                f"{len(self.private)}; {self.rows_written()}{how}")
+
+    def rows_written(self):
+        if not self.rows:
+            return ""
+        return (f"written in the loop index's row: {len(self.rows)} (checked at each call: where "
+                f"not, the pieces run one after another); ")
 
 
 def _groups(func, ctx, argtypes):
@@ -191,7 +203,7 @@ def plan(chunk_primal, kernel):
         return LoopPlan(call, kernel, f"the loop body calls {numba_abi.python_name(effect.callee)}, which "
                                       f"must not run twice")
     users = _uses(func)
-    written, private, shared = [], [], []
+    written, private, shared, rows, checks = [], [], [], [], []
     for k, (t, args) in enumerate(groups[1:], 1):
         if isinstance(t, nbtypes.Array):
             found = _accesses(users, args[data], index)
@@ -203,15 +215,20 @@ def plan(chunk_primal, kernel):
                     return LoopPlan(call, kernel, "a reduction other than a sum")
                 written.append(k)
             elif writes and (reads or far_writes):
-                return LoopPlan(call, kernel, "an array written elsewhere than at the loop index, "
-                                              "or read and written")
+                in_rows = None if reads else row_checks(func, groups, args[data], index, _wraps)
+                if in_rows is None:
+                    return LoopPlan(call, kernel, "an array written elsewhere than at the loop index "
+                                                  "or in its row, or read and written")
+                written.append(k)
+                rows.append(k)
+                checks += in_rows
             elif writes:
                 written.append(k)
             elif reads and t.dtype in (nbtypes.float32, nbtypes.float64):
                 (private if far_reads else shared).append(k)
         elif not isinstance(t, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
             return LoopPlan(call, kernel, f"an argument of type {t}")
-    return LoopPlan(call, kernel, None, written, private, shared)
+    return LoopPlan(call, kernel, None, written, private, shared, rows, checks)
 
 
 def _sums():
@@ -323,6 +340,20 @@ _CHUNK = """
 """
 
 
+def _chunk_loop(loop, body, backwards=False):
+    """The lines running ``body`` (lines indented 8 spaces, for chunk ``c``) for every
+    chunk on Numba's threads; for a loop writing rows (:mod:`adcore.reverse.row_writes`),
+    only where its checks hold at the call, else for one chunk after another in the order
+    of their ranges (backwards for a reverse): exactly the serial loop."""
+    parallel = "    for c in numba.prange(chunks):\n" + body
+    if not loop.checks:
+        return parallel
+    order = "range(chunks - 1, -1, -1)" if backwards else "range(chunks)"
+    return (f"    if {' and '.join(f'({c})' for c in loop.checks)}:\n" + textwrap.indent(parallel, "    ") +
+            f"    else:\n        for q in {order}:\n"
+            "            c = (q % threads) * per + q // threads\n" + textwrap.indent(body, "    "))
+
+
 def forward_function(loop):
     """The njit function running ``loop``'s chunk function on Numba's threads, one range
     per thread, with the chunk function's own arguments (what the gradient's forward pass
@@ -331,9 +362,8 @@ def forward_function(loop):
         names = ", ".join(f"a{k}" for k in range(len(loop.call.argtypes)))
         rest = ", ".join(f"a{k}" for k in range(1, len(loop.call.argtypes)))
         source = (f"def forward({names}):" + _SPLIT +
-                  "    if n <= 0:\n        return\n"
-                  "    for c in numba.prange(chunks):" + _CHUNK +
-                  f"        if first <= last:\n            run((s, {rest}))\n")
+                  "    if n <= 0:\n        return\n" +
+                  _chunk_loop(loop, _CHUNK.lstrip("\n") + f"        if first <= last:\n            run((s, {rest}))\n"))
         scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call)}
         exec(source, scope)
         numba_abi.start_threads()
@@ -414,12 +444,11 @@ def taped_forward_function(loop, shadowed):
                   "    head[0] = chunks if n > 0 else 0\n"
                   "    head[1] = per\n"
                   "    head[2] = threads\n"
-                  "    if n <= 0:\n        return\n"
-                  "    for c in numba.prange(chunks):\n"
-                  "        slot = thread_id()\n" + _SLOTTED +
-                  "        head[3 + c] = slot\n"
-                  "        if first <= last:\n"
-                  f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES})\n")
+                  "    if n <= 0:\n        return\n" +
+                  _chunk_loop(loop, "        slot = thread_id()\n" + _SLOTTED.lstrip("\n") +
+                              "        head[3 + c] = slot\n"
+                              "        if first <= last:\n"
+                              f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES})\n"))
         scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
                  "aug": taped(loop, shadowed).aug}
         exec(source, scope)
@@ -473,10 +502,10 @@ def _build_reverse(loop, shadowed):
     lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
     call_shadows = [f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
-    lines += ["    for c in numba.prange(chunks):" + _CHUNK.rstrip("\n"),
-              "        if first <= last:",
-              f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
-    lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    body = [_CHUNK.strip("\n"), "        if first <= last:",
+            f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
+    body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines.append(_chunk_loop(loop, "\n".join(body) + "\n", backwards=True).rstrip("\n"))
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
@@ -516,10 +545,10 @@ def _build_taped_reverse(loop, shadowed):
              "    workers = numba.get_num_threads()"]
     lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
-    lines += ["    for c in numba.prange(chunks):", "        slot = head[3 + c]", _SLOTTED.strip("\n"),
-              "        if first <= last:",
-              f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
-    lines += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    body = ["        slot = head[3 + c]", _SLOTTED.strip("\n"), "        if first <= last:",
+            f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
+    body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
+    lines.append(_chunk_loop(loop, "\n".join(body) + "\n", backwards=True).rstrip("\n"))
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,

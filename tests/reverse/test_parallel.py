@@ -87,6 +87,30 @@ def stencil(u, steps):
     return np.sum(u ** 2)
 
 
+def stencil_rows(u, v, steps):
+    """Writes ``v[i, j]`` over the inner columns: each iteration in its own row."""
+    m, p = u.shape
+    for _ in range(steps):
+        for i in prange(1, m - 1):
+            for j in range(1, p - 1):
+                lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
+                v[i, j] = u[i, j] + 0.1 * lap + 0.01 * math.sin(u[i, j])
+        for i in prange(1, m - 1):
+            for j in range(1, p - 1):
+                u[i, j] = v[i, j]
+    return np.sum(u * u)
+
+
+def rows_overlap(u, v):
+    """``v[i, j]`` for ``j`` up to ``u``'s width: given a narrower ``v``, iteration ``i``
+    writes into the rows after its own, which other iterations write too."""
+    m, p = u.shape
+    for i in prange(m - 2):
+        for j in range(p):
+            v[i, j] = math.sin(u[i, j]) * (i + 1.0)
+    return np.sum(v * v)
+
+
 def float32_sum(x):
     s = np.float32(0.0)
     for i in prange(x.shape[0]):
@@ -136,7 +160,7 @@ def moving_range(x, out):
 
 
 SOURCES = [moving_range, independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
-           pairwise, scatter, stencil, float32_sum, gather, in_place, overwritten_after, two_inputs]
+           pairwise, scatter, stencil, stencil_rows, rows_overlap, float32_sum, gather, in_place, overwritten_after, two_inputs]
 PARALLEL = {f.__name__: numba.njit(parallel=True)(f) for f in SOURCES}
 SERIAL = {f.__name__: numba.njit(f) for f in SOURCES}
 PARALLEL["overwritten_after_strided"] = PARALLEL["overwritten_after"]
@@ -156,6 +180,8 @@ ARGUMENTS = {
     "pairwise": lambda: (X[:6, :3].copy(),),
     "scatter": lambda: (rng.random(12), Const(IDX), Const(np.zeros(4))),
     "stencil": lambda: (rng.random(20), Const(4)),
+    "stencil_rows": lambda: (rng.random((9, 7)), Const(np.zeros((9, 7))), Const(3)),
+    "rows_overlap": lambda: (rng.random((12, 6)), Const(np.zeros((12, 3)))),
     "float32_sum": lambda: (rng.random(15).astype(np.float32),),
     "gather": lambda: (rng.random(4), rng.random(12), Const(IDX)),
     "in_place": lambda: (rng.random(11),),
@@ -168,7 +194,8 @@ ARGUMENTS = {
 # where the reverse pass of every parallel loop runs on Numba's threads, and where (and
 # why) the kernel's loops are differentiated serially
 ON_THREADS = ["independent", "rows", "cached_inner", "array_expression", "lennard_jones",
-              "float32_sum", "gather", "two_inputs", "stencil", "overwritten_after", "moving_range"]
+              "float32_sum", "gather", "two_inputs", "stencil", "overwritten_after", "moving_range",
+              "stencil_rows", "rows_overlap"]
 SERIALLY = {"scatter": "read and written", "in_place": "read and written",
             "overwritten_after_strided": "overwritten after the loop"}
 
@@ -198,7 +225,7 @@ def test_parallel_gradient_equals_serial_gradient(name):
 
 @pytest.mark.parametrize("name", ["independent", "nested_serial", "rows", "cached_inner",
                                   "lennard_jones", "pairwise", "stencil", "gather", "in_place",
-                                  "overwritten_after", "moving_range"])
+                                  "overwritten_after", "moving_range", "stencil_rows", "rows_overlap"])
 def test_parallel_gradient_matches_finite_differences(name):
     values = [a.val if isinstance(a, Const) else a for a in ARGUMENTS[name]()]
     check(PARALLEL[name], *values, rtol=1e-5, atol=1e-6)

@@ -18,7 +18,7 @@ from adcore import Reverse
 import test_parallel as T
 
 for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil",
-             "moving_range", "float32_sum", "cached_inner"]:
+             "moving_range", "float32_sum", "cached_inner", "stencil_rows", "rows_overlap"]:
     args = T.ARGUMENTS[name]()
     expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
     for threads in {threads}:
