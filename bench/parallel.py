@@ -31,6 +31,7 @@ from adcore import Const, Duplicated, Reverse
 from . import peers
 from .measure import rel_err
 from .registry import workload
+from .row_threads import at_threads
 from .rows import failed, row, skipped
 from .timing import Timing
 
@@ -253,15 +254,6 @@ def cases(quick, size):
     ]
 
 
-def _at_threads(threads, fn):
-    before = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
-        return fn()
-    finally:
-        numba.set_num_threads(before)
-
-
 def case_rows(c, sampler, all_threads):
     """The serial hand-written gradient (when there is one), adcore's gradient of the
     ``parallel=False`` build, then the primal and adcore's gradient at 1 thread and at
@@ -279,12 +271,12 @@ def case_rows(c, sampler, all_threads):
     primal_at_one = grad_at_one = None
     for threads in sorted({1, all_threads}):
         label = f"{threads} thread" + ("s" if threads > 1 else "")
-        got = _at_threads(threads, lambda: c.gradient(c.parallel, c.args()))
+        got = at_threads(threads, lambda: c.gradient(c.parallel, c.args()))()
         err = max(rel_err(g, e) for g, e in zip(got, expected))
         timed = [c.args, lambda: c.parallel(*c.args()), lambda: c.gradient(c.parallel, c.args())]
         if threads == 1:           # the serial build's gradient beside the parallel one's
             timed.append(lambda: c.gradient(c.serial, c.args()))
-        t_args, t_primal, t_grad, *t_serial = _at_threads(threads, lambda: sampler.interleaved(timed))
+        t_args, t_primal, t_grad, *t_serial = at_threads(threads, lambda: sampler.interleaved(timed))()
         setup = t_args.stats()["median"]
         p = max(t_primal.stats()["median"] - setup, 1e-12)
         g = max(t_grad.stats()["median"] - setup, 1e-12)
@@ -330,7 +322,6 @@ def torch_rows(c, case, sampler, all_threads, expected, hand):
 def digits_rows(sampler, all_threads):
     """One epoch of the digits CNN with ``Duplicated`` (``bench.digits``) at 1 thread and at
     ``all_threads`` (where each batch's rows are split across the threads: ``layers.threads``)."""
-    from adcore import Duplicated
     from layers import threads as layers_threads, train
     from optim import Adam, setup
     from . import digits
@@ -343,14 +334,14 @@ def digits_rows(sampler, all_threads):
     items = digits.epoch_batches(split[0], split[1], 32, np.random.default_rng(0))
     rows, at_one = [], None
     for threads in sorted({1, all_threads}):
-        timing = _at_threads(threads, lambda: sampler.time(lambda: train(digits.loss, dup, items, state),
-                                                            number=1))
+        timing = at_threads(threads, lambda: sampler.time(lambda: train(digits.loss, dup, items, state),
+                                                            number=1))()
         t = timing.stats()["median"]
         at_one = at_one or t
         rows.append(row(W, f"digits CNN epoch ({len(items)} batches of 32)",
                         f"layers, Duplicated: train, {threads} thread" + ("s" if threads > 1 else ""),
                         timing, note=f"{at_one / t:.2f}x the speed at 1 thread; " +
-                        _at_threads(threads, lambda: layers_threads(digits.loss, dup, *items[0]))))
+                        at_threads(threads, lambda: layers_threads(digits.loss, dup, *items[0]))()))
     return rows
 
 
