@@ -24,7 +24,7 @@ _SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge"
 _NOT = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sle": "sgt", "sgt": "sle",
         "ult": "uge", "uge": "ult", "ule": "ugt", "ugt": "ule"}
 # continue predicate -> (step it needs or None for any, bound offset, min or max of V0 and bound)
-_ENDS = {"ne": (None, 0, None), "slt": (1, 0, "smax"), "ult": (1, 0, "umax"),
+ENDS = {"ne": (None, 0, None), "slt": (1, 0, "smax"), "ult": (1, 0, "umax"),
          "sle": (1, 1, "smax"), "ule": (1, 1, "umax"), "sgt": (-1, 0, "smin"),
          "ugt": (-1, 0, "umin"), "sge": (-1, -1, "smin"), "uge": (-1, -1, "umin")}
 
@@ -61,7 +61,7 @@ class ExitTest:
         p, s, t = self.counter, self.step, self.counter.type
         p0 = value_of(_initial(p, self.outside))
         c = value_of(self.bound)
-        _, offset, pick = _ENDS[self.predicate]
+        _, offset, pick = ENDS[self.predicate]
         v0 = emit(f"add {t} {p0}, {s}", "v0") if self.on_next else p0
         if offset:
             c = emit(f"add {t} {c}, {offset}", "bound")
@@ -135,9 +135,9 @@ def exit_test(loop, outside):
         else:
             continue
         constant = step_constant(step_instr, phi) if step_instr is not None else None
-        if constant is None or constant[1] is not None or pred not in _ENDS:
+        if constant is None or constant[1] is not None or pred not in ENDS:
             return None
-        need = _ENDS[pred][0]
+        need = ENDS[pred][0]
         if need is not None and constant[0] != need:
             return None
         return ExitTest(loop, outside, phi, constant[0], on_next, pred, b)

@@ -21,7 +21,7 @@ from numba.core import types as nbtypes
 
 from .. import numba_abi
 from ..analysis.cfg import ControlFlow
-from ..analysis.exit_values import _ENDS, exit_test
+from ..analysis.exit_values import ENDS, exit_test
 from ..ir.model import Arg
 from .value_stack import SIZES
 
@@ -152,7 +152,7 @@ class _Terms:
         start, bound = self.expression(test.start), self.expression(test.bound)
         if start is None or bound is None:
             return None
-        _, offset, pick = _ENDS[test.predicate]
+        _, offset, pick = ENDS[test.predicate]
         first = f"({start}) + {test.step}" if test.on_next else start
         end = f"({bound}) + {offset}"
         if pick is not None:
