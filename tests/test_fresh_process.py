@@ -324,6 +324,27 @@ np.testing.assert_allclose(gw, [np.sum(x * x * np.cos(0.7 * x))], rtol=1e-12)
 lines = adcore.compile_gradient(Reverse, g, Duplicated(x, np.zeros(50)), Const(w)).parallel_loops
 assert lines and all("tape of its own" in line for line in lines), lines
 """, None),
+    "gradient_parallel_row_writes": ("""
+import math
+import numba
+import numpy as np
+import adcore
+from adcore import Const, Reverse
+from numba import prange
+
+@numba.njit(parallel=True)
+def g(u, v):
+    m, p = u.shape
+    for i in prange(m):
+        for j in range(p):
+            v[i, j] = math.sin(u[i, j])
+    return np.sum(v * v)
+
+# first call of the process: a loop writing v[i, j] in its row, its checks made at the call
+u = np.linspace(-1.0, 2.0, 24).reshape(6, 4)
+gu, _ = adcore.gradient(Reverse, g, u, Const(np.zeros((6, 4))))
+np.testing.assert_allclose(gu, 2 * np.sin(u) * np.cos(u), rtol=1e-12)
+""", None),
     "compile_gradient_native_from_python": (NJIT + """
 g = adcore.compile_gradient(Reverse, f, Active(a), Duplicated(x, dx), Duplicated(out, dout))
 assert g.shadowed == [1, 2]
