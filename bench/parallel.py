@@ -5,8 +5,9 @@ gradient at one thread and at every core, next to the fastest serial hand-writte
 
 Three kernels: a GMM log-likelihood summed over points (diagonal covariances), a
 Lennard-Jones energy over all pairs, and a 2-D diffusion stencil over 10 steps, written with
-rows ``v[i, j]`` (whose loops adcore differentiates serially: it cannot show that rows do not
-overlap) and on the grid stored flat (whose reverse runs on threads).  Each gradient is
+rows ``v[i, j]`` (each iteration writes its row and reads the rows beside it: checked at each
+call, the reverse runs on threads with one shared shadow) and on the grid stored flat (every
+write at the loop index; ``u``'s shadow is private per thread).  Each gradient is
 checked against the gradient of the same source compiled with ``parallel=False``.  Each
 chunk of a parallel loop keeps its values on a tape of its own for its reverse
 (``ADCORE_CHUNK_TAPES=0`` runs its iterations again instead), so the rows at one thread

@@ -18,6 +18,7 @@ from ..frontend.capture import Kernel
 from ..ir.model import local
 from ..ir.writer import Emitter
 from ..numba_abi import target_machine
+from ..reverse.value_stack import without_reserves
 from ..rules import custom as custom_rules
 from ..rules.custom import BoundRule
 
@@ -80,7 +81,7 @@ class GradientKernel:
         self.symbol = compiled.symbol
 
     def _adcore_capture(self, argtypes):
-        text = re.sub(r"@ad\.", "@adg.", self.compiled.adjoint_ir)
+        text = re.sub(r"@ad\.", "@adg.", without_reserves(self.compiled.adjoint_ir))
         text = _HELPER_DEF.sub(r"\1", text)          # shadow allocations and frees get inlined
         text = _STACK_DEF.sub(r"\1", text)           # pushes and pops stay calls
         module = _with_reverse_wrappers(llvm.parse_assembly(text), self.symbol, self.__name__)

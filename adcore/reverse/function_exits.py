@@ -83,7 +83,7 @@ class FunctionExits:
         e.line(f"br i1 {same}, label %ad.rseed.add, label %ad.rseed.bad")
         e.label("ad.rseed.bad")
         e.line(f"store i64 -1, ptr {bytes_field}")
-        e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+        self.keep_stack("%ad.stack")
         self.release()
         e.line(f"ret i32 {abi.STATUS_OK}")
         e.label("ad.rseed.add")
@@ -91,6 +91,13 @@ class FunctionExits:
         shadow = e(f"load ptr, ptr {self.returned_shadow[data]}")
         bytes_ = e(f"mul i64 {nitems}, {runtime.SIZES[t]}")
         e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.{abi.DATA}, i64 {bytes_})")
+
+    def keep_stack(self, stack):
+        """Hand ``stack``'s memory (and that of the operand copies) to its reserve slot for
+        the next call (or free it)."""
+        self.e.line(f"call void @ad.stack.keep(ptr {stack}, ptr {runtime.RESERVED[stack]})")
+        if stack == "%ad.stack" and self.copies_used:
+            self.e.line(f"call void @ad.copies.keep(ptr %ad.copies, ptr {runtime.RESERVED['%ad.copies']})")
 
     def release(self):
         """Run the deferred destructors and frees of the forward pass."""
@@ -111,7 +118,7 @@ class FunctionExits:
         ok = e(f"or i1 {e(f'icmp eq i32 {status}, {abi.STATUS_OK}')}, {e(f'icmp eq i32 {status}, {abi.STATUS_NONE}')}")
         e.line(f"br i1 {ok}, label %ad.rseed, label %ad.fail")
         e.label("ad.fail")
-        e.line(f"call void @free(ptr {base})")
+        self.keep_stack("%ad.stack")
         self.release()
         e.line(f"ret i32 {status}")
         e.label("ad.rseed")
@@ -133,7 +140,7 @@ class FunctionExits:
         if self.snapshots.at:
             for array in reversed(self.snapshots.bases()):
                 self.copy_array("restore", "%ad.finals", array)
-            e.line(f"call void @free(ptr {e('load ptr, ptr %ad.finals')})")
-        e.line(f"call void @free(ptr {e('load ptr, ptr %ad.stack')})")
+            self.keep_stack("%ad.finals")
+        self.keep_stack("%ad.stack")
         self.release()
         e.line(f"ret i32 {abi.STATUS_OK}")

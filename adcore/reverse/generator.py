@@ -102,6 +102,7 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         self.slots = {}              # active value -> adjoint alloca ref
         self.unchanged_shadows = set()   # loads whose shadow the reverse leaves (read_modify_write)
         self.stack_types = set()     # types pushed on the value stack
+        self.copies_used = False     # whether the forward pass copies rule operands (%ad.copies)
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.limits = {}             # header -> register of the last counter value (loop_order)
         self.pushes = None           # plan.pushes.Pushes, once the reverse bodies are written
@@ -298,9 +299,12 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         seed = [f"{t} %ad.seed.{j}" for j, t in enumerate(self.spec.seed[0])] if self.spec.seed else []
         params = ", ".join(self.parameters() + seed)
         entry = ["ad.entry:"]
-        for stack in runtime.FRAME_STACKS + (("%ad.finals",) if self.snapshots.at else ()):
+        for stack in runtime.FRAME_STACKS + (("%ad.finals",) if self.snapshots.at else ()) + \
+                (("%ad.copies",) if self.copies_used else ()):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
+            if stack in runtime.RESERVED:
+                entry.append(f"  call void @ad.stack.take(ptr {stack}, ptr {runtime.RESERVED[stack]})")
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         return function_text(f"i32 @{self.spec.symbol}({params})", entry + forward + exits + reverse) \
             + self.loop_hints.text()

@@ -21,8 +21,11 @@ A loop is run this way only when that is exactly the serial gradient (:func:`pla
   write disjoint elements, and their shadows too) and does not read;
 * an array it reads is not written by the loop, nor after it by the kernel (adcore's check
   of custom-rule operands); its shadow receives only additions: a shared shadow where
-  every read is at the loop index, else one private zeroed shadow per chunk, added up
-  after the loop (a parameter read by every iteration, ``x[idx[i]]``);
+  every read is at the loop index; a shared shadow too where every read is in a band of
+  rows around the loop index's row (``u[i - 1, j] + u[i + 1, j]``,
+  :mod:`adcore.reverse.row_spans`), the reverses of every other piece of the loop run at
+  once, then the others; else one private zeroed shadow per thread, added up after the
+  loop (a parameter read by every iteration, ``x[idx[i]]``);
 * a reduction (``s += ...``) is a sum: its per-thread slot's adjoint is the same for every
   thread, whichever thread runs a chunk's reverse;
 * no two of the kernel's arrays that reach the loop share memory (the kernel's arrays are
@@ -50,7 +53,7 @@ from ..frontend.capture import Kernel, unoptimised_module
 from ..ir.model import gep_element_type
 from ..rules.custom import carray
 from ..rules.scalar import is_pure_call
-from .row_writes import row_checks
+from .row_spans import band_checks, row_checks
 from .value_stack import FRAME_BYTES
 
 _counter = itertools.count()
@@ -75,15 +78,21 @@ class LoopPlan:
     """What :func:`plan` found for one parallel loop: ``reason`` (None when its reverse runs
     in parallel), ``written`` / ``private`` / ``shared`` (positions among the chunk
     function's arguments of the arrays it writes, of those read elsewhere than at the loop
-    index, and of those read only there), ``rows`` (those of the written arrays written
-    in the loop index's row, :mod:`adcore.reverse.row_writes`) and ``checks`` (the Python
-    conditions on the chunk function's arguments ``a<k>`` under which they are: where one
-    fails at a call, the loop's pieces run one after another)."""
+    index or in a band of rows, and of those read only there), ``rows`` (those of the
+    written arrays written in the loop index's row, :mod:`adcore.reverse.row_spans`) and
+    ``checks`` (the Python conditions on the chunk function's arguments ``a<k>`` and the
+    launcher's ``lo``, ``n``, ``chunks`` under which they are: where one fails at a call,
+    the loop's pieces run one after another), ``bands`` (those read in a band of rows
+    around the loop index's row) and ``band_checks`` (the conditions under which pieces
+    two apart read disjoint bands: where one fails, the reverse runs the pieces one after
+    another)."""
 
-    def __init__(self, call, kernel, reason=None, written=(), private=(), shared=(), rows=(), checks=()):
+    def __init__(self, call, kernel, reason=None, written=(), private=(), shared=(), rows=(), checks=(),
+                 bands=(), band_checks=()):
         self.call, self.kernel, self.reason = call, kernel, reason
         self.written, self.private, self.shared = tuple(written), tuple(private), tuple(shared)
         self.rows, self.checks = tuple(rows), tuple(checks)
+        self.bands, self.band_checks = tuple(bands), tuple(band_checks)
 
     @property
     def parallel(self):
@@ -98,8 +107,9 @@ class LoopPlan:
             "each chunk's iterations run again before their reverse"
         return (f"{where}: reverse runs on Numba's threads; arrays accessed only at the loop "
                 f"index or reduced (shared shadows): {len(self.written) + len(self.shared)}, "
-                f"read elsewhere (a private shadow per thread, added after the loop): "
-                f"{len(self.private)}; {self.rows_written()}{how}")
+                f"read in a band of rows (a shared shadow, every other piece at once): "
+                f"{len(self.bands)}, read elsewhere (a private shadow per thread, added after "
+                f"the loop): {len(self.private)}; {self.rows_written()}{how}")
 
     def rows_written(self):
         if not self.rows:
@@ -203,7 +213,7 @@ def plan(chunk_primal, kernel):
         return LoopPlan(call, kernel, f"the loop body calls {numba_abi.python_name(effect.callee)}, which "
                                       f"must not run twice")
     users = _uses(func)
-    written, private, shared, rows, checks = [], [], [], [], []
+    written, private, shared, rows, checks, bands, banded = [], [], [], [], [], [], []
     for k, (t, args) in enumerate(groups[1:], 1):
         if isinstance(t, nbtypes.Array):
             found = _accesses(users, args[data], index)
@@ -215,7 +225,7 @@ def plan(chunk_primal, kernel):
                     return LoopPlan(call, kernel, "a reduction other than a sum")
                 written.append(k)
             elif writes and (reads or far_writes):
-                in_rows = None if reads else row_checks(func, groups, args[data], index, _wraps)
+                in_rows = None if reads else row_checks(func, groups, args[data], index)
                 if in_rows is None:
                     return LoopPlan(call, kernel, "an array written elsewhere than at the loop index "
                                                   "or in its row, or read and written")
@@ -225,10 +235,16 @@ def plan(chunk_primal, kernel):
             elif writes:
                 written.append(k)
             elif reads and t.dtype in (nbtypes.float32, nbtypes.float64):
-                (private if far_reads else shared).append(k)
+                band = band_checks(func, groups, args[data], index) if far_reads else None
+                if band is not None:
+                    bands.append(k)
+                    banded += band
+                else:
+                    (private if far_reads else shared).append(k)
         elif not isinstance(t, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
             return LoopPlan(call, kernel, f"an argument of type {t}")
-    return LoopPlan(call, kernel, None, written, private, shared, rows, checks)
+    return LoopPlan(call, kernel, None, written, private, shared, rows, list(dict.fromkeys(checks)), bands,
+                    list(dict.fromkeys(banded)))
 
 
 def _sums():
@@ -340,18 +356,28 @@ _CHUNK = """
 """
 
 
-def _chunk_loop(loop, body, backwards=False):
+def _chunk_loop(checks, body, backwards=False, phases=False):
     """The lines running ``body`` (lines indented 8 spaces, for chunk ``c``) for every
-    chunk on Numba's threads; for a loop writing rows (:mod:`adcore.reverse.row_writes`),
-    only where its checks hold at the call, else for one chunk after another in the order
-    of their ranges (backwards for a reverse): exactly the serial loop."""
-    parallel = "    for c in numba.prange(chunks):\n" + body
-    if not loop.checks:
+    chunk on Numba's threads (``phases``: first the chunks of even rank in range order,
+    then those of odd rank), only where ``checks`` (:mod:`adcore.reverse.row_spans`) hold
+    at the call, else for one chunk after another in the order of their ranges (backwards
+    for a reverse): exactly the serial loop."""
+    rank = "c = (q % threads) * per + q // threads\n"
+    parallel = "    for c in numba.prange(chunks):\n" + body if not phases else (
+        "    for phase in range(2):\n        for h in numba.prange((chunks + 1 - phase) // 2):\n"
+        "            q = 2 * h + phase\n            " + rank + textwrap.indent(body, "    "))
+    if not checks:
         return parallel
     order = "range(chunks - 1, -1, -1)" if backwards else "range(chunks)"
-    return (f"    if {' and '.join(f'({c})' for c in loop.checks)}:\n" + textwrap.indent(parallel, "    ") +
-            f"    else:\n        for q in {order}:\n"
-            "            c = (q % threads) * per + q // threads\n" + textwrap.indent(body, "    "))
+    return (f"    if {' and '.join(f'({c})' for c in checks)}:\n" + textwrap.indent(parallel, "    ") +
+            f"    else:\n        for q in {order}:\n            " + rank + textwrap.indent(body, "    "))
+
+
+def _reverse_chunk_loop(loop, shadowed, body):
+    """:func:`_chunk_loop` for a reverse: in two phases where an array read in a band of
+    rows has a shadow, under the row and band checks."""
+    bands = any(k in shadowed for k in loop.bands)
+    return _chunk_loop(loop.checks + (loop.band_checks if bands else ()), body, True, bands)
 
 
 def forward_function(loop):
@@ -363,7 +389,7 @@ def forward_function(loop):
         rest = ", ".join(f"a{k}" for k in range(1, len(loop.call.argtypes)))
         source = (f"def forward({names}):" + _SPLIT +
                   "    if n <= 0:\n        return\n" +
-                  _chunk_loop(loop, _CHUNK.lstrip("\n") + f"        if first <= last:\n            run((s, {rest}))\n"))
+                  _chunk_loop(loop.checks, _CHUNK.lstrip("\n") + f"        if first <= last:\n            run((s, {rest}))\n"))
         scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call)}
         exec(source, scope)
         numba_abi.start_threads()
@@ -445,7 +471,7 @@ def taped_forward_function(loop, shadowed):
                   "    head[1] = per\n"
                   "    head[2] = threads\n"
                   "    if n <= 0:\n        return\n" +
-                  _chunk_loop(loop, "        slot = thread_id()\n" + _SLOTTED.lstrip("\n") +
+                  _chunk_loop(loop.checks, "        slot = thread_id()\n" + _SLOTTED.lstrip("\n") +
                               "        head[3 + c] = slot\n"
                               "        if first <= last:\n"
                               f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES})\n"))
@@ -505,7 +531,7 @@ def _build_reverse(loop, shadowed):
     body = [_CHUNK.strip("\n"), "        if first <= last:",
             f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
-    lines.append(_chunk_loop(loop, "\n".join(body) + "\n", backwards=True).rstrip("\n"))
+    lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
@@ -548,7 +574,7 @@ def _build_taped_reverse(loop, shadowed):
     body = ["        slot = head[3 + c]", _SLOTTED.strip("\n"), "        if first <= last:",
             f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
-    lines.append(_chunk_loop(loop, "\n".join(body) + "\n", backwards=True).rstrip("\n"))
+    lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
     lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,

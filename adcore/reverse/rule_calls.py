@@ -55,10 +55,19 @@ def _copy_loop_operands(gen, instr, rule, positions):
         nitems, itemsize = _loop_array_size(gen, instr, rule, k)
         size, copy = e.fresh("bytes"), e.fresh("copy")
         lines += [f"{size} = mul i64 {nitems.ref}, {itemsize.ref}",
-                  f"{copy} = call ptr @ad.copy.operand(ptr %ad.rawfrees, ptr {instr.operands[k].ref}, i64 {size})"]
+                  f"{copy} = call ptr @ad.copy.operand(ptr %ad.rawfrees, ptr {_copies(gen)}, ptr {instr.operands[k].ref}, i64 {size})"]
         copies[k] = copy
     gen.stack_types.add("ptr")
     return gen.before_call(instr, lines, copies)
+
+
+def _copies(gen):
+    """The buffer the forward pass copies operands into: the gradient function's own, kept
+    between calls (a callee's copies get memory of their own)."""
+    if gen.spec.split is not None:
+        return "null"
+    gen.copies_used = True
+    return "%ad.copies"
 
 
 def _copy_operands(gen, instr, rule, positions):
@@ -86,7 +95,7 @@ def _copy_operands(gen, instr, rule, positions):
         field, size, copy = e.fresh("field"), e.fresh("bytes"), e.fresh("copy")
         lines += [f"{field} = getelementptr inbounds {out_type}, ptr {ret}, i32 0, i32 {pointer_index.index(k)}",
                   f"{size} = load i64, ptr {field}",
-                  f"{copy} = call ptr @ad.copy.operand(ptr %ad.rawfrees, ptr {ops[k].ref}, i64 {size})"]
+                  f"{copy} = call ptr @ad.copy.operand(ptr %ad.rawfrees, ptr {_copies(gen)}, ptr {ops[k].ref}, i64 {size})"]
         copies[k] = copy
     gen.stack_types.add("ptr")
     return gen.before_call(instr, lines, copies)

@@ -13,6 +13,18 @@ from ..known_functions import ALLOCATE, CALL_DTOR, FREE, MEMINFO_ALLOC_ALIGNED, 
 from ..numba_abi import MEMINFO_DATA, MEMINFO_TYPE
 
 ARENA_CHUNK = 65536             # bytes of each chunk of the arena (more for a larger request)
+RESERVE_LIMIT = 1 << 30         # bytes of the largest stack buffer kept for a gradient's next call
+RESERVED = {"%ad.stack": "@ad.reserve.stack", "%ad.finals": "@ad.reserve.finals",
+            "%ad.copies": "@ad.reserve.copies"}       # a gradient's stack -> its reserve slot
+
+
+def without_reserves(text):
+    """Gradient IR ``text`` whose stacks neither take nor keep reserved memory: freed at the
+    end as their own (for gradient IR differentiated again, :func:`adcore.hvp`)."""
+    text = re.sub(r"^  call void @ad\.(stack\.take|copies\.keep)\(.*\n", "", text, flags=re.M)
+    text = re.sub(r"call void @ad\.stack\.keep\((ptr [^,]+), ptr @ad\.reserve\.\w+\)",
+                  r"call void @ad.stack.free(\1)", text)
+    return text.replace("@ad.copy.operand(ptr %ad.rawfrees, ptr %ad.copies,", "@ad.copy.operand(ptr %ad.rawfrees, ptr null,")
 FRAME_STACKS = ("%ad.stack", "%ad.dtors", "%ad.rawfrees", "%ad.arena")   # a gradient's stacks
 SIZES = {"double": 8, "float": 4, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1, "ptr": 8}
 
@@ -64,6 +76,7 @@ def helpers(types, copy_types=()):
     ``copy_types`` (the templates ``value_stack.ll``, ``stack_push_pop.ll`` and
     ``elementwise_sum.ll`` of :mod:`adcore.ir.writer`)."""
     out = [fill("value_stack", stack=STACK_TYPE, arena_chunk=ARENA_CHUNK, allocate=ALLOCATE,
+                reserve_limit=RESERVE_LIMIT,
                 meminfo_alloc_aligned=MEMINFO_ALLOC_ALIGNED, meminfo_type=MEMINFO_TYPE,
                 meminfo_data=MEMINFO_DATA)]
     for t in sorted(copy_types):

@@ -98,6 +98,16 @@ def rows_overlap(u, v):
     return np.sum(v * v)
 
 
+def wide_band(u, v):
+    """Reads ``u`` four rows before and after the loop index's: pieces of the loop two
+    apart read disjoint rows only when pieces are 8 rows or more (checked at each call)."""
+    m, p = u.shape
+    for i in prange(4, m - 4):
+        for j in range(p):
+            v[i, j] = u[i - 4, j] * u[i + 4, j] + math.sin(u[i, j])
+    return np.sum(v * v)
+
+
 def float32_sum(x):
     s = np.float32(0.0)
     for i in prange(x.shape[0]):
@@ -147,10 +157,12 @@ def moving_range(x, out):
 
 
 SOURCES = [moving_range, independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
-           pairwise, scatter, stencil, rows_overlap, float32_sum, gather, in_place, overwritten_after, two_inputs]
+           pairwise, scatter, stencil, rows_overlap, wide_band, float32_sum, gather, in_place, overwritten_after, two_inputs]
 PARALLEL = {f.__name__: numba.njit(parallel=True)(f) for f in SOURCES}
 SERIAL = {f.__name__: numba.njit(f) for f in SOURCES}
 PARALLEL["stencil_rows"], SERIAL["stencil_rows"] = numba.njit(parallel=True)(stencil_rows), numba.njit(stencil_rows)
+for alias, name in [("stencil_band", "stencil_rows"), ("wide_band_long", "wide_band")]:
+    PARALLEL[alias], SERIAL[alias] = PARALLEL[name], SERIAL[name]
 PARALLEL["overwritten_after_strided"] = PARALLEL["overwritten_after"]
 SERIAL["overwritten_after_strided"] = SERIAL["overwritten_after"]
 
@@ -170,6 +182,9 @@ ARGUMENTS = {
     "stencil": lambda: (rng.random(20), Const(4)),
     "stencil_rows": lambda: (rng.random((9, 7)), Const(np.zeros((9, 7))), Const(3)),
     "rows_overlap": lambda: (rng.random((12, 6)), Const(np.zeros((12, 3)))),
+    "stencil_band": lambda: (rng.random((70, 5)), Const(np.zeros((70, 5))), Const(2)),
+    "wide_band": lambda: (rng.random((40, 3)), Const(np.zeros((40, 3)))),
+    "wide_band_long": lambda: (rng.random((300, 3)), Const(np.zeros((300, 3)))),
     "float32_sum": lambda: (rng.random(15).astype(np.float32),),
     "gather": lambda: (rng.random(4), rng.random(12), Const(IDX)),
     "in_place": lambda: (rng.random(11),),
@@ -183,7 +198,7 @@ ARGUMENTS = {
 # why) the kernel's loops are differentiated serially
 ON_THREADS = ["independent", "rows", "cached_inner", "array_expression", "lennard_jones",
               "float32_sum", "gather", "two_inputs", "stencil", "overwritten_after", "moving_range",
-              "stencil_rows", "rows_overlap"]
+              "stencil_rows", "rows_overlap", "stencil_band", "wide_band", "wide_band_long"]
 SERIALLY = {"scatter": "read and written", "in_place": "read and written",
             "overwritten_after_strided": "overwritten after the loop"}
 
@@ -213,7 +228,8 @@ def test_parallel_gradient_equals_serial_gradient(name):
 
 @pytest.mark.parametrize("name", ["independent", "nested_serial", "rows", "cached_inner",
                                   "lennard_jones", "pairwise", "stencil", "gather", "in_place",
-                                  "overwritten_after", "moving_range", "stencil_rows"])
+                                  "overwritten_after", "moving_range", "stencil_rows", "stencil_band",
+                                  "wide_band"])
 def test_parallel_gradient_matches_finite_differences(name):
     values = [a.val if isinstance(a, Const) else a for a in ARGUMENTS[name]()]
     check(PARALLEL[name], *values, rtol=1e-5, atol=1e-6)
@@ -329,6 +345,40 @@ def test_generated_parallel_loops_agree_with_serial_and_differences(unary, index
         np.testing.assert_allclose(got[k], fd[k], rtol=1e-5, atol=1e-5)
 
 
+def _generated_rows(unary, up, down, column):
+    """A loop writing ``out[i, j]`` from ``u`` read ``up`` rows above, ``down`` rows below
+    and ``column`` columns aside."""
+    term = UNARY[unary].format(f"u[i - {up}, j + {column}]")
+    src = (f"def kernel(u, out):\n"
+           f"    m, p = u.shape\n"
+           f"    for i in prange(2, m - 2):\n"
+           f"        for j in range(1, p - 1):\n"
+           f"            out[i, j] = {term} * u[i + {down}, j] + u[i, j]\n"
+           f"    return np.sum(out * out)\n")
+    scope = {"math": math, "np": np, "prange": prange}
+    exec(src, scope)
+    return numba.njit(parallel=True)(scope["kernel"]), numba.njit(scope["kernel"])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(unary=st.sampled_from(sorted(UNARY)), up=st.integers(-2, 2), down=st.integers(-2, 2),
+       column=st.integers(-1, 1), m=st.sampled_from([5, 9, 40, 90]), seed=st.integers(0, 99))
+def test_generated_row_bands_agree_with_serial_and_differences(unary, up, down, column, m, seed):
+    """Short loops fail the band check (pieces too narrow) and run serially, long ones run
+    every other piece at once: both must give the serial gradient."""
+    key = ("rows", unary, up, down, column)
+    if key not in _KERNELS:
+        _KERNELS[key] = _generated_rows(unary, up, down, column)
+    par, ser = _KERNELS[key]
+    r = np.random.default_rng(seed)
+    u, out = r.random((m, 4)), np.zeros((m, 4))
+    got = adcore.gradient(Reverse, par, u.copy(), Const(out.copy()))
+    expected = adcore.gradient(Reverse, ser, u.copy(), Const(out.copy()))
+    _assert_same(got, expected, 1e-12)
+    fd = fd_gradient(ser, [u, out], {})
+    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+
+
 def test_callee_with_parallel_loops_is_refused_with_its_reason():
     @numba.njit(parallel=True)
     def callee(x):
@@ -367,6 +417,16 @@ def test_reverse_of_these_loops_runs_on_threads(name):
     assert compiled.parallel_loops
     assert all("reverse runs on Numba's threads" in line and "tape of its own" in line
                for line in compiled.parallel_loops)
+
+
+def test_arrays_read_at_neighbouring_rows_share_one_shadow():
+    """The stencil reads ``u`` at rows i - 1 and i + 1 (and ``v`` in its row): no private
+    shadow per thread, the reverses of every other piece run at once."""
+    compiled = adcore.compile_gradient(Reverse, PARALLEL["stencil_rows"], *_annotated(ARGUMENTS["stencil_band"]()))
+    steps = [line for line in compiled.parallel_loops if "written in the loop index's row" in line]
+    assert len(steps) == 2, compiled.parallel_loops
+    assert all("read in a band of rows (a shared shadow, every other piece at once): 1" in line
+               and "added after the loop): 0" in line for line in steps)
 
 
 @pytest.mark.parametrize("name", sorted(SERIALLY))

@@ -18,7 +18,8 @@ from adcore import Reverse
 import test_parallel as T
 
 for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil",
-             "moving_range", "float32_sum", "cached_inner", "stencil_rows", "rows_overlap"]:
+             "moving_range", "float32_sum", "cached_inner", "stencil_rows", "rows_overlap",
+             "stencil_band", "wide_band", "wide_band_long"]:
     args = T.ARGUMENTS[name]()
     expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
     for threads in {threads}:

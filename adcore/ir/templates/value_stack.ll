@@ -1,6 +1,56 @@
 ; The value stack's runtime helpers (adcore.reverse.value_stack.helpers): growing a stack,
 ; the arena, deferred releases and decrefs, array snapshots, operand copies, zeroed shadows.
 ; "stack" is the stack's type { base, top, end }.
+; A gradient function's value stack and its stack of final contents keep their memory for
+; the next call in a reserve slot each (page faults on fresh memory cost more than the copies
+; they hold): ad.stack.take starts a stack on the slot's buffer, ad.stack.keep puts it back.
+@ad.reserve.stack = internal global ptr null
+@ad.reserve.finals = internal global ptr null
+@ad.reserve.copies = internal global ptr null
+define internal void @ad.stack.take(ptr %s, ptr %slot) {
+entry:
+  %r = atomicrmw xchg ptr %slot, ptr null acquire
+  %none = icmp eq ptr %r, null
+  br i1 %none, label %exit, label %take
+take:
+  %cap = load i64, ptr %r
+  %end = getelementptr i8, ptr %r, i64 %cap
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %s, i32 0, i32 2
+  store ptr %r, ptr %s
+  store ptr %r, ptr %topp
+  store ptr %end, ptr %endp
+  br label %exit
+exit:
+  ret void
+}
+define internal void @ad.stack.free(ptr %s) {
+entry:
+  %base = load ptr, ptr %s
+  call void @free(ptr %base)
+  ret void
+}
+define internal void @ad.stack.keep(ptr %s, ptr %slot) {
+entry:
+  %base = load ptr, ptr %s
+  %endp = getelementptr inbounds $stack, ptr %s, i32 0, i32 2
+  %end = load ptr, ptr %endp
+  %e = ptrtoint ptr %end to i64
+  %b = ptrtoint ptr %base to i64
+  %cap = sub i64 %e, %b
+  %some = icmp ne ptr %base, null
+  %small = icmp ule i64 %cap, $reserve_limit
+  %ok = and i1 %some, %small
+  br i1 %ok, label %keep, label %drop
+keep:
+  store i64 %cap, ptr %base
+  %old = atomicrmw xchg ptr %slot, ptr %base acq_rel
+  call void @free(ptr %old)
+  ret void
+drop:
+  call void @free(ptr %base)
+  ret void
+}
 define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {
 entry:
   %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
@@ -128,12 +178,60 @@ entry:
   call void @llvm.memcpy.p0.p0.i64(ptr %data, ptr %at, i64 %bytes, i1 false)
   ret void
 }
-define internal ptr @ad.copy.operand(ptr %frees, ptr %src, i64 %size) noinline {
+; A copy of a custom rule's operand, for the reverse pass: in the gradient's buffer of copies
+; %c (kept between calls, ad.copies.keep) while it has room, else in memory of its own freed at
+; the end; %c's top counts every copy's bytes, so that the next call's buffer holds them all.
+define internal ptr @ad.copy.operand(ptr %frees, ptr %c, ptr %src, i64 %size) noinline {
 entry:
+  %none = icmp eq ptr %c, null
+  br i1 %none, label %own, label %count
+count:
+  %topp = getelementptr inbounds $stack, ptr %c, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %c, i32 0, i32 2
+  %base = load ptr, ptr %c
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %s15 = add i64 %size, 15
+  %rounded = and i64 %s15, -16
+  %next = getelementptr i8, ptr %top, i64 %rounded
+  store ptr %next, ptr %topp
+  %some = icmp ne ptr %base, null
+  %room = icmp ule ptr %next, %end
+  %fits = and i1 %some, %room
+  br i1 %fits, label %bump, label %own
+bump:
+  call void @llvm.memcpy.p0.p0.i64(ptr %top, ptr %src, i64 %size, i1 false)
+  ret ptr %top
+own:
   %p = call ptr @$allocate(i64 %size)
   call void @llvm.memcpy.p0.p0.i64(ptr %p, ptr %src, i64 %size, i1 false)
   call void @ad.push.ptr(ptr %frees, ptr %p)
   ret ptr %p
+}
+define internal void @ad.copies.keep(ptr %c, ptr %slot) {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %c, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %c, i32 0, i32 2
+  %base = load ptr, ptr %c
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %t = ptrtoint ptr %top to i64
+  %b = ptrtoint ptr %base to i64
+  %e = ptrtoint ptr %end to i64
+  %need = sub i64 %t, %b
+  %cap = sub i64 %e, %b
+  %short = icmp ugt i64 %need, %cap
+  br i1 %short, label %grow, label %keep
+grow:
+  call void @free(ptr %base)
+  %fresh = call ptr @realloc(ptr null, i64 %need)
+  store ptr %fresh, ptr %c
+  %fend = getelementptr i8, ptr %fresh, i64 %need
+  store ptr %fend, ptr %endp
+  br label %keep
+keep:
+  call void @ad.stack.keep(ptr %c, ptr %slot)
+  ret void
 }
 define internal ptr @ad.shadow.raw(i64 %size) noinline {
 entry:

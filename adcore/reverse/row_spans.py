@@ -1,0 +1,240 @@
+"""Which rows a parallel loop's iterations write and read: the proofs that let a loop
+writing a 2-D array in the loop index's row (``v[i, j] = ...``), or reading one at
+neighbouring rows (``u[i - 1, j] + u[i + 1, j]``), run its reverse on threads.
+
+An access through array ``a``'s data pointer whose byte offset is linear in the loop
+index ``i``,
+
+    offset = i * B + c,     c = k + sum of t * x  over the other values x it depends on,
+
+with ``B`` (the bytes of a row, ``a.shape[1] * 8``), ``k`` and each ``t`` fixed for the
+call, and each ``x`` the counter of an inner loop (running between a start and an end
+fixed for the call, :mod:`adcore.analysis.exit_values`) or Numba's wrap-around of a
+negative index (``x < 0 ? n : 0``, zero over the loop's range), touches bytes
+``[i * B + min(c), i * B + max(c) + size)``.  Then
+
+* stores (:func:`row_checks`) stay in row ``i`` when ``0 <= min(c)`` and
+  ``max(c) + size <= B``: distinct iterations write disjoint bytes, and so do their
+  reverses in the shadow;
+* loads (:func:`band_checks`) reach at most ``max(c) + size - min(c)`` bytes from their
+  row's start: two pieces of the loop at least ``w`` iterations apart touch disjoint bytes
+  when that band is at most ``(w + 1) * B``, so the reverses of every other piece (pieces
+  of ``n // chunks`` iterations or more) can add into one shared shadow at once.
+
+The bounds are only known at the call: both return Python expressions over the chunk
+function's arguments (``a2.shape[1]``, ``a3``) and the launcher's ``lo`` (the loop's
+first index), ``n`` (its length) and ``chunks`` (its number of pieces), which the loop's
+launchers test at each call; where a test fails the pieces run one after another in the
+serial order (exactly the serial loop).
+"""
+from numba.core import types as nbtypes
+
+from .. import numba_abi
+from ..analysis.cfg import ControlFlow
+from ..analysis.exit_values import ENDS, exit_test
+from ..ir.model import Arg
+from .value_stack import SIZES
+
+_TRANSPARENT = ("sext", "zext")
+
+# For ``select (x P C), a, b``: the condition under which ``x P C`` holds for every ``x`` in
+# ``[low, high]`` (True) and under which it fails for every one (False).
+_ALWAYS = {
+    ("slt", True): "{high} < {c}", ("sle", True): "{high} <= {c}",
+    ("sgt", True): "{low} > {c}", ("sge", True): "{low} >= {c}",
+    ("slt", False): "{low} >= {c}", ("sle", False): "{low} > {c}",
+    ("sgt", False): "{high} <= {c}", ("sge", False): "{high} < {c}",
+}
+
+
+def row_checks(func, groups, data, index):
+    """``[Python expression]`` that, true at a call, prove every store through array data
+    pointer ``data`` of ``func`` (a chunk function, its arguments in ``groups`` as
+    ``[(Numba type, LLVM arguments)]``) writes inside the row of loop index ``index``; None
+    when some store is not of that form."""
+    spans = _spans(func, groups, data, index, "store")
+    if spans is None:
+        return None
+    checks = []
+    for row, low, end, span_checks in spans:
+        checks += span_checks + [f"{low} >= 0", f"{end} <= {row}"]
+    return list(dict.fromkeys(checks))
+
+
+def band_checks(func, groups, data, index):
+    """``[Python expression]`` that, true at a call, prove the loads through ``data`` of
+    pieces of the loop two or more pieces apart touch disjoint bytes (see the module's
+    docstring); None when some load is not of the linear form."""
+    spans = _spans(func, groups, data, index, "load")
+    if not spans:
+        return None
+    checks = [c for _, _, _, span_checks in spans for c in span_checks]
+    row = spans[0][0]
+    lows, ends = ", ".join(s[1] for s in spans), ", ".join(s[2] for s in spans)
+    band = f"({spans[0][2]}) - ({spans[0][1]})" if len(spans) == 1 else f"max({ends}) - min({lows})"
+    return list(dict.fromkeys(checks + [f"{band} <= (n // chunks + 1) * ({row})"]))
+
+
+def _spans(func, groups, data, index, opcode):
+    """``[(bytes of a row, lowest offset, end offset, checks)]`` of every ``opcode`` access
+    through ``data``, all in rows of one size; None when some access is not linear."""
+    terms = _Terms(ControlFlow(func), groups, index)
+    spans = []
+    for pointer, size in _accesses(func, data, opcode):
+        span = terms.span(pointer, data, size)
+        if span is None:
+            return None
+        spans.append(span)
+    return spans if len({s[0] for s in spans}) <= 1 else None
+
+
+def _accesses(func, data, opcode):
+    """``[(pointer, bytes)]`` of the loads or stores whose address derives from ``data``."""
+    derived, found = {id(data)}, []
+    for instr in func.instructions():
+        if instr.opcode == "getelementptr" and id(instr.operands[0].defn) in derived:
+            derived.add(id(instr))
+        elif instr.opcode == opcode == "store" and id(instr.operands[1].defn) in derived:
+            found.append((instr.operands[1].defn, SIZES.get(instr.operands[0].type)))
+        elif instr.opcode == opcode == "load" and id(instr.operands[0].defn) in derived:
+            found.append((instr.operands[0].defn, SIZES.get(instr.type)))
+    return found
+
+
+def _plus(a, b):
+    return b if a is None else f"{a} + {b}"
+
+
+class _Terms:
+    """Linear forms of a chunk function's integer values, and the launcher's expressions
+    of the values fixed for a call."""
+
+    def __init__(self, cfg, groups, index):
+        self.cfg, self.index = cfg, index
+        self.fields = {id(arg): (k, t, f) for k, (t, args) in enumerate(groups) for f, arg in enumerate(args)}
+
+    def span(self, pointer, data, size):
+        """``(bytes of a row, lowest offset, end offset, checks)`` of an access of ``size``
+        bytes through ``pointer``, relative to the start of the loop index's row, and the
+        conditions they hold under; or None."""
+        form = {}
+        while pointer is not data:
+            if getattr(pointer, "opcode", None) != "getelementptr" or len(pointer.operands) != 2 \
+                    or pointer.element_type not in SIZES:
+                return None
+            if not self.add(form, pointer.operands[1], str(SIZES[pointer.element_type])):
+                return None
+            pointer = pointer.operands[0].defn
+        row = form.pop(self.index, None)
+        if size is None or row is None:
+            return None
+        checks = [f"{row} > 0"]
+        low = high = form.pop(1, "0")
+        for leaf, scale in form.items():
+            values = self.counter_span(leaf, checks) or self.select_span(leaf, checks)
+            if values is None:
+                return None
+            first, last = (f"{scale} * ({v})" for v in values)
+            low, high = f"{low} + min({first}, {last})", f"{high} + max({first}, {last})"
+        return row, low, f"{high} + {size}", checks
+
+    def add(self, form, op, scale):
+        """Add ``scale`` (an expression) times the linear form of operand ``op`` into
+        ``form`` (``{leaf instruction or 1: coefficient expression}``); False where a
+        constant is not an integer."""
+        d = op.defn
+        fixed = self.expression(op)
+        if fixed is not None:
+            form[1] = _plus(form.get(1), f"{scale} * ({fixed})")
+        elif op.is_const or d is None:
+            return False
+        elif d.opcode in _TRANSPARENT:
+            return self.add(form, d.operands[0], scale)
+        elif d.opcode in ("add", "sub"):
+            other = f"-({scale})" if d.opcode == "sub" else scale
+            return self.add(form, d.operands[0], scale) and self.add(form, d.operands[1], other)
+        elif d.opcode == "shl" and d.operands[1].is_const:
+            return self.add(form, d.operands[0], f"{scale} * {1 << int(d.operands[1].ref)}")
+        elif d.opcode == "mul" and any(self.expression(o) is not None for o in d.operands):
+            factor, varying = sorted(d.operands, key=lambda o: self.expression(o) is None)
+            return self.add(form, varying, f"{scale} * ({self.expression(factor)})")
+        else:
+            form[d] = _plus(form.get(d), scale)
+        return True
+
+    def counter_span(self, phi, checks):
+        """``(first, last)`` expressions of the values counter ``phi`` of an inner loop
+        takes (its exit test's start and end), adding the check that the loop ends; else None."""
+        loop = self.cfg.loop_at.get(getattr(phi, "block", None))
+        if loop is None or phi.opcode != "phi":
+            return None
+        outside = next((p for p in loop.header.preds if p not in loop.blocks), None)
+        test = exit_test(loop, outside) if outside is not None else None
+        if test is None or test.counter is not phi or test.step not in (1, -1):
+            return None
+        start, bound = self.expression(test.start), self.expression(test.bound)
+        if start is None or bound is None:
+            return None
+        _, offset, pick = ENDS[test.predicate]
+        first = f"({start}) + {test.step}" if test.on_next else start
+        end = f"({bound}) + {offset}"
+        if pick is not None:
+            end = f"{'max' if pick.endswith('max') else 'min'}({first}, {end})"
+        last = f"({end}) - {test.step}" if test.on_next else end
+        span = (start, last) if test.step > 0 else (last, start)
+        checks.append(f"{span[0]} <= {span[1]}")
+        return span
+
+    def select_span(self, leaf, checks):
+        """``(0, 0)`` for ``select (x P C), a, b`` with ``x`` the loop index or an inner
+        counter and the side taken for every ``x`` of its range a zero (Numba's wrap-around
+        of a negative index), adding the check that it is; else None."""
+        if getattr(leaf, "opcode", None) != "select":
+            return None
+        test, zero = leaf.operands[0].defn, [o.is_const and o.ref == "0" for o in leaf.operands[1:]]
+        if getattr(test, "opcode", None) != "icmp" or not any(zero):
+            return None
+        x = test.operands[0].defn
+        while getattr(x, "opcode", None) in _TRANSPARENT:
+            x = x.operands[0].defn
+        c = self.expression(test.operands[1])
+        span = ("lo", "(lo + n - 1)") if x is self.index else self.counter_span(x, checks)
+        rule = _ALWAYS.get((test.predicate, zero[0]))
+        if span is None or c is None or rule is None:
+            return None
+        checks.append(rule.format(low=span[0], high=span[1], c=c))
+        return "0", "0"
+
+    def expression(self, op):
+        """A Python expression of operand ``op``'s value over the launcher's arguments
+        (``a<k>``), when it is fixed for a call; else None."""
+        if op.is_const:
+            return op.ref if op.ref.lstrip("-").isdigit() else None
+        return self.defined(op.defn)
+
+    def defined(self, d):
+        """:meth:`expression` of the value instruction or argument ``d`` defines."""
+        if isinstance(d, Arg):
+            return self.argument(d)
+        if d.opcode in _TRANSPARENT:
+            return self.expression(d.operands[0])
+        if d.opcode in ("add", "sub", "mul"):
+            a, b = (self.expression(o) for o in d.operands)
+            sign = {"add": "+", "sub": "-", "mul": "*"}[d.opcode]
+            return None if a is None or b is None else f"({a} {sign} {b})"
+        return None
+
+    def argument(self, arg):
+        """``a<k>`` for an integer argument, ``a<k>.shape[d]`` / ``.strides[d]`` / ``.size``
+        / ``.itemsize`` for an array's field; else None."""
+        k, t, f = self.fields.get(id(arg), (None, None, None))
+        if k is None:
+            return None
+        if not isinstance(t, nbtypes.Array):
+            return f"a{k}" if isinstance(t, nbtypes.Integer) else None
+        shape, strides = numba_abi.SHAPE, numba_abi.SHAPE + t.ndim
+        if shape <= f < strides:
+            return f"a{k}.shape[{f - shape}]"
+        if strides <= f < strides + t.ndim:
+            return f"a{k}.strides[{f - strides}]"
+        return {numba_abi.NITEMS: f"a{k}.size", numba_abi.ITEMSIZE: f"a{k}.itemsize"}.get(f)
