@@ -495,6 +495,18 @@ def reverse_function(loop, shadowed):
     return _reverses[key]
 
 
+def _private_shadow(k):
+    """The line allocating the threads' private shadows of array ``d<k>``: one zeroed row
+    per thread, each padded to start a cache line of its own (threads adding into
+    neighbouring bytes would take the line from each other at every addition)."""
+    return f"    p{k} = np.zeros((workers, (d{k}.size // 8 + 2) * 8), d{k}.dtype)"
+
+
+def _thread_shadow(k):
+    """The running thread's private shadow of array ``d<k>``, shaped as ``d<k>``."""
+    return f"p{k}[thread_id(), :d{k}.size].reshape(d{k}.shape)"
+
+
 def _annotations(argtypes, shadowed):
     from ..annotations import Active, Const, Duplicated
     anns = []
@@ -525,14 +537,14 @@ def _build_reverse(loop, shadowed):
     empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
     lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}):" + _SPLIT.rstrip("\n"),
              "    if n <= 0:", f"        return {empty}"]
-    lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [_private_shadow(k) for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
-    call_shadows = [f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
+    call_shadows = [_thread_shadow(k) if k in private else f"d{k}" for k in shadowed]
     body = [_CHUNK.strip("\n"), "        if first <= last:",
             f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
-    lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
+    lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
     exec("\n".join(lines), scope)
@@ -560,7 +572,7 @@ def _build_taped_reverse(loop, shadowed):
     private = [k for k in loop.private if k in shadowed]
     empty = f"({', '.join('0.0' for _ in floats)},)" if floats else "None"
     shadows = [f"d{k}.copy()" if k in loop.call.reductions else
-               f"p{k}[thread_id()]" if k in private else f"d{k}" for k in shadowed]
+               _thread_shadow(k) if k in private else f"d{k}" for k in shadowed]
     lines = [f"def reverse({', '.join(names + [f'd{k}' for k in arrays])}, tape):",
              f"    head = carray(tape, {_HEAD}, np.int64)",
              "    chunks = head[0]",
@@ -569,13 +581,13 @@ def _build_taped_reverse(loop, shadowed):
              "    lo = np.int64(a0[0])",
              "    n = np.int64(a0[a0.shape[0] // 2]) - lo + 1",
              "    workers = numba.get_num_threads()"]
-    lines += [f"    p{k} = np.zeros((workers,) + d{k}.shape, d{k}.dtype)" for k in private]
+    lines += [_private_shadow(k) for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
     body = ["        slot = head[3 + c]", _SLOTTED.strip("\n"), "        if first <= last:",
             f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
-    lines += [f"    d{k} += p{k}.sum(axis=0)" for k in private]
+    lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
              "rev": taped(loop, shadowed).rev}
