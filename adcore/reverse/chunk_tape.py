@@ -25,6 +25,7 @@ import itertools
 import re
 
 import llvmlite.binding as llvm
+import numpy as np
 from numba.core import types as nbtypes
 
 from .. import numba_abi
@@ -42,12 +43,19 @@ from .value_stack import FRAME_STACKS, STACK_BYTES
 _counter = itertools.count()
 
 
+POOL_SLOTS = 64          # value-stack buffers a parallel loop's pieces keep between calls
+
+
 class TapedChunk:
-    """The njit intrinsics ``aug`` and ``rev`` of one chunk function and shadow pattern;
-    ``rev`` returns the adjoints of the float scalar arguments (a tuple) or None."""
+    """The njit intrinsics ``aug`` and ``rev`` of one chunk function and shadow pattern
+    (their last two arguments: the address of the piece's frame stacks, and ``pool``'s);
+    ``rev`` returns the adjoints of the float scalar arguments (a tuple) or None.  ``pool``
+    holds the pieces' value-stack buffers between calls (``POOL_SLOTS`` addresses), kept
+    for the life of the process."""
 
     def __init__(self, aug, rev, floats):
         self.aug, self.rev, self.floats = aug, rev, floats
+        self.pool = np.zeros(POOL_SLOTS, np.int64)
 
 
 def slotted_module(module, symbol):
@@ -114,7 +122,7 @@ def taped_chunk(chunk_kernel, anns, argtypes, shadowed):
     float_types = tuple(t for t in argtypes if isinstance(t, nbtypes.Float))
     restype = nbtypes.Tuple(float_types) if float_types else nbtypes.none
     text += _wrappers(symbol, flat, adjoint_type, floats, str(ctx.get_value_type(restype)))
-    stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + [nbtypes.int64]
+    stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + [nbtypes.int64, nbtypes.int64]
     stubs = []
     for half, result in (("aug", nbtypes.none), ("rev", restype)):
         wrapper = f"{symbol}.{half}.w"
@@ -145,9 +153,11 @@ def _wrappers(symbol, flat, adjoint_type, floats, result_type):
     and ``.rev.w``, which stores the adjoints in its return slot and frees the chunk's
     tape (its deferred destructors and frees, and its value stack)."""
     args = ", ".join(f"{t} %p{j}" for j, t in enumerate(flat))
-    signature = f"i32 @{symbol}.{{}}.w(ptr %ret, ptr %exc, {args}, i64 %tape)"
+    signature = f"i32 @{symbol}.{{}}.w(ptr %ret, ptr %exc, {args}, i64 %tape, i64 %pool)"
     aug = Emitter()
     slot, stacks = _frame_stacks(aug)
+    pool = aug("inttoptr i64 %pool to ptr", "pool")
+    aug.line(f"call void @ad.stack.take(ptr {stacks[0]}, ptr {pool}, i64 {POOL_SLOTS})")
     status = aug(f"call i32 @{symbol}.aug(ptr {slot}, ptr %exc, {args}, {_passed(stacks)})", "status")
     aug.line(f"ret i32 {status}")
     rev = Emitter()
@@ -162,7 +172,8 @@ def _wrappers(symbol, flat, adjoint_type, floats, result_type):
         rev.line(call)
     rev.line(f"call void @ad.release(ptr {stacks[1]}, ptr @{CALL_DTOR})")
     rev.line(f"call void @ad.release(ptr {stacks[2]}, ptr @{FREE})")
-    rev.line(f"call void @free(ptr {rev(f'load ptr, ptr {stacks[0]}')})")
+    rev.line(f"call void @ad.stack.keep(ptr {stacks[0]}, ptr {rev('inttoptr i64 %pool to ptr', 'pool')}, "
+             f"i64 {POOL_SLOTS})")
     rev.line(f"ret i32 {numba_abi.STATUS_OK}")
     return "\n" + aug.define(signature.format("aug")) + rev.define(signature.format("rev"))
 

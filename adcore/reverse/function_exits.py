@@ -95,7 +95,7 @@ class FunctionExits:
     def keep_stack(self, stack):
         """Hand ``stack``'s memory (and that of the operand copies) to its reserve slot for
         the next call (or free it)."""
-        self.e.line(f"call void @ad.stack.keep(ptr {stack}, ptr {runtime.RESERVED[stack]})")
+        self.e.line(f"call void @ad.stack.keep(ptr {stack}, ptr {runtime.RESERVED[stack]}, i64 1)")
         if stack == "%ad.stack" and self.copies_used:
             self.e.line(f"call void @ad.copies.keep(ptr %ad.copies, ptr {runtime.RESERVED['%ad.copies']})")
 

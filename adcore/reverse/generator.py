@@ -304,7 +304,7 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
             entry += [f"  {stack} = alloca {runtime.STACK_TYPE}",
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
             if stack in runtime.RESERVED:
-                entry.append(f"  call void @ad.stack.take(ptr {stack}, ptr {runtime.RESERVED[stack]})")
+                entry.append(f"  call void @ad.stack.take(ptr {stack}, ptr {runtime.RESERVED[stack]}, i64 1)")
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         return function_text(f"i32 @{self.spec.symbol}({params})", entry + forward + exits + reverse) \
             + self.loop_hints.text()

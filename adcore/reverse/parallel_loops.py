@@ -474,7 +474,8 @@ def taped_forward_function(loop, shadowed):
                   _chunk_loop(loop.checks, "        slot = thread_id()\n" + _SLOTTED.lstrip("\n") +
                               "        head[3 + c] = slot\n"
                               "        if first <= last:\n"
-                              f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES})\n"))
+                              f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
+                              f"{taped(loop, shadowed).pool.ctypes.data})\n"))
         scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
                  "aug": taped(loop, shadowed).aug}
         exec(source, scope)
@@ -584,7 +585,8 @@ def _build_taped_reverse(loop, shadowed):
     lines += [_private_shadow(k) for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
     body = ["        slot = head[3 + c]", _SLOTTED.strip("\n"), "        if first <= last:",
-            f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES})"]
+            f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
+            f"{taped(loop, shadowed).pool.ctypes.data})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
     lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]

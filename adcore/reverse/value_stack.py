@@ -22,7 +22,7 @@ def without_reserves(text):
     """Gradient IR ``text`` whose stacks neither take nor keep reserved memory: freed at the
     end as their own (for gradient IR differentiated again, :func:`adcore.hvp`)."""
     text = re.sub(r"^  call void @ad\.(stack\.take|copies\.keep)\(.*\n", "", text, flags=re.M)
-    text = re.sub(r"call void @ad\.stack\.keep\((ptr [^,]+), ptr @ad\.reserve\.\w+\)",
+    text = re.sub(r"call void @ad\.stack\.keep\((ptr [^,]+), ptr @ad\.reserve\.\w+, i64 1\)",
                   r"call void @ad.stack.free(\1)", text)
     return text.replace("@ad.copy.operand(ptr %ad.rawfrees, ptr %ad.copies,", "@ad.copy.operand(ptr %ad.rawfrees, ptr null,")
 FRAME_STACKS = ("%ad.stack", "%ad.dtors", "%ad.rawfrees", "%ad.arena")   # a gradient's stacks

@@ -1,17 +1,30 @@
 ; The value stack's runtime helpers (adcore.reverse.value_stack.helpers): growing a stack,
 ; the arena, deferred releases and decrefs, array snapshots, operand copies, zeroed shadows.
 ; "stack" is the stack's type { base, top, end }.
-; A gradient function's value stack and its stack of final contents keep their memory for
-; the next call in a reserve slot each (page faults on fresh memory cost more than the copies
-; they hold): ad.stack.take starts a stack on the slot's buffer, ad.stack.keep puts it back.
+; A gradient function's value stack, its stack of final contents and its buffer of operand
+; copies keep their memory for the next call in a reserve slot each; the pieces of a parallel
+; loop keep their stacks' in a pool of slots (page faults on fresh memory cost more than the
+; copies they hold, and threads taking them contend in the kernel): ad.stack.take starts a
+; stack on a buffer of slots[0 .. n), ad.stack.keep puts the stack's buffer back in an empty
+; slot (its capacity in its first word), or frees it.
 @ad.reserve.stack = internal global ptr null
 @ad.reserve.finals = internal global ptr null
 @ad.reserve.copies = internal global ptr null
-define internal void @ad.stack.take(ptr %s, ptr %slot) {
+define internal void @ad.stack.take(ptr %s, ptr %slots, i64 %n) {
 entry:
+  br label %look
+look:
+  %k = phi i64 [ 0, %entry ], [ %k1, %next ]
+  %more = icmp ult i64 %k, %n
+  br i1 %more, label %try, label %exit
+try:
+  %slot = getelementptr ptr, ptr %slots, i64 %k
   %r = atomicrmw xchg ptr %slot, ptr null acquire
   %none = icmp eq ptr %r, null
-  br i1 %none, label %exit, label %take
+  br i1 %none, label %next, label %take
+next:
+  %k1 = add i64 %k, 1
+  br label %look
 take:
   %cap = load i64, ptr %r
   %end = getelementptr i8, ptr %r, i64 %cap
@@ -24,13 +37,7 @@ take:
 exit:
   ret void
 }
-define internal void @ad.stack.free(ptr %s) {
-entry:
-  %base = load ptr, ptr %s
-  call void @free(ptr %base)
-  ret void
-}
-define internal void @ad.stack.keep(ptr %s, ptr %slot) {
+define internal void @ad.stack.keep(ptr %s, ptr %slots, i64 %n) {
 entry:
   %base = load ptr, ptr %s
   %endp = getelementptr inbounds $stack, ptr %s, i32 0, i32 2
@@ -41,13 +48,31 @@ entry:
   %some = icmp ne ptr %base, null
   %small = icmp ule i64 %cap, $reserve_limit
   %ok = and i1 %some, %small
-  br i1 %ok, label %keep, label %drop
-keep:
+  br i1 %ok, label %header, label %drop
+header:
   store i64 %cap, ptr %base
-  %old = atomicrmw xchg ptr %slot, ptr %base acq_rel
-  call void @free(ptr %old)
-  ret void
+  br label %look
+look:
+  %k = phi i64 [ 0, %header ], [ %k1, %next ]
+  %more = icmp ult i64 %k, %n
+  br i1 %more, label %try, label %drop
+try:
+  %slot = getelementptr ptr, ptr %slots, i64 %k
+  %pair = cmpxchg ptr %slot, ptr null, ptr %base acq_rel monotonic
+  %put = extractvalue { ptr, i1 } %pair, 1
+  br i1 %put, label %exit, label %next
+next:
+  %k1 = add i64 %k, 1
+  br label %look
 drop:
+  call void @free(ptr %base)
+  br label %exit
+exit:
+  ret void
+}
+define internal void @ad.stack.free(ptr %s) {
+entry:
+  %base = load ptr, ptr %s
   call void @free(ptr %base)
   ret void
 }
@@ -230,7 +255,7 @@ grow:
   store ptr %fend, ptr %endp
   br label %keep
 keep:
-  call void @ad.stack.keep(ptr %c, ptr %slot)
+  call void @ad.stack.keep(ptr %c, ptr %slot, i64 1)
   ret void
 }
 define internal ptr @ad.shadow.raw(i64 %size) noinline {
