@@ -345,6 +345,30 @@ u = np.linspace(-1.0, 2.0, 24).reshape(6, 4)
 gu, _ = adcore.gradient(Reverse, g, u, Const(np.zeros((6, 4))))
 np.testing.assert_allclose(gu, 2 * np.sin(u) * np.cos(u), rtol=1e-12)
 """, None),
+    "gradient_parallel_band_reads": ("""
+import numba
+import numpy as np
+import adcore
+from adcore import Const, Reverse
+from numba import prange
+
+@numba.njit(parallel=True)
+def g(u, v):
+    m, p = u.shape
+    for i in prange(1, m - 1):
+        for j in range(p):
+            v[i, j] = u[i - 1, j] * u[i + 1, j]
+    return np.sum(v)
+
+# first call of the process: u read at the rows beside i, one shared shadow, pieces long
+# enough for every other one to run at once (checked at the call)
+u = np.linspace(-1.0, 2.0, 400 * 3).reshape(400, 3)
+gu, _ = adcore.gradient(Reverse, g, u, Const(np.zeros((400, 3))))
+expected = np.zeros_like(u)
+expected[:-2] += u[2:]
+expected[2:] += u[:-2]
+np.testing.assert_allclose(gu, expected, rtol=1e-12)
+""", None),
     "compile_gradient_native_from_python": (NJIT + """
 g = adcore.compile_gradient(Reverse, f, Active(a), Duplicated(x, dx), Duplicated(out, dout))
 assert g.shadowed == [1, 2]
