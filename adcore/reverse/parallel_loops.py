@@ -168,9 +168,27 @@ def _accesses(users, data, index):
             elif user.opcode == "store" and k == 1:
                 writes = True
                 far_writes = far_writes or far or user.operands[0].type != element
-            else:
+            elif not (user.opcode == "ptrtoint" and _only_compared(users, user)):
                 return None
     return reads, writes, far_reads, far_writes
+
+
+def _only_compared(users, value):
+    """Whether integer ``value`` (an address) only reaches comparisons, through integer
+    arithmetic and selects: Numba's test of whether two arrays overlap before it assigns
+    one to a slice of the other (``D[i] = expr``), which touches no memory."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        for user, _ in users.get(id(v), []):
+            if user.opcode in ("add", "sub", "select", "phi"):
+                stack.append(user)
+            elif user.opcode != "icmp":
+                return False
+    return True
 
 
 def _repeatable(call):

@@ -19,7 +19,7 @@ import test_parallel as T
 
 for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil",
              "moving_range", "float32_sum", "cached_inner", "stencil_rows", "rows_overlap",
-             "stencil_band", "wide_band", "wide_band_long"]:
+             "stencil_band", "wide_band", "wide_band_long", "pairwise"]:
     args = T.ARGUMENTS[name]()
     expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
     for threads in {threads}:
