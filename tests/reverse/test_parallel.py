@@ -308,6 +308,13 @@ INDEX = {"own": "i", "shifted": "(i + 1) % n", "reversed": "n - 1 - i", "gathere
 COMBINE = {"store": "out[i] = {}", "sum": "total += {}", "scatter": "out[idx[i]] += {}"}
 
 
+def _both_builds(src):
+    """The ``parallel=True`` and ``parallel=False`` builds of function ``kernel`` in ``src``."""
+    scope = {"math": math, "np": np, "prange": prange}
+    exec(src, scope)
+    return numba.njit(parallel=True)(scope["kernel"]), numba.njit(scope["kernel"])
+
+
 def _generated(unary, index, combine):
     term = UNARY[unary].format(f"w[0] * x[{INDEX[index]}] + x[i]")
     body = COMBINE[combine].format(term)
@@ -317,9 +324,7 @@ def _generated(unary, index, combine):
            f"    for i in prange(n):\n"
            f"        {body}\n"
            f"    return total + np.sum(out * out)\n")
-    scope = {"math": math, "np": np, "prange": prange}
-    exec(src, scope)
-    return numba.njit(parallel=True)(scope["kernel"]), numba.njit(scope["kernel"])
+    return _both_builds(src)
 
 
 _KERNELS = {}
@@ -358,9 +363,7 @@ def _generated_rows(unary, up, down, column):
            f"        for j in range(1, p - 1):\n"
            f"            out[i, j] = {term} * u[i + {down}, j] + u[i, j]\n"
            f"    return np.sum(out * out)\n")
-    scope = {"math": math, "np": np, "prange": prange}
-    exec(src, scope)
-    return numba.njit(parallel=True)(scope["kernel"]), numba.njit(scope["kernel"])
+    return _both_builds(src)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
