@@ -19,7 +19,7 @@
     compile   backend/native.py     O3 with vectorisation, MCJIT, external symbols checked;
                                     the entry Python calls through ctypes
                                     (calling/python_entry.py)
-    stub      backend/native.py     an njit function calling it with Numba's calling
+    stub      calling/njit_stub.py  an njit function calling it with Numba's calling
                                     convention (when njit code first needs it, unless
                                     Python cannot use the entry)
 
@@ -39,6 +39,7 @@ from .analysis.pointers import UNKNOWN, PointerBases
 from .annotations import Active, Const, Duplicated
 from .backend import native
 from .calling import python_entry
+from .calling.njit_stub import make_stub
 from .calling.compiled import CompiledGradient
 from .errors import ActivityError, UnsupportedError
 from .frontend.capture import capture
@@ -300,7 +301,7 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
             stub = None
         else:
             with stage("stub"):
-                stub = call = native.make_stub(symbol, *stub_spec)
+                stub = call = make_stub(symbol, *stub_spec)
         grad = CompiledGradient(layout.pyname, symbol, layout.has_primal, shadowed,
                                 written_arguments(layout, analyses.clobbers), distinct,
                                 lambda: irs, call, stub_spec, native=stub)

@@ -1,25 +1,21 @@
-"""From gradient IR to a callable: O3 with vectorisation (not of very large loops), MCJIT,
-and a Numba stub.
+"""From gradient IR to native code: O3 with vectorisation (not of very large loops) and
+MCJIT.
 
-The gradient function follows Numba's calling convention, so a Numba ``@intrinsic``
-can call it like any compiled function: the stub's own exception handling re-raises a
-kernel's Python exception, and the call costs a native call plus argument unboxing.
 MCJIT hands over the object code it emits (kept for the on-disk cache).  Python calls a
 gradient through ctypes and an entry compiled with it (:mod:`adcore.calling.python_entry`), no
-Numba compile needed; the stub is made when njit code needs it.
+Numba compile needed; njit code calls it through a stub (:mod:`adcore.calling.njit_stub`),
+made when njit code needs it.
 """
 import re
 import threading
 
 import llvmlite.binding as llvm
-import numba
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from .. import numba_abi
 from . import vector_math
+from ..calling import njit_stub
 from ..calling.python_entry import entry_ir, entry_name
-from ..errors import ActivityError, LinkError
+from ..errors import LinkError
 from ..ir.writer import fill
 from .loop_hints import without_vectorising_large_loops
 from ..numba_abi import target_machine
@@ -33,6 +29,10 @@ _defined = {}      # symbol -> address, of every gradient in the engine
 # ``__powi?f2``) that a Python process need not contain: x^n by repeated squaring
 # (the template ``powi.ll`` of adcore.ir.writer).
 _BUILTINS = {"__powidf2": "double", "__powisf2": "float"}
+
+# The intrinsic calling a native function from njit code lives in the call layer; this
+# name stays for adcore.reverse.chunk_tape, which calls it as native.stub_call.
+stub_call = njit_stub.stub_call
 
 
 def optimise(module):
@@ -196,59 +196,3 @@ def load_object(data, symbol, externals):
             return None
         _define(engine, symbol)
         return _defined[symbol]
-
-
-def stub_call(symbol, argtypes, restype, same_layout=()):
-    """An intrinsic ``call(*args)`` for njit code: it calls the native ``symbol`` with
-    Numba's calling convention for arguments of ``argtypes`` (those given are converted
-    to them; arguments that cannot be are a typing error) and returns ``restype``,
-    re-raising the kernel's exception; for each ``(i, j, what)`` in ``same_layout`` it
-    raises :class:`ActivityError` unless arrays ``i`` and ``j`` have the same shape and
-    strides: wrong arguments never reach the native code."""
-    sig = restype(*argtypes)
-
-    def codegen(context, builder, signature, args):
-        for i, j, what in same_layout:
-            _check_same_layout(context, builder, (signature.args[i], args[i]),
-                               (signature.args[j], args[j]), f"{what} must have the shape and strides of its array")
-        fnty = context.call_conv.get_function_type(signature.return_type, signature.args)
-        fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
-        status, out = context.call_conv.call_function(
-            builder, fn, signature.return_type, signature.args, args)
-        with builder.if_then(status.is_error, likely=False):
-            context.call_conv.return_status_propagate(builder, status)
-        return out
-
-    def typer(typingctx, *given):
-        if len(given) == len(argtypes) and all(
-                typingctx.can_convert(g, t) is not None for g, t in zip(given, argtypes)):
-            return sig, codegen
-        return None
-
-    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
-    scope = {"typer": typer}
-    exec(f"def call_typer(typingctx, {names}):\n    return typer(typingctx, {names})\n", scope)
-    return intrinsic(scope["call_typer"])
-
-
-def make_stub(symbol, argtypes, restype, same_layout=()):
-    """An njit function ``stub(*args)`` doing what :func:`stub_call` does, compiled for
-    exactly ``argtypes`` (other types are a ``TypeError``) and without a C wrapper."""
-    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
-    scope = {"call": stub_call(symbol, argtypes, restype, same_layout)}
-    exec(f"def stub({names}):\n    return call({names})\n", scope)
-    return numba.njit(restype(*argtypes), no_cfunc_wrapper=True)(scope["stub"])
-
-
-def _check_same_layout(context, builder, first, second, message):
-    """Code raising ActivityError(``message``) unless arrays ``first`` and ``second``
-    (each ``(Numba type, value)``) have the same shape and strides."""
-    (ty_a, a), (ty_b, b) = first, second
-    a, b = context.make_array(ty_a)(context, builder, a), context.make_array(ty_b)(context, builder, b)
-    fields_a = cgutils.unpack_tuple(builder, a.shape) + cgutils.unpack_tuple(builder, a.strides)
-    fields_b = cgutils.unpack_tuple(builder, b.shape) + cgutils.unpack_tuple(builder, b.strides)
-    differ = cgutils.false_bit
-    for x, y in zip(fields_a, fields_b):
-        differ = builder.or_(differ, builder.icmp_signed("!=", x, y))
-    with builder.if_then(differ, likely=False):
-        context.call_conv.return_user_exc(builder, ActivityError, (message,))

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..annotations import Active, Duplicated
 from .arguments import mirrored, share_memory
-from ..backend import native as native_code
+from .njit_stub import make_stub, stub_call
 from ..errors import ActivityError, UnsupportedError
 from ..timings import compiling, stage
 
@@ -37,7 +37,7 @@ class CompiledGradient:
     ``optimised_ir`` are the IR of the pipeline's stages (``irs()`` returns the three).
     ``call`` runs the gradient on the arguments as ``native`` does (``native`` itself, or
     the ctypes entry, replaced by ``native`` after ``PROMOTE_AFTER`` calls); ``stub_spec``
-    is ``(argument types, result type, same_layout)`` of :func:`adcore.backend.native.make_stub`,
+    is ``(argument types, result type, same_layout)`` of :func:`adcore.calling.njit_stub.make_stub`,
     which builds ``native`` (its time is a compile report of its own,
     ``adcore.timings.compile_reports()``); ``njit_call`` is the intrinsic that njit code
     generated to call the gradient may call instead, with no compile of its own."""
@@ -58,13 +58,13 @@ class CompiledGradient:
     def native(self):
         if self._native is None:
             with compiling(f"the njit stub of {self.pyname}"), stage("stub"):
-                self._native = native_code.make_stub(self.symbol, *self.stub_spec)
+                self._native = make_stub(self.symbol, *self.stub_spec)
         return self._native
 
     @property
     def njit_call(self):
         if self._njit_call is None:
-            self._njit_call = native_code.stub_call(self.symbol, *self.stub_spec)
+            self._njit_call = stub_call(self.symbol, *self.stub_spec)
         return self._njit_call
 
     @property

@@ -12,6 +12,7 @@ from ..annotations import Const, Duplicated
 from ..backend import native
 from .callees import ForwardCallees
 from ..calling.compiled import CompiledGradient, _like_strides
+from ..calling.njit_stub import make_stub
 from ..errors import UnsupportedError
 from ..frontend.constructs import in_user_words
 from .generator import ForwardSpec, TangentGenerator, tangent_module
@@ -100,7 +101,7 @@ def differentiate_forward(dispatcher, argtypes, tangent_floats, duplicated, lane
             arrays = [argtypes[k] for k in duplicated for _ in range(lanes)]
             checks = [(n + len(floats) + i, k, f"the tangent of argument {k}")
                       for i, k in enumerate(k for k in duplicated for _ in range(lanes))]
-            stub = native.make_stub(symbol, list(argtypes) + floats + arrays, layout.result, checks)
+            stub = make_stub(symbol, list(argtypes) + floats + arrays, layout.result, checks)
         irs = (primal_.ir, tangent_ir, optimised_ir)
         return CompiledForward(layout, symbol, stub, pipeline.written_arguments(layout, analyses.clobbers),
                                distinct, irs)

@@ -19,6 +19,7 @@ from numba.np.numpy_support import as_dtype
 
 from .. import numba_abi
 from ..backend import native
+from ..calling.njit_stub import make_stub
 from .capture import Kernel
 from .cleanup import clean
 from ..errors import ADError
@@ -337,7 +338,7 @@ class ForeignFunction:
             if not g.is_declaration and g.name != symbol:
                 g.linkage = "internal"
         native.compile_ir(str(module), symbol, self.name)
-        return native.make_stub(symbol, argtypes, self.restype)
+        return make_stub(symbol, argtypes, self.restype)
 
     def __call__(self, *values):
         """Run the function: arrays are passed by data pointer (and modified in place)."""
