@@ -48,7 +48,7 @@ from .frontend.constructs import in_user_words
 from .frontend.index_signs import array_sizes, remove_negative_index_tests
 from .ir.model import read_function, source_locations
 from .reverse import parallel_loops
-from .reverse.calls import Callees
+from .reverse.callees import Callees
 from .reverse.generator import AdjointGenerator, Analyses, Spec, gradient_module
 from .rules import custom as custom_rules
 from .rules.scalar import is_differentiable_call, is_pure_call
@@ -164,7 +164,7 @@ def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds
     """Stage ``analyse``, with the scratch-shadow fixed point: returns ``(spec, analyses,
     scratch)``, ``scratch`` the Const array arguments given internal shadows (those a
     pointer may reach together with shadowed memory, and those that receive derivatives).
-    ``callees``: the functions differentiated as calls (:class:`adcore.reverse.calls.Callees`), else
+    ``callees``: the functions differentiated as calls (:class:`adcore.reverse.callees.Callees`), else
     ``rule_of`` (default: the custom rules) finds the calls a generator handles itself;
     ``seeds`` are values that carry derivatives besides the Active arguments."""
     func, args = primal_.func, primal_.func.args

@@ -24,7 +24,7 @@ SLOW_TESTS = {
     "test_core_alloc.py::test_allocating_kernels_against_finite_differences",
     "test_core_alloc.py::test_numpy_functions_inside_kernels",
     "test_core_cache_cut.py::test_random_shared_leaves_keep_at_most_the_loads",
-    "test_core_calls.py::test_c_recursion",
+    "test_core_callees.py::test_c_recursion",
     "test_core_loop_order.py::test_gradients_match_finite_differences",
     "test_core_reach.py::test_calls_without_a_rule_are_named_as_numpy_and_math_functions",
     "test_core_reach.py::test_slice_stores_against_finite_differences",

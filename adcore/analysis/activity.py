@@ -19,7 +19,7 @@ FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fpext", "fptrunc",
              "select", "phi", "freeze", "call", "insertelement", "extractelement", "shufflevector")
 INACTIVE_RESULTS = ("fcmp", "fptosi", "fptoui", "ret")      # ret: a callee's result, see _useful
 PUN_TYPES = {"i64": "double", "i32": "float"}
-_GENERATED_FOR_CALLS = re.compile(r"\.(aug|rev)\.\d+$")     # adcore.reverse.calls' augmented forwards, reverses
+_GENERATED_FOR_CALLS = re.compile(r"\.(aug|rev)\.\d+$")     # adcore.reverse.callees' augmented forwards, reverses
 
 
 class Activity:

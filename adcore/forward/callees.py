@@ -12,7 +12,7 @@ pointer (as the reverse mode's calls may not).
 """
 from .generator import ForwardSpec, TangentGenerator, returned_type
 from ..numba_abi import python_name
-from ..reverse.calls import Callees
+from ..reverse.callees import Callees
 
 
 class ForwardCallees(Callees):

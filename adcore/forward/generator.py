@@ -32,7 +32,7 @@ from ..errors import UnsupportedError
 from ..ir.model import Operand, is_float_type, strip_metadata
 from ..ir.writer import Emitter, GeneratorBase, Expr, alignment, float_const
 from ..reverse import value_stack as runtime
-from ..reverse.call_sites import check_arguments
+from ..reverse.callee_sites import check_arguments
 from ..reverse.shadows import shadow_pointers
 from ..rules.scalar import tangent_rule
 from .rule_calls import forward_rule_call

@@ -2,7 +2,7 @@
 
 A callee is inlined unless it is recursive: a function on a cycle of the call graph (a
 strongly connected component with more than one function, or one that calls itself)
-stays a call, differentiated as a call (:mod:`adcore.reverse.calls`).  Inlining is an
+stays a call, differentiated as a call (:mod:`adcore.reverse.callees`).  Inlining is an
 optimisation; recursion cannot be inlined.
 """
 import re

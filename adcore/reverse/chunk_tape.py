@@ -31,7 +31,7 @@ from numba.core import types as nbtypes
 from .. import numba_abi
 from ..annotations import Const
 from ..backend import native
-from .calls import Callees, Pair, Split
+from .callees import Callees, Pair, Split
 from ..errors import ADError
 from ..frontend.capture import Kernel
 from ..ir.writer import Emitter

@@ -1,6 +1,6 @@
 """How a gradient function ends its forward pass and returns: the status check, the
 returned array's seed, the active arguments' adjoints stored, deferred frees run; and a
-callee's split into an augmented forward and a reverse function (:mod:`adcore.reverse.calls`)."""
+callee's split into an augmented forward and a reverse function (:mod:`adcore.reverse.callees`)."""
 from .. import numba_abi as abi
 from ..errors import UnsupportedError
 from ..ir.model import local
@@ -13,7 +13,7 @@ class FunctionExits:
     """The exits' part of :class:`adcore.reverse.generator.AdjointGenerator`."""
 
     def split_functions(self, forward, reverse):
-        """A callee's augmented forward and reverse (see :mod:`adcore.reverse.calls`)."""
+        """A callee's augmented forward and reverse (see :mod:`adcore.reverse.callees`)."""
         e, split = self.e, self.spec.split
         rt, pair = split.ret_type, split.pair
         kept = list(self.values.registers.items())

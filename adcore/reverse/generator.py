@@ -24,7 +24,7 @@ ptr excinfo, <primal arguments>, <shadow arrays>)``.  It runs
 What the reverse pass recomputes and what it keeps is :mod:`adcore.plan.values`' policy; the
 reverse of each instruction is :mod:`adcore.reverse.instructions`'s; this module assembles the function.
 
-A function differentiated as a call (:mod:`adcore.reverse.calls`) is split where the forward pass
+A function differentiated as a call (:mod:`adcore.reverse.callees`) is split where the forward pass
 ends: an augmented forward that pushes every kept value before it returns, and a reverse
 that pops them.  A block's pushes made after a call (on top of the callee's tape) are
 popped just before the callee's reverse.
@@ -36,7 +36,7 @@ from ..plan.function_plan import plan_function
 from ..plan.pushes import Pushes
 from ..rules.scalar import Lane
 from . import value_stack as runtime
-from .call_sites import CallSite
+from .callee_sites import CallSite
 from .forward_pass import ForwardPass
 from .function_exits import FunctionExits
 from .instructions import reverse_instruction

@@ -207,7 +207,7 @@ def calls_gamma_chain(v):
 
 
 def test_refusal_names_the_callee():
-    with pytest.raises(UnsupportedError, match=r"Python function 'test_core_calls\.gamma_chain'") as err:
+    with pytest.raises(UnsupportedError, match=r"Python function 'test_core_callees\.gamma_chain'") as err:
         adcore.gradient(Reverse, calls_gamma_chain, 1.5)
     assert "_ZN" not in str(err.value)
 

@@ -1,4 +1,5 @@
-"""A call differentiated as a call, at one call site of a gradient function.
+"""A call differentiated as a call (its callee's pair: :mod:`adcore.reverse.callees`), at one
+call site of a gradient function.
 
 The site's *activity pattern* is which of its float arguments are varied, which of its
 pointer arguments point into shadowed memory, and whether its float result is active.
