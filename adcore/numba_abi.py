@@ -72,7 +72,7 @@ assert (STATUS_OK, STATUS_PYTHON_EXCEPTION, STATUS_NONE, STATUS_STOP_ITERATION, 
     tuple(c.constant for c in (callconv.RETCODE_OK, callconv.RETCODE_EXC, callconv.RETCODE_NONE,
                                callconv.RETCODE_STOPIT, callconv.RETCODE_USEREXC)), "Numba's status codes changed"
 # adcore's own statuses, far below Numba's, from the entries it compiles in front of such a
-# function (:mod:`adcore.calling.python_entry`, :mod:`adcore.calling.fastcall`): argument
+# function (:mod:`adcore.calling.ctypes_entry`, :mod:`adcore.calling.fastcall`): argument
 # ``k`` is not what the function was compiled for (``STATUS_WRONG_ARGUMENT - k``), the
 # arrays of pair ``q`` differ in shape or strides (``STATUS_WRONG_LAYOUT - q``).
 STATUS_WRONG_ARGUMENT = -1000

@@ -18,7 +18,7 @@
                                     forward/generator.py (forward/pipeline.py drives it)
     compile   backend/native.py     O3 with vectorisation, MCJIT, external symbols checked;
                                     the entry Python calls through ctypes
-                                    (calling/python_entry.py)
+                                    (calling/ctypes_entry.py)
     stub      calling/njit_stub.py  an njit function calling it with Numba's calling
                                     convention (when njit code first needs it, unless
                                     Python cannot use the entry)
@@ -38,9 +38,9 @@ from .analysis.memory import Clobbers, ShadowedMemory
 from .analysis.pointers import UNKNOWN, PointerBases
 from .annotations import Active, Const, Duplicated
 from .backend import native
-from .calling import python_entry
-from .calling.njit_stub import make_stub
+from .calling import ctypes_entry
 from .calling.compiled import CompiledGradient
+from .calling.njit_stub import make_stub
 from .errors import ActivityError, UnsupportedError
 from .frontend.capture import capture
 from .frontend.cleanup import clean
@@ -202,7 +202,7 @@ class NativeParts:
     the symbol and :class:`native.Compiled`, the stub's argument types (``types``) and
     their LLVM parameter types (``flat``, per argument), those of its result struct
     (``fields``), the result's Numba type, the shadow layout checks, and the arrays its
-    entry from Python takes (``kinds``: :func:`adcore.calling.python_entry.array_kinds`; None
+    entry from Python takes (``kinds``: :func:`adcore.calling.ctypes_entry.array_kinds`; None
     without an entry)."""
 
     def __init__(self, symbol, compiled, types, flat, fields, result, same_layout, kinds):
@@ -286,8 +286,8 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         same_layout = [(n + j, k, f"the shadow of argument {k}") for j, k in enumerate(shadowed)]
         flat = [numba_abi.flat_types(ctx, t) for t in stub_types]
         fields = [str(ctx.get_value_type(t)) for t in layout.result.types]
-        kinds = python_entry.array_kinds(stub_types)
-        if kinds is None or not python_entry.callable_from_python(flat, fields):
+        kinds = ctypes_entry.array_kinds(stub_types)
+        if kinds is None or not ctypes_entry.callable_from_python(flat, fields):
             kinds = None
         with stage("compile"):
             bound_ir = numba_abi.bind_environments(adjoint_ir)
@@ -297,7 +297,7 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         irs = (primal_.ir, adjoint_ir, compiled.ir)
         stub_spec = (stub_types, layout.result, same_layout)
         if kinds:            # Python calls the entry; the stub is made when njit code needs it
-            call = python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds, same_layout)
+            call = ctypes_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds, same_layout)
             stub = None
         else:
             with stage("stub"):

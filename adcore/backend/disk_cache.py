@@ -40,7 +40,7 @@ from numba.core import types as nbtypes
 
 from .. import numba_abi, plan
 from . import native, vector_math
-from ..calling import python_entry
+from ..calling import ctypes_entry
 from ..calling.compiled import CompiledGradient
 from .code_reads import global_reads, library
 from ..rules import custom as custom_rules
@@ -278,7 +278,7 @@ def _read(digest, check):
         if meta["format"] != FORMAT or meta["key"] != digest or len(obj) != meta["bytes"] or \
                 hashlib.sha256(obj).hexdigest() != meta["sha256"]:
             raise ValueError("it does not check")
-        if not python_entry.callable_from_python(meta["flat"], meta["fields"]) or \
+        if not ctypes_entry.callable_from_python(meta["flat"], meta["fields"]) or \
                 len(meta["kinds"]) != len(meta["flat"]):
             raise ValueError("its arguments do not match")
         check(meta)
@@ -312,7 +312,7 @@ def load(digest, argtypes, seed_type):
     if native.load_object(obj, meta["symbol"], meta["externals"]) is None or \
             native.entry_address(meta["symbol"]) is None:
         return None
-    call = python_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
+    call = ctypes_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
                                   meta["kinds"], same_layout)
 
     def irs():
@@ -408,7 +408,7 @@ def _load_function(digest, nargs):
     if native.load_object(obj, meta["symbol"], meta["externals"]) is None or \
             native.entry_address(meta["symbol"]) is None:
         return None
-    return python_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
+    return ctypes_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
                                   meta["kinds"])
 
 
@@ -419,7 +419,7 @@ def key_of(value):
 
 
 def native_function(parts, flat, fields, compile_, name):
-    """The :class:`python_entry.EntryCall` of a native function that ``compile_(symbol)``
+    """The :class:`ctypes_entry.EntryCall` of a native function that ``compile_(symbol)``
     compiles (a :class:`native.Compiled`: Numba's calling convention, scalar parameters of
     the LLVM types ``flat`` (one list per parameter), a result struct of LLVM ``fields``),
     kept in the disk cache under the key of ``parts``: everything its code depends on
@@ -442,4 +442,4 @@ def native_function(parts, flat, fields, compile_, name):
                 _links_portably(compiled):
             _write_entry(digest, compiled, symbol, flat, fields, kinds, dict(kind="function"),
                          (None, None, compiled.ir))
-    return python_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds)
+    return ctypes_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds)

@@ -2,7 +2,7 @@
 MCJIT.
 
 MCJIT hands over the object code it emits (kept for the on-disk cache).  Python calls a
-gradient through ctypes and an entry compiled with it (:mod:`adcore.calling.python_entry`), no
+gradient through ctypes and an entry compiled with it (:mod:`adcore.calling.ctypes_entry`), no
 Numba compile needed; njit code calls it through a stub (:mod:`adcore.calling.njit_stub`),
 made when njit code needs it.
 """
@@ -14,7 +14,7 @@ import llvmlite.binding as llvm
 from .. import numba_abi
 from . import vector_math
 from ..calling import njit_stub
-from ..calling.python_entry import entry_ir, entry_name
+from ..calling.ctypes_entry import entry_ir, entry_name
 from ..errors import LinkError
 from ..ir.writer import fill
 from .loop_hints import without_vectorising_large_loops
@@ -118,7 +118,7 @@ def compile_ir(text, symbol, owner=None, link=None, entry=None, optimised=False,
     ``link(name)`` may give the module defining a function ``text`` declares, to be
     compiled in (so that the object code is whole); ``entry`` names the function of
     ``text`` to rename ``symbol``; ``python_entry``, ``(flat, kinds, same_layout)`` of
-    :func:`adcore.calling.python_entry.entry_ir`, adds the entry through which Python calls
+    :func:`adcore.calling.ctypes_entry.entry_ir`, adds the entry through which Python calls
     ``symbol`` (its address: :func:`entry_address`).  Only these stay visible.  Every
     external function the module calls must exist in the process (else :class:`LinkError`
     naming it, ``owner`` being the function it was compiled for): MCJIT would otherwise

@@ -27,7 +27,7 @@ class CompiledGradient:
 
     ``native`` is an njit function that other Numba code may call (made on first use:
     until then Python calls go through the ctypes entry compiled with the gradient,
-    :mod:`adcore.calling.python_entry`):
+    :mod:`adcore.calling.ctypes_entry`):
     ``native(*arguments, *shadows[, dret])`` with the primal arguments in order, then the
     shadow array of each position in ``shadowed`` (Duplicated arguments, then Const arrays
     that need an internal zeroed shadow), then the seed of a returned array; it returns a

@@ -36,7 +36,7 @@ from numba.core.types import unliteral
 from ..ir.writer import Emitter, fill, float_const
 from .. import numba_abi as abi
 from ..numba_abi import flat_types, target_context, target_machine_at
-from .python_entry import kernel_exception
+from .ctypes_entry import kernel_exception
 
 REFUSED = abi.STATUS_WRONG_ARGUMENT      # status REFUSED - k: argument k is not as compiled
 _CARRAY = abi.NPY_ARRAY_C_CONTIGUOUS | abi.NPY_ARRAY_ALIGNED | abi.NPY_ARRAY_WRITEABLE

@@ -4,7 +4,7 @@ The gradient function follows Numba's calling convention, so a Numba ``@intrinsi
 can call it like any compiled function: the stub's own exception handling re-raises a
 kernel's Python exception, and the call costs a native call plus argument unboxing.
 Making a stub costs a Numba compile, so it is made when njit code first needs it (Python
-calls through the ctypes entry of :mod:`adcore.calling.python_entry` until then).
+calls through the ctypes entry of :mod:`adcore.calling.ctypes_entry` until then).
 """
 import numba
 from numba.core import cgutils

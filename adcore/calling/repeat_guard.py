@@ -23,7 +23,7 @@ from .arguments import _overlaps_itself, is_float_scalar
 from .compiled import _last, _like_strides
 from ..errors import ActivityError
 from .guard_builder import GuardBuilder
-from .python_entry import EntryCall
+from .ctypes_entry import EntryCall
 
 _DISPATCH = "No matching definition for argument type(s)"      # Numba's dispatch refusal
 _LAYOUT = "must have the shape and strides of its array"         # the stub's layout check

@@ -1,7 +1,7 @@
 """``train``'s loop written as LLVM IR: no Numba compile of a loop of its own.
 
 ``loop(total, n, table) -> (steps done, code)`` follows Numba's calling convention (so
-adcore's entry from Python calls it, :mod:`adcore.calling.python_entry`).  ``table`` is the
+adcore's entry from Python calls it, :mod:`adcore.calling.ctypes_entry`).  ``table`` is the
 address of an int64 array of the addresses of every array the loop reaches.  Parameters
 and states of groups whose steps run once over them all (``LoopSpec.copy_in``) are copied
 into buffers of the loop's own at the start and back at every exit.  Per step, over the

@@ -7,11 +7,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import adcore
 from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal, api
-from adcore.calling import python_entry, repeat_guard
+from adcore.calling import ctypes_entry, repeat_guard
 from adcore.calling.compiled import last_cached_bytes
 
 
-_ARRAY_KINDS = python_entry.array_kinds
+_ARRAY_KINDS = ctypes_entry.array_kinds
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,7 @@ def eager_stubs(monkeypatch):
     """Repeat callers call a gradient's njit stub, and a fresh gradient has none until njit
     code asks (Python calls its ctypes entry, as fast here as a caller): gradients compiled
     here get their stub at once, as those whose arguments the entry cannot take do."""
-    monkeypatch.setattr(python_entry, "array_kinds", lambda numba_types: None)
+    monkeypatch.setattr(ctypes_entry, "array_kinds", lambda numba_types: None)
 
 
 @numba.njit
@@ -61,7 +61,7 @@ def _uses_caller(entry, f, *args):
 def test_a_fresh_gradient_repeats_through_its_ctypes_entry(monkeypatch):
     """Before its njit stub is made, a gradient's repeat calls take a caller that calls its
     ctypes entry: the same numbers, the same refusals, a kernel's exception raised once."""
-    monkeypatch.setattr(python_entry, "array_kinds", _ARRAY_KINDS)
+    monkeypatch.setattr(ctypes_entry, "array_kinds", _ARRAY_KINDS)
 
     @numba.njit
     def fresh(a, x, w, count):

@@ -1,4 +1,4 @@
-"""The ctypes entry Python calls a compiled gradient through (adcore.calling.python_entry): the same
+"""The ctypes entry Python calls a compiled gradient through (adcore.calling.ctypes_entry): the same
 results as the njit stub, and a TypeError (never a wrong result or a crash) for arguments
 of another type than the gradient was compiled for."""
 import numba
