@@ -113,6 +113,8 @@ class FunctionExits:
         base = e("load ptr, ptr %ad.stack")
         top = e(f"load ptr, ptr {e(f'getelementptr inbounds {runtime.STACK_TYPE}, ptr %ad.stack, i32 0, i32 1')}")
         used = e(f"sub i64 {e(f'ptrtoint ptr {top} to i64')}, {e(f'ptrtoint ptr {base} to i64')}")
+        if self.loop_bytes_used:         # and what the parallel loops' chunks kept
+            used = e(f"add i64 {used}, {e('load i64, ptr %ad.loopbytes')}")
         field = e(f"getelementptr inbounds {rt}, ptr {self.retptr.ref}, i32 0, i32 {spec.bytes_field}")
         e.line(f"store i64 {used}, ptr {field}")
         ok = e(f"or i1 {e(f'icmp eq i32 {status}, {abi.STATUS_OK}')}, {e(f'icmp eq i32 {status}, {abi.STATUS_NONE}')}")

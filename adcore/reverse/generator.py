@@ -103,6 +103,7 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         self.unchanged_shadows = set()   # loads whose shadow the reverse leaves (read_modify_write)
         self.stack_types = set()     # types pushed on the value stack
         self.copies_used = False     # whether the forward pass copies rule operands (%ad.copies)
+        self.loop_bytes_used = False  # whether parallel loops' tapes add to the bytes cached (%ad.loopbytes)
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.limits = {}             # header -> register of the last counter value (loop_order)
         self.pushes = None           # plan.pushes.Pushes, once the reverse bodies are written
@@ -305,6 +306,8 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
                       f"  store {runtime.STACK_TYPE} zeroinitializer, ptr {stack}"]
             if stack in runtime.RESERVED:
                 entry.append(f"  call void @ad.stack.take(ptr {stack}, ptr {runtime.RESERVED[stack]}, i64 1)")
+        if self.loop_bytes_used:
+            entry += ["  %ad.loopbytes = alloca i64", "  store i64 0, ptr %ad.loopbytes"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         return function_text(f"i32 @{self.spec.symbol}({params})", entry + forward + exits + reverse) \
             + self.loop_hints.text()

@@ -431,14 +431,23 @@ def forward_call(gen, instr, rule):
                               list(rule.argtypes) + [nbtypes.int64])
     gen.e.declare(symbol, f"declare i32 @{symbol}({', '.join(o.type for o in instr.operands)}, i64)")
     args = ", ".join(f"{o.type} {o.ref}" for o in instr.operands)
-    return f"{instr.ref} = call i32 @{symbol}({args}, i64 {address})"
+    gen.loop_bytes_used = True         # the chunks' tapes count in the gradient's cached bytes
+    head, word, kept, total, added = (gen.e.fresh(n) for n in ("head", "word", "kept", "total", "added"))
+    return "\n  ".join([f"{instr.ref} = call i32 @{symbol}({args}, i64 {address})",
+                        f"{head} = inttoptr i64 {address} to ptr",
+                        f"{word} = getelementptr i8, ptr {head}, i64 {8 * _BYTES}",
+                        f"{kept} = load i64, ptr {word}",
+                        f"{total} = load i64, ptr %ad.loopbytes",
+                        f"{added} = add i64 {total}, {kept}",
+                        f"store i64 {added}, ptr %ad.loopbytes"])
 
 
 # -- tapes: each chunk's values kept for its reverse (adcore.reverse.chunk_tape) --------------------
 _tapes = {}              # (chunk symbol, shadowed arrays) -> TapedChunk or None
 _taped_forwards = {}     # (chunk symbol, shadowed arrays) -> njit forward
 _MAX_CHUNKS = 8 * numba.config.NUMBA_NUM_THREADS       # _SPLIT: at most 8 chunks a thread
-_HEAD = 3 + _MAX_CHUNKS  # words: chunks, per, threads, then the thread each chunk ran on
+_BYTES = 3 + _MAX_CHUNKS  # the word of a tape's head holding the bytes its chunks kept
+_HEAD = 4 + _MAX_CHUNKS   # words: chunks, per, threads, the thread each chunk ran on, bytes
 
 
 def tape_bytes():
@@ -478,7 +487,8 @@ _SLOTTED = """
 def taped_forward_function(loop, shadowed):
     """The njit function running ``loop``'s chunks on Numba's threads as
     :func:`forward_function`, each chunk through its augmented forward onto its own tape
-    ``forward(args..., tape)``, and noting in the tape's head which thread ran it."""
+    ``forward(args..., tape)``, and noting in the tape's head which thread ran it and the
+    bytes the chunks' value stacks kept."""
     key = (loop.call.symbol, tuple(shadowed))
     if key not in _taped_forwards:
         names = [f"a{k}" for k in range(len(loop.call.argtypes))]
@@ -493,7 +503,12 @@ def taped_forward_function(loop, shadowed):
                               "        head[3 + c] = slot\n"
                               "        if first <= last:\n"
                               f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
-                              f"{taped(loop, shadowed).pool.ctypes.data})\n"))
+                              f"{taped(loop, shadowed).pool.ctypes.data})\n") +
+                  "    kept = 0\n"
+                  "    for c in range(chunks):\n"
+                  f"        stack = carray(tape + {8 * _HEAD} + c * {FRAME_BYTES}, 2, np.int64)\n"
+                  "        kept += stack[1] - stack[0]\n"
+                  f"    head[{_BYTES}] = kept\n")
         scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
                  "aug": taped(loop, shadowed).aug}
         exec(source, scope)

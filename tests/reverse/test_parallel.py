@@ -429,6 +429,20 @@ def test_reverse_of_these_loops_runs_on_threads(name):
         compiled.parallel_loops
 
 
+def test_the_bytes_the_pieces_keep_count_in_last_cached_bytes():
+    """A running product over 6 factors per point: the pieces' tapes grow with the points,
+    and the serial build keeps as much."""
+    c = rng.random(6)
+    kept = {}
+    for n in (2000, 4000):
+        adcore.gradient(Reverse, PARALLEL["cached_inner"], rng.random(n), c)
+        kept[n] = adcore.last_cached_bytes()
+        adcore.gradient(Reverse, SERIAL["cached_inner"], rng.random(n), c)
+        serial = adcore.last_cached_bytes()
+        assert 0.5 * serial <= kept[n] <= 2 * serial, (kept[n], serial)
+    assert 1.8 <= kept[4000] / kept[2000] <= 2.2, kept
+
+
 def test_arrays_read_at_neighbouring_rows_share_one_shadow():
     """The stencil reads ``u`` at rows i - 1 and i + 1 (and ``v`` in its row): no private
     shadow per thread, the reverses of every other piece run at once."""
