@@ -19,6 +19,7 @@ from .. import numba_abi as abi
 from ..ir.writer import Emitter
 from ..errors import ActivityError
 from .guard_builder import unless
+from .njit_stub import WRONG_LAYOUT
 
 _CONTIGUOUS = {"C": abi.NPY_ARRAY_C_CONTIGUOUS, "F": abi.NPY_ARRAY_F_CONTIGUOUS, "A": 0}
 
@@ -161,8 +162,7 @@ class EntryCall:
 
     def _error(self, status, excinfo, args):
         if 0 <= abi.STATUS_WRONG_LAYOUT - status < len(self.same_layout):
-            return ActivityError(f"{self.same_layout[abi.STATUS_WRONG_LAYOUT - status][2]} must have the shape "
-                                 f"and strides of its array")
+            return ActivityError(f"{self.same_layout[abi.STATUS_WRONG_LAYOUT - status][2]} {WRONG_LAYOUT}")
         k = abi.STATUS_WRONG_ARGUMENT - status
         if 0 <= k < len(self.kinds) and self.kinds[k] is not None:
             ndim, _, contiguity, _, dtype = self.kinds[k]

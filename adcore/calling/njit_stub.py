@@ -12,6 +12,10 @@ from numba.extending import intrinsic
 
 from ..errors import ActivityError
 
+# How the stub and the ctypes entry (adcore.calling.ctypes_entry) refuse a shadow whose
+# shape or strides differ from its array's: "<what> " + WRONG_LAYOUT, an ActivityError.
+WRONG_LAYOUT = "must have the shape and strides of its array"
+
 
 def stub_call(symbol, argtypes, restype, same_layout=()):
     """An intrinsic ``call(*args)`` for njit code: it calls the native ``symbol`` with
@@ -25,7 +29,7 @@ def stub_call(symbol, argtypes, restype, same_layout=()):
     def codegen(context, builder, signature, args):
         for i, j, what in same_layout:
             _check_same_layout(context, builder, (signature.args[i], args[i]),
-                               (signature.args[j], args[j]), f"{what} must have the shape and strides of its array")
+                               (signature.args[j], args[j]), f"{what} {WRONG_LAYOUT}")
         fnty = context.call_conv.get_function_type(signature.return_type, signature.args)
         fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
         status, out = context.call_conv.call_function(

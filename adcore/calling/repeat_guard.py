@@ -24,9 +24,9 @@ from .compiled import _last, _like_strides
 from ..errors import ActivityError
 from .guard_builder import GuardBuilder
 from .ctypes_entry import EntryCall
+from .njit_stub import WRONG_LAYOUT
 
 _DISPATCH = "No matching definition for argument type(s)"      # Numba's dispatch refusal
-_LAYOUT = "must have the shape and strides of its array"         # the stub's layout check
 _ENTRY = ("must be a numpy array, got", "in native byte order, as compiled")   # the entry's type checks
 
 
@@ -78,7 +78,7 @@ def caller(compiled, entry, args, skip, defaults):
     return g.compile("call", ("args",), _tail(compiled, entry, args, values + scratch, shadows), **{
         "native": compiled.call.call if compiled.from_disk else compiled.native, "last": _last,
         "ArgumentError": ctypes.ArgumentError, "ActivityError": ActivityError,
-        "ENTRY": _ENTRY, "DISPATCH": _DISPATCH, "LAYOUT": _LAYOUT})
+        "ENTRY": _ENTRY, "DISPATCH": _DISPATCH, "LAYOUT": WRONG_LAYOUT})
 
 
 def _bind_arguments(g, entry, args):
