@@ -13,7 +13,6 @@ import llvmlite.binding as llvm
 
 from .. import numba_abi
 from . import vector_math
-from ..calling import njit_stub
 from ..calling.ctypes_entry import entry_ir, entry_name
 from ..errors import LinkError
 from ..ir.writer import fill
@@ -29,10 +28,6 @@ _defined = {}      # symbol -> address, of every gradient in the engine
 # ``__powi?f2``) that a Python process need not contain: x^n by repeated squaring
 # (the template ``powi.ll`` of adcore.ir.writer).
 _BUILTINS = {"__powidf2": "double", "__powisf2": "float"}
-
-# The intrinsic calling a native function from njit code lives in the call layer; this
-# name stays for adcore.reverse.chunk_tape, which calls it as native.stub_call.
-stub_call = njit_stub.stub_call
 
 
 def optimise(module):

@@ -6,7 +6,7 @@ reverse.
 :func:`taped_chunk` differentiates the chunk function as a kernel (the same analyses and
 save-or-recompute plan as a kernel's gradient) but splits the gradient where it goes from
 its forward to its reverse pass, as for a function differentiated as a call
-(:mod:`adcore.reverse.calls`).  The two halves are reached through Numba-ABI wrappers that njit
+(:mod:`adcore.reverse.callees`).  The two halves are reached through Numba-ABI wrappers that njit
 code calls (``aug(sched, args..., shadows..., tape)`` and ``rev(...)``), ``tape`` the
 address of the chunk's four frame stacks (:data:`adcore.reverse.value_stack.FRAME_STACKS`, zeroed
 before ``aug``; ``rev`` frees what they hold).
@@ -31,6 +31,7 @@ from numba.core import types as nbtypes
 from .. import numba_abi
 from ..annotations import Const
 from ..backend import native
+from ..calling import njit_stub
 from .callees import Callees, Pair, Split
 from ..errors import ADError
 from ..frontend.capture import Kernel
@@ -129,7 +130,7 @@ def taped_chunk(chunk_kernel, anns, argtypes, shadowed):
         compiled = native.compile_ir(text, wrapper, chunk_kernel.__name__, custom_rules.linkable)
         if half == "aug" and _reads_parameters(compiled.ir, wrapper, range(len(flat_args), len(flat))):
             return None
-        stubs.append(native.stub_call(wrapper, stub_types, result))
+        stubs.append(njit_stub.stub_call(wrapper, stub_types, result))
     return TapedChunk(*stubs, floats=len(float_types))
 
 

@@ -7,6 +7,7 @@ from ..ir.model import local
 from ..ir.writer import float_const, function_text
 from ..known_functions import CALL_DTOR, FREE
 from . import value_stack as runtime
+from .parallel_loops import HEAD_BYTES
 
 
 class FunctionExits:
@@ -83,7 +84,7 @@ class FunctionExits:
         e.line(f"br i1 {same}, label %ad.rseed.add, label %ad.rseed.bad")
         e.label("ad.rseed.bad")
         e.line(f"store i64 -1, ptr {bytes_field}")
-        self.keep_stack("%ad.stack")
+        self.keep_stack("%ad.stack", failed=True)
         self.release()
         e.line(f"ret i32 {abi.STATUS_OK}")
         e.label("ad.rseed.add")
@@ -92,10 +93,14 @@ class FunctionExits:
         bytes_ = e(f"mul i64 {nitems}, {runtime.SIZES[t]}")
         e.line(f"call void @ad.accumulate.{t}(ptr {shadow}, ptr %ad.seed.{abi.DATA}, i64 {bytes_})")
 
-    def keep_stack(self, stack):
+    def keep_stack(self, stack, failed=False):
         """Hand ``stack``'s memory (and that of the operand copies) to its reserve slot for
-        the next call (or free it)."""
+        the next call (or free it); release the parallel loops' tapes (``failed``: with
+        what their pieces kept, whose reverses did not run)."""
         self.e.line(f"call void @ad.stack.keep(ptr {stack}, ptr {runtime.RESERVED[stack]}, i64 1)")
+        if stack == "%ad.stack" and self.loop_bytes_used:
+            self.e.line(f"call void @ad.loop.tapes.release(ptr %ad.looptapes, i64 {HEAD_BYTES}, "
+                        f"ptr @{CALL_DTOR}, ptr @{FREE})" if failed else "call void @ad.stack.free(ptr %ad.looptapes)")
         if stack == "%ad.stack" and self.copies_used:
             self.e.line(f"call void @ad.copies.keep(ptr %ad.copies, ptr {runtime.RESERVED['%ad.copies']})")
 
@@ -120,7 +125,7 @@ class FunctionExits:
         ok = e(f"or i1 {e(f'icmp eq i32 {status}, {abi.STATUS_OK}')}, {e(f'icmp eq i32 {status}, {abi.STATUS_NONE}')}")
         e.line(f"br i1 {ok}, label %ad.rseed, label %ad.fail")
         e.label("ad.fail")
-        self.keep_stack("%ad.stack")
+        self.keep_stack("%ad.stack", failed=True)
         self.release()
         e.line(f"ret i32 {status}")
         e.label("ad.rseed")

@@ -307,7 +307,9 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
             if stack in runtime.RESERVED:
                 entry.append(f"  call void @ad.stack.take(ptr {stack}, ptr {runtime.RESERVED[stack]}, i64 1)")
         if self.loop_bytes_used:
-            entry += ["  %ad.loopbytes = alloca i64", "  store i64 0, ptr %ad.loopbytes"]
+            entry += ["  %ad.loopbytes = alloca i64", "  store i64 0, ptr %ad.loopbytes",
+                      f"  %ad.looptapes = alloca {runtime.STACK_TYPE}",
+                      f"  store {runtime.STACK_TYPE} zeroinitializer, ptr %ad.looptapes"]
         entry += self.allocas + [f"  br label {self.func.entry.ref}"]
         return function_text(f"i32 @{self.spec.symbol}({params})", entry + forward + exits + reverse) \
             + self.loop_hints.text()

@@ -432,6 +432,7 @@ def forward_call(gen, instr, rule):
     gen.e.declare(symbol, f"declare i32 @{symbol}({', '.join(o.type for o in instr.operands)}, i64)")
     args = ", ".join(f"{o.type} {o.ref}" for o in instr.operands)
     gen.loop_bytes_used = True         # the chunks' tapes count in the gradient's cached bytes
+    gen.stack_types.add("ptr")         # and a failed gradient releases them (%ad.looptapes)
     head, word, kept, total, added = (gen.e.fresh(n) for n in ("head", "word", "kept", "total", "added"))
     return "\n  ".join([f"{instr.ref} = call i32 @{symbol}({args}, i64 {address})",
                         f"{head} = inttoptr i64 {address} to ptr",
@@ -439,7 +440,8 @@ def forward_call(gen, instr, rule):
                         f"{kept} = load i64, ptr {word}",
                         f"{total} = load i64, ptr %ad.loopbytes",
                         f"{added} = add i64 {total}, {kept}",
-                        f"store i64 {added}, ptr %ad.loopbytes"])
+                        f"store i64 {added}, ptr %ad.loopbytes",
+                        f"call void @ad.push.ptr(ptr %ad.looptapes, ptr {head})"])
 
 
 # -- tapes: each chunk's values kept for its reverse (adcore.reverse.chunk_tape) --------------------
@@ -448,6 +450,7 @@ _taped_forwards = {}     # (chunk symbol, shadowed arrays) -> njit forward
 _MAX_CHUNKS = 8 * numba.config.NUMBA_NUM_THREADS       # _SPLIT: at most 8 chunks a thread
 _BYTES = 3 + _MAX_CHUNKS  # the word of a tape's head holding the bytes its chunks kept
 _HEAD = 4 + _MAX_CHUNKS   # words: chunks, per, threads, the thread each chunk ran on, bytes
+HEAD_BYTES = 8 * _HEAD    # a loop tape's head, before its chunks' frame stacks
 
 
 def tape_bytes():

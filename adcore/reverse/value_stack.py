@@ -76,7 +76,8 @@ def helpers(types, copy_types=()):
     ``copy_types`` (the templates ``value_stack.ll``, ``stack_push_pop.ll`` and
     ``elementwise_sum.ll`` of :mod:`adcore.ir.writer`)."""
     out = [fill("value_stack", stack=STACK_TYPE, arena_chunk=ARENA_CHUNK, allocate=ALLOCATE,
-                reserve_limit=RESERVE_LIMIT,
+                reserve_limit=RESERVE_LIMIT, frame_bytes=FRAME_BYTES, stack_bytes=STACK_BYTES,
+                two_stacks=2 * STACK_BYTES,
                 meminfo_alloc_aligned=MEMINFO_ALLOC_ALIGNED, meminfo_type=MEMINFO_TYPE,
                 meminfo_data=MEMINFO_DATA)]
     for t in sorted(copy_types):

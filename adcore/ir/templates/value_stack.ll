@@ -70,6 +70,43 @@ drop:
 exit:
   ret void
 }
+; The tapes of the parallel loops a failed gradient ran (%s: a stack of their addresses, each
+; tape's head %head bytes, its first word the number of pieces): each piece's deferred
+; destructors and frees run and its value stack is freed, then %s itself.
+define internal void @ad.loop.tapes.release(ptr %s, i64 %head, ptr %dtor, ptr %free) noinline {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %base = load ptr, ptr %s
+  br label %tapes
+tapes:
+  %top = load ptr, ptr %topp
+  %done = icmp ule ptr %top, %base
+  br i1 %done, label %exit, label %pop
+pop:
+  %below = getelementptr i8, ptr %top, i64 -8
+  store ptr %below, ptr %topp
+  %tape = load ptr, ptr %below
+  %pieces = load i64, ptr %tape
+  br label %piece
+piece:
+  %c = phi i64 [ 0, %pop ], [ %c1, %release ]
+  %more = icmp slt i64 %c, %pieces
+  br i1 %more, label %release, label %tapes
+release:
+  %off = mul i64 %c, $frame_bytes
+  %at = add i64 %off, %head
+  %frame = getelementptr i8, ptr %tape, i64 %at
+  %dtors = getelementptr i8, ptr %frame, i64 $stack_bytes
+  %raw = getelementptr i8, ptr %frame, i64 $two_stacks
+  call void @ad.release(ptr %dtors, ptr %dtor)
+  call void @ad.release(ptr %raw, ptr %free)
+  call void @ad.stack.free(ptr %frame)
+  %c1 = add i64 %c, 1
+  br label %piece
+exit:
+  call void @ad.stack.free(ptr %s)
+  ret void
+}
 define internal void @ad.stack.free(ptr %s) {
 entry:
   %base = load ptr, ptr %s
