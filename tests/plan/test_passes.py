@@ -146,6 +146,7 @@ def test_bad_passes_are_refused_before_anything_compiles(passes, message):
     assert message in str(err.value)
 
 
+@pytest.mark.slow
 @examples()
 @given(source=kernels(), off=st.sets(st.sampled_from(sorted(PASSES)), min_size=1),
        seed=st.integers(0, 2 ** 16))

@@ -46,6 +46,7 @@ def test_the_value_stack_kept_between_calls_of_other_sizes(sizes):
         check(chained, rng.random(n) * 0.5, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_operand_copies_kept_between_calls_of_other_sizes():
     rng = np.random.default_rng(2)
     for n, steps in [(400, 6), (40, 2), (2000, 9), (400, 6)]:
