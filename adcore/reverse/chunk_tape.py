@@ -39,7 +39,7 @@ from ..ir.writer import Emitter
 from ..known_functions import CALL_DTOR, FREE
 from .generator import AdjointGenerator, gradient_module
 from ..rules import custom as custom_rules
-from .value_stack import FRAME_STACKS, STACK_BYTES
+from .value_stack import FRAME_BYTES, FRAME_STACKS, STACK_BYTES
 
 _counter = itertools.count()
 
@@ -122,6 +122,8 @@ def taped_chunk(chunk_kernel, anns, argtypes, shadowed):
     flat = flat_args + [t for k in shadowed for t in numba_abi.flat_types(ctx, argtypes[k])]
     float_types = tuple(t for t in argtypes if isinstance(t, nbtypes.Float))
     restype = nbtypes.Tuple(float_types) if float_types else nbtypes.none
+    if not re.search(r"^declare [^\n]*@llvm\.memcpy\.p0\.p0\.i64\(", text, re.M):
+        text += "\ndeclare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
     text += _wrappers(symbol, flat, adjoint_type, floats, str(ctx.get_value_type(restype)))
     stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + [nbtypes.int64, nbtypes.int64]
     stubs = []
@@ -156,13 +158,14 @@ def _wrappers(symbol, flat, adjoint_type, floats, result_type):
     args = ", ".join(f"{t} %p{j}" for j, t in enumerate(flat))
     signature = f"i32 @{symbol}.{{}}.w(ptr %ret, ptr %exc, {args}, i64 %tape, i64 %pool)"
     aug = Emitter()
-    slot, stacks = _frame_stacks(aug)
+    slot, stacks, tape = _frame_stacks(aug)
     pool = aug("inttoptr i64 %pool to ptr", "pool")
     aug.line(f"call void @ad.stack.take(ptr {stacks[0]}, ptr {pool}, i64 {POOL_SLOTS})")
     status = aug(f"call i32 @{symbol}.aug(ptr {slot}, ptr %exc, {args}, {_passed(stacks)})", "status")
+    aug.line(f"call void @llvm.memcpy.p0.p0.i64(ptr {tape}, ptr {stacks[0]}, i64 {FRAME_BYTES}, i1 false)")
     aug.line(f"ret i32 {status}")
     rev = Emitter()
-    slot, stacks = _frame_stacks(rev)
+    slot, stacks, _ = _frame_stacks(rev)
     call = f"call {adjoint_type} @{symbol}.rev(ptr {slot}, ptr %exc, {args}, {_passed(stacks)})"
     if floats:
         adjoints = rev(call, "adj")
@@ -180,10 +183,15 @@ def _wrappers(symbol, flat, adjoint_type, floats, result_type):
 
 
 def _frame_stacks(e):
-    """``(a return slot, the chunk's frame stacks)``: the stacks from the address ``%tape``."""
-    first = e("inttoptr i64 %tape to ptr", "stack")
+    """``(a return slot, the chunk's frame stacks, their place on the tape)``: the stacks
+    are copied from the address ``%tape`` into the running thread's own stack frame (each
+    pop stores a stack's top: in the tape, the pieces' stacks share pages, and threads
+    storing into one page slow each other down); ``aug`` copies them back."""
+    tape = e("inttoptr i64 %tape to ptr", "tape")
+    first = e.alloca(f"[{FRAME_BYTES} x i8]", "stack")
+    e.line(f"call void @llvm.memcpy.p0.p0.i64(ptr {first}, ptr {tape}, i64 {FRAME_BYTES}, i1 false)")
     return e.alloca("ptr", "slot"), [first] + [
-        e(f"getelementptr i8, ptr {first}, i64 {STACK_BYTES * j}", "stack") for j in range(1, len(FRAME_STACKS))]
+        e(f"getelementptr i8, ptr {first}, i64 {STACK_BYTES * j}", "stack") for j in range(1, len(FRAME_STACKS))], tape
 
 
 def _passed(stacks):

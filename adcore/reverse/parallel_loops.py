@@ -532,11 +532,27 @@ def reverse_function(loop, shadowed):
     return _reverses[key]
 
 
+PAGE_BYTES = 4096
+
+
+@numba.njit
+def thread_rows(workers, d):
+    """``workers`` zeroed rows of ``d.size`` elements of ``d``'s type, each on pages of its
+    own: threads adding into rows that share a page slow each other down (a cache line
+    shared, or, measured on the GMM loop's reverse, lines of one row drawn by a hardware
+    prefetcher, which streams within a page, while another thread adds into them: one
+    thread ran 2.8x slower)."""
+    per = PAGE_BYTES // d.itemsize
+    row = -(-d.size // per) * per
+    flat = np.zeros(workers * row + per, d.dtype)
+    start = (-flat.ctypes.data % PAGE_BYTES) // d.itemsize
+    return flat[start:start + workers * row].reshape(workers, row)
+
+
 def _private_shadow(k):
     """The line allocating the threads' private shadows of array ``d<k>``: one zeroed row
-    per thread, each padded to start a cache line of its own (threads adding into
-    neighbouring bytes would take the line from each other at every addition)."""
-    return f"    p{k} = np.zeros((workers, (d{k}.size // 8 + 2) * 8), d{k}.dtype)"
+    per thread (:func:`thread_rows`)."""
+    return f"    p{k} = thread_rows(workers, d{k})"
 
 
 def _thread_shadow(k):
@@ -583,7 +599,8 @@ def _build_reverse(loop, shadowed):
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
     lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
-    scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id}
+    scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id,
+             "thread_rows": thread_rows}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
@@ -628,7 +645,7 @@ def _build_taped_reverse(loop, shadowed):
     lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
-             "rev": taped(loop, shadowed).rev}
+             "thread_rows": thread_rows, "rev": taped(loop, shadowed).rev}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
