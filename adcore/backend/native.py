@@ -20,6 +20,7 @@ from .loop_hints import without_vectorising_large_loops
 from ..numba_abi import target_machine
 
 _lock = threading.Lock()
+_options_lock = threading.Lock()
 _engine = None
 _objects = {}      # module name (its gradient's symbol) -> the object code MCJIT emitted
 _defined = {}      # symbol -> address, of every gradient in the engine
@@ -32,12 +33,21 @@ _BUILTINS = {"__powidf2": "double", "__powisf2": "float"}
 
 def optimise(module):
     """Full O3 with loop and SLP vectorisation (loops marked by :mod:`adcore.backend.loop_hints`
-    excepted from loop vectorisation)."""
+    excepted from loop vectorisation).  Float sums the primal makes in order stay in order,
+    but may still be vectorised: the loop vectoriser's in-order reductions (a vector of
+    terms, then its lanes added one after another) are turned on for adcore's code only,
+    so that a loop such as ``s += exp(x[i] - m)`` calls a vector ``exp`` and gives the
+    primal's sum to the last bit."""
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pb = llvm.create_pass_builder(target_machine(), pto)
-    pb.getModulePassManager().run(module, pb)
+    with _options_lock:           # LLVM's options are the process's
+        llvm.set_option("", "-force-ordered-reductions=true")
+        try:
+            pb.getModulePassManager().run(module, pb)
+        finally:
+            llvm.set_option("", "-force-ordered-reductions=false")
 
 
 def _start_engine(runtime=True):

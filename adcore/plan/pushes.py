@@ -7,8 +7,18 @@ backwards (a loop counter with a constant step, or a phi that advances by a nest
 trips, :mod:`adcore.plan.advances`); a block with several predecessors pushes which one
 entered it.  Loops from which nothing is pushed may have their reverse count up
 (:mod:`adcore.plan.loop_order`).
+
+An innermost loop whose trip count its exit test tells before it runs
+(:mod:`adcore.analysis.exit_values`), and which calls nothing but math functions, has the
+room for all its pushes reserved at the end of its preheader (trips x the bytes one
+iteration may push; Enzyme sizes its loop caches by the trip count too): its pushes then
+store without a capacity check, so the forward loop keeps the stack's top in a register
+and LLVM may vectorise it.
 """
 from ..analysis.cfg import InductionVariable, step_of
+from ..analysis.exit_values import exit_test
+from ..reverse.value_stack import SIZES, size_of
+from ..rules.scalar import is_pure_call
 from .advances import availability, find_advance
 
 
@@ -38,7 +48,9 @@ class Pushes:
     - ``advanced``: ``{phi: advances.Advance}``, kept phis advancing by a nested loop's trips;
     - ``by_block``: ``{block: [(kind, value, segment)]}`` in push order, kind "pred", "reg"
       or "iv", the segment counting the calls differentiated as calls before the push;
-    - ``forward_order``: the headers of counted loops whose reverse counts up."""
+    - ``forward_order``: the headers of counted loops whose reverse counts up;
+    - ``reserves``: ``{preheader: Reserve}``, the loops whose pushes are reserved before they
+      run, and ``reserved``: the blocks of those loops."""
 
     def __init__(self, gen):
         cfg, registers = gen.cfg, gen.values.registers
@@ -55,6 +67,12 @@ class Pushes:
                         self.advanced[phi] = advance
         self.by_block = {b: self._saves(gen, b) for b in cfg.rpo}
         self.forward_order = {h for h in gen.limits if self._nothing_kept_in(gen, cfg.loop_at[h])}
+        self.reserves = {}
+        for loop in cfg.loops:
+            reserve = self._reserve(gen, loop)
+            if reserve is not None:
+                self.reserves[reserve.test.outside] = reserve
+        self.reserved = {b for r in self.reserves.values() for b in r.test.loop.blocks}
 
     def _saves(self, gen, block):
         cfg = gen.cfg
@@ -82,6 +100,29 @@ class Pushes:
         return not any(self.by_block[b] for b in loop.blocks) and latch not in gen.snapshots.at \
             and latch not in gen.replays
 
+    def _reserve(self, gen, loop):
+        """The :class:`Reserve` of ``loop`` when its pushes can be reserved before it runs
+        (as in the module's docstring), else None."""
+        cfg = gen.cfg
+        if any(lp is not loop and lp.header in loop.blocks for lp in cfg.loops):
+            return None
+        outside = [p for p in loop.header.preds if p not in loop.blocks]
+        if len(outside) != 1 or outside[0].term.opcode != "br" or outside[0].term.succ != [loop.header]:
+            return None
+        test = exit_test(loop, outside[0])
+        if test is None or test.counter.type != "i64":
+            return None
+        for block in loop.blocks:
+            if block in gen.snapshots.at or block in gen.replays:
+                return None
+            if any(i.opcode == "call" and not is_pure_call(i) for i in block.instrs):
+                return None
+        events = [(kind, v, b) for b in loop.blocks for kind, v, _ in self.by_block[b]]
+        types = [pred_type(b) if kind == "pred" else v.type for kind, v, b in events]
+        if not types or not all(t in SIZES or t.startswith("<") for t in types):
+            return None
+        return Reserve(test, sum(size_of(t) for t in types))
+
     def per_iteration(self, snapshots, replays):
         """``(block, kind, value)`` for each push, and for each array copied at the end of an
         iteration: kind "snapshot" (``value`` the array ``(data, nitems, itemsize)``),
@@ -94,3 +135,24 @@ class Pushes:
             if refilled:
                 out.append((latch, "choice", replays[latch]))
         return out
+
+
+class Reserve:
+    """The room an innermost counted loop's pushes need, reserved at the end of its
+    preheader: ``test`` (its :class:`adcore.analysis.exit_values.ExitTest`) tells its trip
+    count, each iteration pushes at most ``bytes`` bytes."""
+
+    def __init__(self, test, bytes_):
+        self.test, self.bytes = test, bytes_
+
+    def emit(self, e, stack):
+        """Reserve the room on ``stack`` (with the :class:`adcore.ir.writer.Emitter` ``e``,
+        in the forward pass, where the primal's values have their own names)."""
+        test = self.test
+        last = test.end_values(e, lambda op: op.ref, {})[test.counter]
+        first = test.start.ref
+        span = e(f"sub i64 {last}, {first}", "span")
+        trips = e(f"add i64 {e(f'sdiv i64 {span}, {test.step}')}, 1", "trips")
+        e.declare("llvm.smax.i64", "declare i64 @llvm.smax.i64(i64, i64)")
+        trips = e(f"call i64 @llvm.smax.i64(i64 {trips}, i64 0)")
+        e.line(f"call void @ad.stack.reserve(ptr {stack}, i64 {e(f'mul i64 {trips}, {self.bytes}')})")

@@ -140,7 +140,7 @@ def _keeps_pointers(text, symbol):
     """Whether function ``symbol`` of ``text`` pushes a pointer on its value stack (its
     reverse may be given copies of the arrays: a kept pointer would read the original)."""
     head = text.index(f"@{symbol}(")
-    return "@ad.push.ptr(ptr %ad.stack," in text[head:text.index("\n}\n", head)]
+    return re.search(r"@ad\.push\.(reserved\.)?ptr\(ptr %ad\.stack,", text[head:text.index("\n}\n", head)]) is not None
 
 
 def _reads_parameters(ir, symbol, positions):

@@ -16,6 +16,7 @@ class ForwardPass:
     def forward_block(self, block, plan):
         e = self.e
         e.label(block.name)
+        self.in_reserved_loop = block in self.pushes.reserved
         defs = self.defs(block)
         nphis = sum(1 for d in defs if d.opcode == "phi")
         for phi in defs[:nphis]:
@@ -36,6 +37,8 @@ class ForwardPass:
                     if kind == "iv":
                         self.push(phi.type, e(f"load {phi.type}, ptr {self.values.registers[phi]}"))
                 self.take_snapshots(block)
+                if block in self.pushes.reserves:
+                    self.pushes.reserves[block].emit(e, "%ad.stack")
                 if instr.opcode == "ret":
                     self.ret_blocks.append((block, instr.operands[0] if instr.operands else None))
                     e.line("br label %ad.fwdexit")

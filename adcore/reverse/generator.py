@@ -107,6 +107,7 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         self.memory_types = set()    # float types of memcpy adjoints and seeds used
         self.limits = {}             # header -> register of the last counter value (loop_order)
         self.pushes = None           # plan.pushes.Pushes, once the reverse bodies are written
+        self.in_reserved_loop = False   # whether the forward block being written is in such a loop
         self.exit_tests = {}         # header -> ExitTest of the loops whose counters' ends are computed
         self.loop_exits = {}         # the only block a counted loop exits to -> [its header]
         for header, iv in self.cfg.ivs.items():
@@ -212,8 +213,11 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         self.e.line(f"call void @ad.{helper}(ptr {stack}, ptr {data.ref}, i64 {size})")
 
     def push(self, type_, ref, stack="%ad.stack"):
+        """Push ``ref`` on ``stack``; with no capacity check in a loop whose room for pushes
+        was reserved before it (:class:`adcore.plan.pushes.Reserve`)."""
         self.stack_types.add(type_)
-        self.e.line(f"call void @ad.push.{runtime.type_tag(type_)}(ptr {stack}, {type_} {ref})")
+        reserved = "reserved." if stack == "%ad.stack" and self.in_reserved_loop else ""
+        self.e.line(f"call void @ad.push.{reserved}{runtime.type_tag(type_)}(ptr {stack}, {type_} {ref})")
 
     def pop(self, type_):
         self.stack_types.add(type_)

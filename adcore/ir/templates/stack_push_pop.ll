@@ -1,5 +1,6 @@
 ; Push and pop of a value (of type "type", "size" bytes, "tag" in the names) on a value
-; stack (of type "stack"): adcore.reverse.value_stack.
+; stack (of type "stack"): adcore.reverse.value_stack.  A reserved push stores into room
+; reserved before its loop (adcore.plan.pushes.Reserve), with no capacity check.
 define internal void @ad.push.$tag(ptr %s, $type %v) alwaysinline {
 entry:
   %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
@@ -17,6 +18,15 @@ put:
   %at = phi ptr [ %top, %entry ], [ %top2, %grow ]
   store $type %v, ptr %at, align 1
   %after = getelementptr i8, ptr %at, i64 $size
+  store ptr %after, ptr %topp
+  ret void
+}
+define internal void @ad.push.reserved.$tag(ptr %s, $type %v) alwaysinline {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %top = load ptr, ptr %topp
+  store $type %v, ptr %top, align 1
+  %after = getelementptr i8, ptr %top, i64 $size
   store ptr %after, ptr %topp
   ret void
 }

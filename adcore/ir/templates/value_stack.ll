@@ -113,6 +113,23 @@ entry:
   call void @free(ptr %base)
   ret void
 }
+define internal void @ad.stack.reserve(ptr %s, i64 %bytes) alwaysinline {
+entry:
+  %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
+  %endp = getelementptr inbounds $stack, ptr %s, i32 0, i32 2
+  %top = load ptr, ptr %topp
+  %end = load ptr, ptr %endp
+  %t = ptrtoint ptr %top to i64
+  %e = ptrtoint ptr %end to i64
+  %room = sub i64 %e, %t
+  %short = icmp ugt i64 %bytes, %room
+  br i1 %short, label %grow, label %exit
+grow:
+  call void @ad.stack.grow(ptr %s, i64 %bytes)
+  br label %exit
+exit:
+  ret void
+}
 define internal void @ad.stack.grow(ptr %s, i64 %need) noinline cold {
 entry:
   %topp = getelementptr inbounds $stack, ptr %s, i32 0, i32 1
