@@ -8,8 +8,11 @@ arguments, then the shadows of the shadowed pointers, then the value stacks); it
 what the callee returns (Numba's status, or a C function's value) and leaves on the value
 stack what the callee's reverse needs.  The reverse pass calls the callee's reverse with
 the same arguments (and the adjoint of an active result); it pops that tape and returns
-the adjoints of the varied float arguments, which are added to theirs.  A site with no
-activity at all calls the primal function and has no reverse.
+the adjoints of the varied float arguments, which are added to theirs.  Parameters the
+callee only stores through (its return and exception slots) are given as null to its
+reverse, their shadows as null to its augmented forward
+(:mod:`adcore.reverse.call_slots`).  A site with no activity at all calls the primal
+function and has no reverse.
 """
 from ..ir.model import FLOAT_TYPES
 from .value_stack import FRAME_STACKS
@@ -38,8 +41,10 @@ class CallSite:
         instr = self.instr
         if self.pair is None:
             return gen.copy_text(instr)
+        write_only = gen.callees.write_only(instr.callee)
         args = [f"{o.type} {o.ref}" for o in instr.operands]
-        args += [f"ptr {gen.forward_shadow(instr, instr.operands[k])}" for k in self.shadowed]
+        args += [f"ptr {'null' if k in write_only else gen.forward_shadow(instr, instr.operands[k])}"
+                 for k in self.shadowed]
         call = f"call {instr.type} @{self.pair.augmented}({', '.join(args)}, {STACKS})"
         return f"{instr.ref} = {call}" if instr.ref else call
 
@@ -48,7 +53,9 @@ class CallSite:
         if self.pair is None:
             return
         instr, e, values = self.instr, gen.e, gen.values
-        args = [f"{o.type} {values.materialise(o)}" for o in instr.operands]
+        write_only = gen.callees.write_only(instr.callee)
+        args = [f"{o.type} {'null' if k in write_only else values.materialise(o)}"
+                for k, o in enumerate(instr.operands)]
         args += [f"ptr {gen.shadow(instr.operands[k])}" for k in self.shadowed]
         if self.ret_active:
             args.append(f"{instr.type} {gen.take_adjoint(instr)}")

@@ -25,6 +25,7 @@ from ..analysis.memory import Clobbers, ShadowedMemory, is_memory_intrinsic
 from ..analysis.pointers import UNKNOWN, PointerBases
 from ..errors import UnsupportedError
 from ..frontend import callgraph
+from .call_slots import write_only_parameters
 from .generator import AdjointGenerator, Analyses, Spec
 from ..ir.model import read_function
 from ..rules.scalar import is_differentiable_call, is_pure_call
@@ -59,6 +60,7 @@ class Callees:
         self.queue = []
         self.generators = []
         self.writes = None
+        self.write_only_ = {}
 
     def is_callee(self, instr):
         """True for a call to a function this module defines that has no custom rule."""
@@ -100,6 +102,13 @@ class Callees:
                     if o.type == "ptr":
                         note(o)
         return out
+
+    def write_only(self, name):
+        """Positions of callee ``name``'s pointer parameters that it only stores through
+        (:func:`adcore.reverse.call_slots.write_only_parameters`)."""
+        if name not in self.write_only_:
+            self.write_only_[name] = write_only_parameters(self.function(name))
+        return self.write_only_[name]
 
     def function(self, name):
         if name not in self.functions:

@@ -68,8 +68,10 @@ class ForwardPass:
             return self.site(instr).forward(self)
         if instr.opcode == "call" and getattr(self.rule_of(instr), "loop", None) is not None:
             return forward_call(self, instr, self.rule_of(instr))
-        if self.spec.split and instr.opcode == "alloca" and not instr.synthetic:   # outlives the call
-            return arena_alloca(self, instr, instr.ref)
+        if self.spec.split and instr.opcode == "alloca" and not instr.synthetic:
+            if instr in self.call_slots and instr not in self.values.registers:
+                return instr.text                 # the reverse needs only its shadow
+            return arena_alloca(self, instr, instr.ref)             # outlives the call
         if instr.opcode == "call" and instr.callee == DECREF:
             self.stack_types.add("ptr")
             return f"call void @ad.decref(ptr %ad.dtors, ptr {instr.operands[0].ref})"

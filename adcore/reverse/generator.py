@@ -41,7 +41,8 @@ from .forward_pass import ForwardPass
 from .function_exits import FunctionExits
 from .instructions import reverse_instruction
 from .reverse_pass import COUNTER_START, POPS, ReversePass
-from .shadows import shadow_pointers
+from .call_slots import call_slots
+from .shadows import shadow_pointers, stack_shadow
 
 
 class Analyses:
@@ -122,6 +123,12 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         self.snapshots, self.values, self.replays = plan.snapshots, plan.values, plan.replays
         self.hinted_latches, self.loop_hints = plan.hinted_latches, plan.loop_hints
         self.shadow_def = shadow_pointers(self)
+        self.call_slots = call_slots(self) if spec.split else set()
+        for slot in self.call_slots:          # the shadow lives in the reverse's own frame
+            if slot in self.shadow_def:
+                syn = self.shadow_def.pop(slot)
+                self.allocas.append("  " + stack_shadow(self, slot, syn.ref))
+                self.shadow_ref[slot] = syn.ref
 
     def before_call(self, call, lines, copies):
         """Run ``lines`` in the forward pass just before ``call``; ``copies`` names values they

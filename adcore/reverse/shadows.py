@@ -153,10 +153,15 @@ def _shadow_alloca(gen, instr, syn):
     function differentiated as a call."""
     if gen.spec.split:
         return arena_alloca(gen, instr, syn.ref)
+    return stack_shadow(gen, instr, syn.ref)
+
+
+def stack_shadow(gen, instr, ref):
+    """``ref = `` a zeroed alloca the size of alloca ``instr``'s."""
     lines, size = allocation_size(gen, instr)
     count = instr.operands[0] if instr.operands else None
     allocated = instr.allocated_type
     counted = f", {count.type} {count.ref}" if lines else ""
-    lines.append(f"{syn.ref} = alloca {allocated}{counted}")
-    lines.append(f"call void @llvm.memset.p0.i64(ptr {syn.ref}, i8 0, i64 {size}, i1 false)")
+    lines.append(f"{ref} = alloca {allocated}{counted}")
+    lines.append(f"call void @llvm.memset.p0.i64(ptr {ref}, i8 0, i64 {size}, i1 false)")
     return "\n  ".join(lines)

@@ -35,6 +35,38 @@ def test_double_recursion_finite_differences():
     check(fib, np.array([0.7, 1.3, 0.4]), 6)
 
 
+def test_call_slots_stay_on_the_stack():
+    """fib's return and exception slots (and their shadows) stay in the frames of its
+    augmented forward and reverse: nothing goes to the arena, no address is pushed."""
+    x = np.array([0.7, 1.3, 0.4])
+    ir = adcore.compile_gradient(Reverse, fib, Duplicated(x, np.zeros(3)), 6).adjoint_ir
+    aug = re.search(r"^define internal i32 @\S+\.aug\.0\(.*?^}", ir, re.M | re.S).group(0)
+    assert "@ad.arena.alloc(" not in aug and "@ad.push.ptr(" not in aug
+
+
+@numba.njit
+def squares(x, n):
+    """The reverse of each call needs the result its callee stored in the return slot."""
+    if n < 1:
+        return math.sin(x[0])
+    r = squares(x, n - 1)
+    return 0.5 * r * r + x[n % x.shape[0]] * r
+
+
+@numba.njit
+def squares_in_loop(x, n):
+    """One pair of slots serves every iteration's call."""
+    s = 0.0
+    for i in range(n):
+        s += math.cos(s) * squares(x, i % 4)
+    return s
+
+
+@pytest.mark.parametrize("kernel", [squares, squares_in_loop])
+def test_results_of_calls_read_by_the_reverse(kernel):
+    check(kernel, np.array([0.3, -0.7, 1.1]), 6)
+
+
 @examples(EXAMPLES)
 @given(st.floats(-2, 2), st.floats(-2, 2), st.integers(0, 9))
 def test_double_recursion_closed_form(x0, x1, n):
