@@ -256,6 +256,8 @@ def _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, nam
     try:
         with stage("analyse"):
             spec, analyses, scratch = analyse(primal_, layout, symbol, distinct, callees)
+            if callees.kept:
+                callees.program(primal_.func, analyses.pointers, distinct)
         with stage("generate"):
             parallel_loops.check_distinct(loops, primal_, analyses.pointers)
             generator = AdjointGenerator(primal_.func, spec, analyses, primal_.kernel.context, callees)

@@ -23,6 +23,22 @@ def is_memcpy(instr):
     return is_memory_intrinsic(instr) and not instr.callee.startswith("llvm.memset")
 
 
+def written_pointers(instr, rule_of, is_pure_call):
+    """The pointers through which ``instr`` may write (all pointer operands of a call
+    that is neither pure nor handled by a rule)."""
+    if instr.opcode in MEMORY_WRITERS:
+        return [instr.operands[1] if instr.opcode == "store" else instr.operands[0]]
+    if is_memory_intrinsic(instr):
+        return [instr.operands[0]]
+    if instr.opcode != "call" or instr.callee in DEFERRED_FREES or consumes_only(instr):
+        return []                    # frees happen after the reverse pass; print writes nothing
+    if rule_of(instr) is not None:
+        return [instr.operands[k] for k in rule_of(instr).outputs]
+    if not is_pure_call(instr):
+        return [o for o in instr.operands if o.type == "ptr"]
+    return []
+
+
 class ShadowedMemory:
     """Which objects have shadows: ``shadow_args`` (the data pointers of shadowed array
     arguments) and the allocations ``func`` uses as float memory; and the float type
@@ -141,12 +157,14 @@ class Clobbers:
     may follow a given instruction.  With ``distinct_arrays`` False (the caller's arrays
     may overlap) any two array arguments are taken to alias.  ``outside`` are the bases
     code outside the function may write after it returns (a callee's pointer arguments,
-    whose reverse runs after the caller has gone on): never reloaded."""
+    whose reverse runs after the caller has gone on): never reloaded.  ``unwritten`` are
+    bases nothing in the program writes (:mod:`adcore.analysis.read_only`): always reloaded."""
 
-    def __init__(self, func, pointers, rule_of, is_pure_call, data_args, distinct_arrays, outside=()):
+    def __init__(self, func, pointers, rule_of, is_pure_call, data_args, distinct_arrays, outside=(),
+                 unwritten=()):
         self.pointers, self.rule_of, self.is_pure_call = pointers, rule_of, is_pure_call
         self.data_args, self.distinct_arrays = set(data_args), distinct_arrays
-        self.outside = frozenset(outside)
+        self.outside, self.unwritten = frozenset(outside), frozenset(unwritten)
         self.written = {}
         for block in func.blocks:
             for pos, instr in enumerate(block.instrs):
@@ -155,17 +173,7 @@ class Clobbers:
         self._reach = {}
 
     def _written_pointers(self, instr):
-        if instr.opcode in MEMORY_WRITERS:
-            return [instr.operands[1] if instr.opcode == "store" else instr.operands[0]]
-        if is_memory_intrinsic(instr):
-            return [instr.operands[0]]
-        if instr.opcode != "call" or instr.callee in DEFERRED_FREES or consumes_only(instr):
-            return []                    # frees happen after the reverse pass; print writes nothing
-        if self.rule_of(instr) is not None:
-            return [instr.operands[k] for k in self.rule_of(instr).outputs]
-        if not self.is_pure_call(instr):
-            return [o for o in instr.operands if o.type == "ptr"]
-        return []
+        return written_pointers(instr, self.rule_of, self.is_pure_call)
 
     def written_bases(self):
         """Every base some instruction may write (UNKNOWN if some write cannot be traced)."""
@@ -202,6 +210,8 @@ class Clobbers:
         bs = self.pointers.bases(op)
         if bs == UNKNOWN:
             return True
+        if bs and bs <= self.unwritten:
+            return False
         return self._written_after(instr, lambda ws: ws == UNKNOWN or bool(ws & bs))
 
     def can_reload(self, load):
@@ -212,8 +222,8 @@ class Clobbers:
             return False
         if load.type == "ptr" and bs and all(isinstance(b, MemInfo) for b in bs):
             return True                  # a meminfo's data pointer never changes
-        if not bs:
-            return True                  # constants
+        if not bs or bs <= self.unwritten:
+            return True                  # constants, memory nothing writes
 
         def clobbers(ws):
             if ws == UNKNOWN or ws & bs:

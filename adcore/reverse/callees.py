@@ -15,14 +15,17 @@ split where the gradient function of a kernel goes from its forward to its rever
 
 Calls nest, so one value stack serves recursion.  The callee's stack allocations live
 on the heap (freed after the whole reverse pass), since its reverse runs after it has
-returned; and since the caller may write the callee's argument memory before the reverse
-runs, loads from it are kept, never reloaded.
+returned (its call slots excepted: :mod:`adcore.reverse.call_slots`); and since the caller
+may write the callee's argument memory before the reverse runs, loads from it are kept,
+never reloaded, unless nothing in the program writes that memory
+(:mod:`adcore.analysis.read_only`).
 """
 from .. import numba_abi
 from ..analysis.activity import READS_NO_POINTERS, Activity
 from ..analysis.cfg import ControlFlow
 from ..analysis.memory import Clobbers, ShadowedMemory, is_memory_intrinsic
 from ..analysis.pointers import UNKNOWN, PointerBases
+from ..analysis.read_only import read_only_parameters
 from ..errors import UnsupportedError
 from ..frontend import callgraph
 from .call_slots import write_only_parameters
@@ -61,6 +64,7 @@ class Callees:
         self.generators = []
         self.writes = None
         self.write_only_ = {}
+        self.read_only = {}          # callee -> its read-only pointer parameters (see program)
 
     def is_callee(self, instr):
         """True for a call to a function this module defines that has no custom rule."""
@@ -102,6 +106,13 @@ class Callees:
                     if o.type == "ptr":
                         note(o)
         return out
+
+    def program(self, kernel, pointers, distinct):
+        """Note the kernel that calls these functions (its ``pointers``: its
+        :class:`PointerBases`; ``distinct``: whether its arrays share no memory): a callee
+        may then load again the memory nothing writes
+        (:func:`adcore.analysis.read_only.read_only_parameters`)."""
+        self.read_only = read_only_parameters(self, kernel, pointers, distinct, is_pure_call)
 
     def write_only(self, name):
         """Positions of callee ``name``'s pointer parameters that it only stores through
@@ -180,8 +191,10 @@ class Callees:
                                    f"it writes a differentiable value into pointer argument {k}, "
                                    f"which has no shadow at this call (mark the array Duplicated)")
         _check_no_escape(func, pointers, pointers_, memory, pyname)
+        read_only = self.read_only.get(name, ())
         clobbers = Clobbers(func, pointers, self.rule_of, is_pure_call, pointers_, False,
-                            outside=pointers_)
+                            outside=[a for a in pointers_ if a.index not in read_only],
+                            unwritten=[a for a in pointers_ if a.index in read_only])
         return Analyses(cfg, pointers, memory, activity, clobbers, self.rule_of)
 
 

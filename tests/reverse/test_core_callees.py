@@ -67,6 +67,75 @@ def test_results_of_calls_read_by_the_reverse(kernel):
     check(kernel, np.array([0.3, -0.7, 1.1]), 6)
 
 
+# -- memory nothing writes is loaded again; memory something writes is kept ----------------
+@numba.njit
+def power_chain(x, n):
+    """Reads x only: its reverse loads x[0] and x[n] again."""
+    if n < 1:
+        return x[0] * x[0]
+    return math.sin(x[n % x.shape[0]]) * power_chain(x, n - 1)
+
+
+@numba.njit
+def written_after(x, n):
+    """The kernel writes x between the calls: the first call's loads must be kept."""
+    r = power_chain(x, n)
+    x[0] = 0.5 * x[1] + r
+    return r + power_chain(x, n)
+
+
+@numba.njit
+def square_into(a, b, n):
+    """Writes b, reads a: where a and b are one array, a is written too."""
+    if n < 0:
+        return 0.0
+    t = a[n]
+    b[n] = t * t
+    return a[n] * a[(n + 1) % a.shape[0]] + square_into(a, b, n - 1)
+
+
+@numba.njit
+def aliased(x, n):
+    return square_into(x, x, n) + x[0]
+
+
+@numba.njit
+def two_arrays(x, y, n):
+    return square_into(x, y, n) + power_chain(x, n)
+
+
+def test_read_only_memory_is_loaded_again():
+    x = np.array([0.7, 1.3, 0.4])
+    ir = adcore.compile_gradient(Reverse, power_chain, Duplicated(x, np.zeros(3)), 5).adjoint_ir
+    aug = re.search(r"^define internal i32 @\S+\.aug\.0\(.*?^}", ir, re.M | re.S).group(0)
+    assert "@ad.push.double" not in aug          # (which way a branch went is still pushed)
+    check(power_chain, x, 5)
+
+
+@pytest.mark.parametrize("kernel,args", [
+    (written_after, (np.array([0.7, 1.3, 0.4]), 4)),
+    (aliased, (np.array([0.7, -1.3, 0.4, 0.9]), 3)),
+    (two_arrays, (np.array([0.7, -1.3, 0.4, 0.9]), np.array([0.2, 0.5, -0.3, 0.1]), 3)),
+])
+def test_written_memory_is_kept(kernel, args):
+    check(kernel, *args)
+
+
+def test_shared_memory_is_written_memory():
+    """two_arrays given one array twice (distinct arrays no longer): x is written through y."""
+    x0 = np.array([0.7, -1.3, 0.4, 0.9])
+    x, dx = x0.copy(), np.zeros(4)
+    adcore.autodiff(Reverse, two_arrays, Duplicated(x, dx), Duplicated(x, dx), 3)
+
+    def shared(v):
+        v = v.copy()
+        return two_arrays(v, v, 3)
+
+    eps = 1e-6
+    expected = [(shared(x0 + eps * e) - shared(x0 - eps * e)) / (2 * eps) for e in np.eye(4)]
+    np.testing.assert_allclose(dx, expected, rtol=1e-6, atol=1e-8)
+
+
 @examples(EXAMPLES)
 @given(st.floats(-2, 2), st.floats(-2, 2), st.integers(0, 9))
 def test_double_recursion_closed_form(x0, x1, n):
