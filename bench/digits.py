@@ -187,6 +187,7 @@ def epoch_thread_rows(config, split, batch=32):
     def flat_gradient(n):
         g = at_threads(n, lambda: gradient(loss, dup, x, y))()[0]
         return np.concatenate([np.ravel(a) for _, a in leaves(g)]).astype(np.float64)
+    at_threads(numba.config.NUMBA_NUM_THREADS, lambda: threads(loss, dup, x, y))()   # stages the split
     serial, threaded = flat_gradient(1), flat_gradient(numba.config.NUMBA_NUM_THREADS)
     check = (float(np.abs(threaded - serial).max() / np.abs(serial).max()), 1e-5)
     case = f"CNN, one epoch of {len(items)} batches of {batch}, time per epoch"

@@ -248,6 +248,7 @@ def _thread_rows(config, batch, case):
     def flat_gradient(n):
         g = at_threads(n, lambda: gradient(loss, dup, x, y))()[0]
         return np.concatenate([np.ravel(a) for _, a in leaves(g)]).astype(np.float64)
+    at_threads(numba.config.NUMBA_NUM_THREADS, lambda: threads(loss, dup, x, y))()   # stages the split
     serial, threaded = flat_gradient(1), flat_gradient(numba.config.NUMBA_NUM_THREADS)
     check = (float(np.abs(threaded - serial).max() / np.abs(serial).max()), TOL)
 

@@ -27,8 +27,8 @@ def thread_rows(workload, case, impl, step, describe, sampler, number=None, chec
         return [skipped(workload, case, f"{impl}, every core", "Numba has one thread")]
     fns = [at_threads(1, step), at_threads(every, step)]
     for fn in fns:
-        fn()                             # stages the program; the split at its first threaded call
-    how = at_threads(every, describe)()
+        fn()                             # stages the program
+    how = at_threads(every, describe)()  # stages the split
     one, all_ = sampler.interleaved(fns, number=number)
     err, tol = check if check is not None else (None, None)
     return [row(workload, case, f"{impl}, 1 thread", one, note="the whole batch's serial program"),

@@ -28,7 +28,7 @@ def stack(parts, sample):
 def part_function(part, split):
     """The ``cfunc`` ``part(t, table)`` running the part program's gradient on part ``t``
     (see ``RowSplit.call`` for the table)."""
-    scope = {"stub": part.grad.native, "view": view, "_zero": _zero, "np": np}
+    scope = {"stub": part.grad.njit_call, "view": view, "_zero": _zero, "np": np}
     slot = {item: 1 + i for i, item in enumerate(split.table_items)}
     body = _table_lines(scope, split)
     call = []

@@ -9,9 +9,12 @@ batch arguments in place and has its own workspace and its own zeroed copy of ev
 shadow; the parameters are shared, read only.  After the parts join, the parts'
 parameter gradients are added (in part order, so every call rounds the same way) into
 the model's shadow, weighted by ``1/parts`` for a mean, on the threads too; the loss
-likewise.  A call made while Numba has one thread runs the whole batch's serial program.
+likewise.  A call made while Numba has one thread runs the whole batch's serial program,
+and so do the calls before the program is hot (staging the split costs about a second:
+a gradient called a few times never pays for it).
 """
 import threading
+import time
 
 import numpy as np
 
@@ -25,6 +28,7 @@ from .rows import NoSplit, row_verdict
 from .split_policy import largest_product, parts_for, thread_count, work
 
 STACKED = (Kind.WORK, Kind.KBUF)     # the part program's own buffers: one per part
+HOT_SECONDS = 1.0                    # serial gradient time after which a program splits
 
 
 def batch_arguments(args, values):
@@ -111,12 +115,14 @@ class RowSplit:
 class RowThreads:
     """What a staged program does with threads (``describe``, what ``layers.threads``
     shows): whether the recording proves its loss row-independent (else it runs serially,
-    and ``describe`` names the operation that couples rows), and, decided at its first call
-    with more than one Numba thread, into how many parts a batch is split (``split``)."""
+    and ``describe`` names the operation that couples rows), and, decided once the program
+    is hot (:meth:`call_gradient`) with more than one Numba thread, into how many parts a
+    batch is split (``split``)."""
 
     def __init__(self, staged=None, stage_part=None, args=(), values=(), records=(),
                  tracked=(), loss_id=None, serial=None):
         self.staged, self.stage_part, self.split, self.pending = staged, stage_part, None, None
+        self.serial_seconds = 0.0        # time spent in serial calls, before the split is staged
         if serial is not None:
             self.describe = f"runs serially: {serial}"
             return
@@ -128,8 +134,8 @@ class RowThreads:
         self.signature = verdict.signature
         self.pending = (verdict.weighting, batch, rowed, work(records), largest_product(records))
         self.describe = (f"rows independent (a per-row loss {_HOW[verdict.weighting]} over the "
-                         f"batch): splits its {batch} rows at its first call with more than "
-                         "one Numba thread")
+                         f"batch): splits its {batch} rows on Numba's threads once its gradients "
+                         f"have taken {HOT_SECONDS:g} s")
 
     @property
     def splits(self):
@@ -137,8 +143,8 @@ class RowThreads:
         return self.split is not None or self.pending is not None
 
     def split_for(self, f, args):
-        """The ``RowSplit`` (staging its part program at the first call with more than one
-        Numba thread; ``args``: that call's arguments), or ``None``."""
+        """The ``RowSplit`` (staging its part program at the first call asking for it with
+        more than one Numba thread; ``args``: that call's arguments), or ``None``."""
         if self.pending is not None and thread_count() > 1:
             with _PLANNING:
                 if self.pending is not None:
@@ -163,18 +169,25 @@ class RowThreads:
     def call_gradient(self, serial):
         """The repeat call of a program that may split: the split gradient while Numba has
         more than one thread and the whole program's guard takes the arguments, else
-        ``serial`` (the program's own repeat call)."""
+        ``serial`` (the program's own repeat call).  The split is staged once the program
+        is hot: once its serial calls have taken ``HOT_SECONDS`` in all (about what staging
+        the split costs), unless ``layers.threads`` or ``train`` asked for it first."""
         staged = self.staged
 
         def call(zero, f, *args):
-            if thread_count() > 1 and staged.gather(f, *args) is not None:
+            if thread_count() > 1 and (self.split is not None or self.serial_seconds >= HOT_SECONDS) \
+                    and staged.gather(f, *args) is not None:
                 split = self.split_for(f, args)
                 if split is not None:
                     with staged.lock:
                         got = split.call(zero, f, args)
                     if got is not None:
                         return got
-            return serial(zero, f, *args)
+            start = time.perf_counter()
+            try:
+                return serial(zero, f, *args)
+            finally:
+                self.serial_seconds += time.perf_counter() - start
         return call
 
 

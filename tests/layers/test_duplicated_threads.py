@@ -255,8 +255,8 @@ x = rng.standard_normal((32, 1, 8, 8)).astype(np.float32)
 y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]
 dup = Duplicated(model)
 flat = lambda g: np.concatenate([np.asarray(a).ravel() for _, a in leaves(g)])
+print(threads(loss, dup, x, y))                     # stages the split at once
 first = flat(gradient(loss, dup, x, y)[0])          # the process's first gradient: threaded
-print(threads(loss, dup, x, y))
 tape = flat(gradient(loss, model, x, y)[0])
 assert np.allclose(first, tape, rtol=2e-4, atol=1e-6), np.abs(first - tape).max()
 for n in {threads_list}:
@@ -300,3 +300,23 @@ def test_a_loss_whose_code_depends_on_the_batch_size_runs_serially():
     got = flat(at_threads(2, gradient, _batch_sized_slice, dup, x, y)[0])
     np.testing.assert_allclose(got, flat(gradient(_batch_sized_slice, model, x, y)[0]), rtol=1e-9,
                                atol=1e-12)
+
+
+def test_a_program_splits_once_it_is_hot(monkeypatch):
+    """The first calls run the serial program (staging a split costs about a second); once
+    the serial calls have taken ``HOT_SECONDS`` the program splits, and agrees."""
+    from layers.staging import row_split
+    from layers.staging.program import lookup
+    def loss(m, x, y):                 # a program of its own
+        return mean_loss(m, x, y)
+
+    model = mlp()
+    dup = Duplicated(model)
+    x, y = data((32, 64))
+    serial = flat(at_threads(2, gradient, loss, dup, x, y)[0]).copy()
+    rows = lookup(loss, (dup, x, y))[0].row_threads
+    assert rows.split is None and rows.serial_seconds > 0
+    monkeypatch.setattr(row_split, "HOT_SECONDS", rows.serial_seconds)
+    threaded = flat(at_threads(2, gradient, loss, dup, x, y)[0])
+    assert rows.split is not None and rows.describe.startswith("split into 2 parts")
+    np.testing.assert_allclose(threaded, serial, rtol=1e-12, atol=1e-14)
