@@ -12,6 +12,7 @@ from hypothesis import given, strategies as st
 import adcore
 from adcore import Duplicated, Reverse, ReverseWithPrimal
 from adcore.backend import vector_math
+from bench.kernels import logsumexp as log_sum_exp
 from fdcheck import check
 from reverse.test_core_property import examples
 
@@ -39,18 +40,6 @@ def counted_down(x):
         i -= 1
         s = math.tanh(s * x[i] + 0.1)
     return s
-
-
-@numba.njit
-def log_sum_exp(x):
-    m = x[0]
-    for i in range(1, x.shape[0]):
-        if x[i] > m:
-            m = x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += math.exp(x[i] - m)
-    return m + math.log(s)
 
 
 @examples()
