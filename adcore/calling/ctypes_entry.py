@@ -22,6 +22,8 @@ from .guard_builder import unless
 from .njit_stub import WRONG_LAYOUT
 
 _CONTIGUOUS = {"C": abi.NPY_ARRAY_C_CONTIGUOUS, "F": abi.NPY_ARRAY_F_CONTIGUOUS, "A": 0}
+_REQUIRED = ((abi.NPY_ARRAY_WRITEABLE, "writeable "), (abi.NPY_ARRAY_ALIGNED, "aligned "),
+             (abi.NPY_ARRAY_C_CONTIGUOUS, "C-contiguous "), (abi.NPY_ARRAY_F_CONTIGUOUS, "Fortran-contiguous "))
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
@@ -34,16 +36,19 @@ def entry_name(symbol):
 
 
 def array_kinds(numba_types):
-    """Per argument, ``[ndim, numpy type numbers, contiguity flags, itemsize, dtype name]``
+    """Per argument, ``[ndim, numpy type numbers, required flags, itemsize, dtype name]``
     of an array (the type numbers of every dtype that is its dtype: int64 is both
-    ``long`` and ``long long``), else None; None when an argument is neither an array nor
+    ``long`` and ``long long``; the flags of its contiguity, and writeable and aligned
+    where it was compiled so), else None; None when an argument is neither an array nor
     a number or bool."""
     kinds = []
     for t in numba_types:
         if isinstance(t, nbtypes.Array):
             d = as_dtype(t.dtype)
             nums = sorted({np.dtype(c).num for c in np.typecodes["All"] if np.dtype(c) == d})
-            kinds.append([t.ndim, nums, _CONTIGUOUS[t.layout], d.itemsize, d.name])
+            flags = _CONTIGUOUS[t.layout] | (abi.NPY_ARRAY_WRITEABLE if t.mutable else 0) | \
+                (abi.NPY_ARRAY_ALIGNED if t.aligned else 0)
+            kinds.append([t.ndim, nums, flags, d.itemsize, d.name])
         elif isinstance(t, (nbtypes.Number, nbtypes.Boolean)):
             kinds.append(None)
         else:
@@ -61,8 +66,8 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
     """LLVM IR of the entry of ``symbol`` (which it declares): ``i32 (ptr retptr, ptr
     excinfo, ...)`` taking a ``PyObject *`` for each array argument (``kinds[k]`` not
     None) and each scalar as ``flat[k]``; returns ``symbol``'s status, or
-    ``STATUS_WRONG_ARGUMENT - k`` when array ``k`` has not the dimensions, dtype, byte order or
-    contiguity of ``kinds[k]``, or ``STATUS_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
+    ``STATUS_WRONG_ARGUMENT - k`` when array ``k`` has not the dimensions, dtype, byte order,
+    contiguity, writeability or alignment of ``kinds[k]``, or ``STATUS_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
     of ``same_layout[q] = (i, j, what)`` differ in shape or strides."""
     e = Emitter()
     params, passed, layouts = ["ptr %ret", "ptr %exc"], ["ptr %ret", "ptr %exc"], {}
@@ -91,15 +96,15 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
 def _checked_array(e, k, kind):
     """Return ``STATUS_WRONG_ARGUMENT - k`` unless the array object ``%a<k>`` is of
     ``kind``; ``(its flattened fields, [its shape's and strides' values])``."""
-    ndim, nums, contiguity, itemsize, _ = kind
+    ndim, nums, required, itemsize, _ = kind
     a = f"%a{k}"
     descr = e.load_at(a, abi.NDARRAY_DESCR, "ptr", "descr")
-    layout = e(f"and i32 {e.load_at(a, abi.NDARRAY_FLAGS, 'i32', 'flags')}, {contiguity}")
+    layout = e(f"and i32 {e.load_at(a, abi.NDARRAY_FLAGS, 'i32', 'flags')}, {required}")
     number = e.load_at(descr, abi.DESCR_TYPE_NUM, "i32", "num")
     ok = e.all_of([
         e(f"icmp eq i32 {e.load_at(a, abi.NDARRAY_NDIM, 'i32', 'nd')}, {ndim}"),
         e(f"icmp ne i8 {e.load_at(descr, abi.DESCR_BYTEORDER, 'i8', 'order')}, {ord('>')}"),  # little-endian hosts
-        e(f"icmp eq i32 {layout}, {contiguity}"),
+        e(f"icmp eq i32 {layout}, {required}"),
         e.any_of([e(f"icmp eq i32 {number}, {n}") for n in nums])])   # int64 is two type numbers
     good, wrong = e.fresh("good"), e.fresh("wrong")
     e.branch(ok, good, wrong)
@@ -165,10 +170,11 @@ class EntryCall:
             return ActivityError(f"{self.same_layout[abi.STATUS_WRONG_LAYOUT - status][2]} {WRONG_LAYOUT}")
         k = abi.STATUS_WRONG_ARGUMENT - status
         if 0 <= k < len(self.kinds) and self.kinds[k] is not None:
-            ndim, _, contiguity, _, dtype = self.kinds[k]
-            layout = {1: "C-contiguous ", 2: "Fortran-contiguous "}.get(contiguity, "")
+            ndim, _, required, _, dtype = self.kinds[k]
+            layout = "".join(word for flag, word in _REQUIRED if required & flag)
             return TypeError(f"argument {k} must be a {layout}{ndim}-d {dtype} array in native "
-                             f"byte order, as compiled; got a {args[k].ndim}-d {args[k].dtype} array")
+                             f"byte order, as compiled; got a {args[k].ndim}-d {args[k].dtype} array"
+                             f"{'' if args[k].flags.writeable else ' (read-only)'}")
         return kernel_exception(excinfo)
 
 

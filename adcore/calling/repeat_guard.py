@@ -9,8 +9,8 @@ arguments, checks the types of their values, allocates the fresh shadows, checks
 two arrays share memory (a verdict kept for the same array objects) and calls the
 gradient's njit stub, whose dispatch checks the argument types and whose code checks each
 shadow's shape and strides before anything runs (or, before the stub is made, the
-gradient's ctypes entry, which checks as much natively; the caller checks the arrays'
-writeability and alignment). What one of these checks refuses returns ``None`` having
+gradient's ctypes entry, which checks as much natively, writeability and alignment
+included). What one of these checks refuses returns ``None`` having
 touched nothing, and the call is made again the full way, which raises the error or
 handles the case.
 """
@@ -72,8 +72,6 @@ def caller(compiled, entry, args, skip, defaults):
     arrays += [s for k, s in shadows.items() if isinstance(args[k], Annotation)]
     checked = [i for i, x in enumerate(arrays) if x in whole]
     g.distinct_memory(arrays, lambda xs: _disjoint(xs, checked))
-    if compiled.from_disk:
-        _flags_as_compiled(g, values, [a.val if isinstance(a, Annotation) else a for a in args] + list(defaults))
     scratch = [shadows.get(k) or f"like_strides({values[k]}, None)" for k in compiled.shadowed]
     return g.compile("call", ("args",), _tail(compiled, entry, args, values + scratch, shadows), **{
         "native": compiled.call.call if compiled.from_disk else compiled.native, "last": _last,
@@ -106,15 +104,6 @@ def _bind_arguments(g, entry, args):
     for c in checks:
         g.check(c)
     return values, shadows, whole
-
-
-def _flags_as_compiled(g, names, values):
-    """Check the arrays among ``values`` (named ``names``) are writeable and aligned as at
-    the first call: Numba types them apart (``arguments.type_key``), the ctypes entry
-    does not look (it checks dimensions, dtype, byte order and contiguity)."""
-    for x, v in zip(names, values):
-        if type(v) is np.ndarray:
-            g.check(f"{x}.flags.writeable is {v.flags.writeable} and {x}.flags.aligned is {v.flags.aligned}")
 
 
 def _tail(compiled, entry, args, passed, shadows):

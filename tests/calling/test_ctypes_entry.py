@@ -55,10 +55,15 @@ def test_a_fresh_gradient_is_called_through_its_entry_and_matches_the_stub(compi
     (1, np.zeros((4, 3)).T, "C-contiguous"),                       # another layout
     (1, np.zeros((3, 4), ">f8"), "native byte order"),             # another byte order
     (2, np.array([1, 0, 1], np.int32), "1-d int64"),
+    (1, "read-only", r"writeable .*\(read-only\)"),
+    (1, np.frombuffer(bytearray(97), np.float64, 12, 1).reshape(3, 4), "aligned"),   # unaligned
 ])
 def test_an_array_of_another_type_is_a_type_error(compiled, position, value, words):
     W, x, flags = _args()
     args = [0.5, W, flags, x, 2, np.zeros_like(W), np.zeros_like(x)]
+    if isinstance(value, str):                    # a read-only copy
+        value = W.copy()
+        value.flags.writeable = False
     args[position] = value
     if position == 1:
         args[5] = np.zeros_like(value)            # a shadow laid out like it
