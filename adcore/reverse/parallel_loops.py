@@ -535,7 +535,7 @@ def reverse_function(loop, shadowed):
 PAGE_BYTES = 4096
 
 
-@numba.njit
+@numba.njit(cache=True)
 def thread_rows(workers, d):
     """``workers`` zeroed rows of ``d.size`` elements of ``d``'s type, each on pages of its
     own: threads adding into rows that share a page slow each other down (a cache line
@@ -547,6 +547,21 @@ def thread_rows(workers, d):
     flat = np.zeros(workers * row + per, d.dtype)
     start = (-flat.ctypes.data % PAGE_BYTES) // d.itemsize
     return flat[start:start + workers * row].reshape(workers, row)
+
+
+@numba.njit(cache=True)
+def add_private_rows(d, p):
+    """``d`` plus the sum of ``p``'s rows (the threads' private shadows of ``d``, from
+    :func:`thread_rows`: each row holds ``d``'s elements in C order), added row after row.
+    Compiled once into Numba's disk cache: the array methods it stands for (``sum`` over an
+    axis) cost a second of compiles at every process's first parallel gradient."""
+    k = 0
+    for index in np.ndindex(d.shape):
+        total = p[0, k]
+        for t in range(1, p.shape[0]):
+            total += p[t, k]
+        d[index] += total
+        k += 1
 
 
 def _private_shadow(k):
@@ -597,10 +612,10 @@ def _build_reverse(loop, shadowed):
             f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
-    lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]
+    lines += [f"    add_private_rows(d{k}, p{k})" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id,
-             "thread_rows": thread_rows}
+             "thread_rows": thread_rows, "add_private_rows": add_private_rows}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
@@ -642,10 +657,11 @@ def _build_taped_reverse(loop, shadowed):
             f"{taped(loop, shadowed).pool.ctypes.data})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
-    lines += [f"    d{k} += p{k}[:, :d{k}.size].sum(axis=0).reshape(d{k}.shape)" for k in private]
+    lines += [f"    add_private_rows(d{k}, p{k})" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
-             "thread_rows": thread_rows, "rev": taped(loop, shadowed).rev}
+             "thread_rows": thread_rows, "add_private_rows": add_private_rows,
+             "rev": taped(loop, shadowed).rev}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
