@@ -368,10 +368,30 @@ _CHUNK = """
         r = (c % per) * threads + c // per
         first = lo + (n * r) // chunks
         last = lo + (n * (r + 1)) // chunks - 1
-        s = a0.copy()
-        s[0] = first
-        s[a0.shape[0] // 2] = last
+        s = piece_schedule(a0, first, last, 0)[:a0.shape[0]]
 """
+
+
+@numba.njit(cache=True)
+def piece_schedule(a0, first, last, slot):
+    """A copy of the schedule ``a0`` (lower bounds, then upper bounds) for the iterations
+    ``first .. last`` of its outermost loop, followed by ``slot``.  Compiled once into
+    Numba's disk cache, as are :func:`thread_shadow` and :func:`add_private_rows`: the
+    launchers that call them are compiled in every process."""
+    m = a0.shape[0]
+    buf = np.empty(m + 1, a0.dtype)
+    for i in range(m):
+        buf[i] = a0[i]
+    buf[0] = first
+    buf[m // 2] = last
+    buf[m] = slot
+    return buf
+
+
+@numba.njit(cache=True)
+def thread_shadow(rows, d, t):
+    """Thread ``t``'s private shadow of ``d`` (its row of ``rows``), shaped as ``d``."""
+    return rows[t, :d.size].reshape(d.shape)
 
 
 def _chunk_loop(checks, body, backwards=False, phases=False):
@@ -408,7 +428,7 @@ def forward_function(loop):
         source = (f"def forward({names}):" + _SPLIT +
                   "    if n <= 0:\n        return\n" +
                   _chunk_loop(loop.checks, _CHUNK.lstrip("\n") + f"        if first <= last:\n            run((s, {rest}))\n"))
-        scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call)}
+        scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call), **_launch_helpers()}
         exec(source, scope)
         numba_abi.start_threads()
         _forwards[loop.call.symbol] = numba.njit(parallel=True)(scope["forward"])
@@ -477,13 +497,7 @@ _SLOTTED = """
         r = (c % per) * threads + c // per
         first = lo + (n * r) // chunks
         last = lo + (n * (r + 1)) // chunks - 1
-        m = a0.shape[0]
-        buf = np.empty(m + 1, a0.dtype)
-        s = buf[:m]
-        s[:] = a0
-        s[0] = first
-        s[m // 2] = last
-        buf[m] = slot
+        s = piece_schedule(a0, first, last, slot)[:a0.shape[0]]
 """
 
 
@@ -512,7 +526,7 @@ def taped_forward_function(loop, shadowed):
                   f"        stack = carray(tape + {8 * _HEAD} + c * {FRAME_BYTES}, 2, np.int64)\n"
                   "        kept += stack[1] - stack[0]\n"
                   f"    head[{_BYTES}] = kept\n")
-        scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
+        scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id, **_launch_helpers(),
                  "aug": taped(loop, shadowed).aug}
         exec(source, scope)
         numba_abi.start_threads()
@@ -564,6 +578,12 @@ def add_private_rows(d, p):
         k += 1
 
 
+def _launch_helpers():
+    """The disk-cached njit helpers the generated launchers call, by name."""
+    return {"piece_schedule": piece_schedule, "thread_shadow": thread_shadow,
+            "thread_rows": thread_rows, "add_private_rows": add_private_rows}
+
+
 def _private_shadow(k):
     """The line allocating the threads' private shadows of array ``d<k>``: one zeroed row
     per thread (:func:`thread_rows`)."""
@@ -572,7 +592,7 @@ def _private_shadow(k):
 
 def _thread_shadow(k):
     """The running thread's private shadow of array ``d<k>``, shaped as ``d<k>``."""
-    return f"p{k}[thread_id(), :d{k}.size].reshape(d{k}.shape)"
+    return f"thread_shadow(p{k}, d{k}, thread_id())"
 
 
 def _annotations(argtypes, shadowed):
@@ -615,7 +635,7 @@ def _build_reverse(loop, shadowed):
     lines += [f"    add_private_rows(d{k}, p{k})" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "grad": grad.native, "thread_id": numba_abi.thread_id,
-             "thread_rows": thread_rows, "add_private_rows": add_private_rows}
+             **_launch_helpers()}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
@@ -660,8 +680,7 @@ def _build_taped_reverse(loop, shadowed):
     lines += [f"    add_private_rows(d{k}, p{k})" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
-             "thread_rows": thread_rows, "add_private_rows": add_private_rows,
-             "rev": taped(loop, shadowed).rev}
+             "rev": taped(loop, shadowed).rev, **_launch_helpers()}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])
