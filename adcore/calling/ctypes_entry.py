@@ -22,8 +22,8 @@ from .guard_builder import unless
 from .njit_stub import WRONG_LAYOUT
 
 _CONTIGUOUS = {"C": abi.NPY_ARRAY_C_CONTIGUOUS, "F": abi.NPY_ARRAY_F_CONTIGUOUS, "A": 0}
-_REQUIRED = ((abi.NPY_ARRAY_WRITEABLE, "writeable "), (abi.NPY_ARRAY_ALIGNED, "aligned "),
-             (abi.NPY_ARRAY_C_CONTIGUOUS, "C-contiguous "), (abi.NPY_ARRAY_F_CONTIGUOUS, "Fortran-contiguous "))
+_REQUIRED = ((abi.NPY_ARRAY_WRITEABLE, "writeable "), (abi.NPY_ARRAY_C_CONTIGUOUS, "C-contiguous "),
+             (abi.NPY_ARRAY_F_CONTIGUOUS, "Fortran-contiguous "))
 
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
@@ -38,16 +38,15 @@ def entry_name(symbol):
 def array_kinds(numba_types):
     """Per argument, ``[ndim, numpy type numbers, required flags, itemsize, dtype name]``
     of an array (the type numbers of every dtype that is its dtype: int64 is both
-    ``long`` and ``long long``; the flags of its contiguity, and writeable and aligned
-    where it was compiled so), else None; None when an argument is neither an array nor
-    a number or bool."""
+    ``long`` and ``long long``; the flags of its contiguity, and writeable where it was
+    compiled so: Numba types an unaligned array as an aligned one, and so does the entry),
+    else None; None when an argument is neither an array nor a number or bool."""
     kinds = []
     for t in numba_types:
         if isinstance(t, nbtypes.Array):
             d = as_dtype(t.dtype)
             nums = sorted({np.dtype(c).num for c in np.typecodes["All"] if np.dtype(c) == d})
-            flags = _CONTIGUOUS[t.layout] | (abi.NPY_ARRAY_WRITEABLE if t.mutable else 0) | \
-                (abi.NPY_ARRAY_ALIGNED if t.aligned else 0)
+            flags = _CONTIGUOUS[t.layout] | (abi.NPY_ARRAY_WRITEABLE if t.mutable else 0)
             kinds.append([t.ndim, nums, flags, d.itemsize, d.name])
         elif isinstance(t, (nbtypes.Number, nbtypes.Boolean)):
             kinds.append(None)
@@ -67,7 +66,7 @@ def entry_ir(symbol, flat, kinds, same_layout=()):
     excinfo, ...)`` taking a ``PyObject *`` for each array argument (``kinds[k]`` not
     None) and each scalar as ``flat[k]``; returns ``symbol``'s status, or
     ``STATUS_WRONG_ARGUMENT - k`` when array ``k`` has not the dimensions, dtype, byte order,
-    contiguity, writeability or alignment of ``kinds[k]``, or ``STATUS_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
+    contiguity or writeability of ``kinds[k]``, or ``STATUS_WRONG_LAYOUT - q`` when the arrays ``i`` and ``j``
     of ``same_layout[q] = (i, j, what)`` differ in shape or strides."""
     e = Emitter()
     params, passed, layouts = ["ptr %ret", "ptr %exc"], ["ptr %ret", "ptr %exc"], {}
