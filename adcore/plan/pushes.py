@@ -104,7 +104,7 @@ class Pushes:
         """The :class:`Reserve` of ``loop`` when its pushes can be reserved before it runs
         (as in the module's docstring), else None."""
         cfg = gen.cfg
-        if any(lp is not loop and lp.header in loop.blocks for lp in cfg.loops):
+        if any(lp is not loop and lp.header in loop.blocks for lp in cfg.loops) or not _one_pass(loop):
             return None
         outside = [p for p in loop.header.preds if p not in loop.blocks]
         if len(outside) != 1 or outside[0].term.opcode != "br" or outside[0].term.succ != [loop.header]:
@@ -135,6 +135,27 @@ class Pushes:
             if refilled:
                 out.append((latch, "choice", replays[latch]))
         return out
+
+
+def _one_pass(loop):
+    """Whether each block of ``loop`` runs at most once an iteration: its blocks without the
+    edges back to its header form no cycle (an irreducible one included)."""
+    inside = set(loop.blocks)
+    succ = {b: [s for s in b.succ if s in inside and s is not loop.header] for b in inside}
+    entering = {b: 0 for b in inside}
+    for b in inside:
+        for s in succ[b]:
+            entering[s] += 1
+    ready = [b for b in inside if entering[b] == 0]
+    seen = 0
+    while ready:
+        b = ready.pop()
+        seen += 1
+        for s in succ[b]:
+            entering[s] -= 1
+            if entering[s] == 0:
+                ready.append(s)
+    return seen == len(inside)
 
 
 class Reserve:

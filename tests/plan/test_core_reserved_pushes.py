@@ -85,3 +85,24 @@ def test_in_order_sum_vectorised():
     compiled = adcore.compile_gradient(Reverse, log_sum_exp, Duplicated(x, dx))
     if vector_math.ENABLED:
         assert "_exp(<" in compiled.optimised_ir       # libmvec's vector exp in the forward loop
+
+
+class _Block:
+    def __init__(self):
+        self.succ = []
+
+
+class _Loop:
+    def __init__(self, header, blocks):
+        self.header, self.blocks = header, blocks
+
+
+def test_a_loop_whose_blocks_may_run_twice_an_iteration_reserves_nothing():
+    """Reserving counts each block's pushes once an iteration: a cycle inside the body
+    (one that does not pass the header, as C's goto can make) rules the loop out."""
+    from adcore.plan.pushes import _one_pass
+    h, a, b, c = _Block(), _Block(), _Block(), _Block()
+    h.succ, a.succ, b.succ, c.succ = [a, b], [c], [c], [h]       # a diamond, then back
+    assert _one_pass(_Loop(h, [h, a, b, c]))
+    a.succ, b.succ = [b, c], [a]                                  # a <-> b inside the body
+    assert not _one_pass(_Loop(h, [h, a, b, c]))
