@@ -231,6 +231,25 @@ t = adcore.autodiff(Forward, is_even, Duplicated(0.3, 1.0), 5)
 np.testing.assert_allclose([g, t], [fd(0.3), fd(0.3)], rtol=1e-7)
 assert is_even(0.3, 5) == is_even.py_func(0.3, 5)      # the primal still runs
 """, None),
+    "recursion_over_a_read_only_array_first": ("""
+import numba
+import numpy as np
+import adcore
+from adcore import Reverse, Duplicated
+
+@numba.njit
+def fib(x, n):                  # its calls' slots stay on the stack; x is read again
+    if n < 2:
+        return x[0] * x[n]
+    return fib(x, n - 1) + fib(x, n - 2)
+
+x, dx = np.array([0.9, 1.1]), np.zeros(2)
+adcore.autodiff(Reverse, fib, Duplicated(x, dx), 10)
+assert adcore.last_cached_bytes() == 0
+eps = 1e-6
+fd = [(fib.py_func(x + eps * e, 10) - fib.py_func(x - eps * e, 10)) / (2 * eps) for e in np.eye(2)]
+np.testing.assert_allclose(dx, fd, rtol=1e-7)
+""", None),
     "mutual_recursion_after_the_primal": (MUTUAL + """
 assert is_even(0.3, 5) == is_even.py_func(0.3, 5)
 np.testing.assert_allclose(adcore.gradient(Reverse, is_even, 0.3, 5)[0], fd(0.3), rtol=1e-7)

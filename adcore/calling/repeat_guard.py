@@ -9,9 +9,9 @@ arguments, checks the types of their values, allocates the fresh shadows, checks
 two arrays share memory (a verdict kept for the same array objects) and calls the
 gradient's njit stub, whose dispatch checks the argument types and whose code checks each
 shadow's shape and strides before anything runs (or, before the stub is made, the
-gradient's ctypes entry, which checks as much natively, writeability included). What one of these checks refuses returns ``None`` having
-touched nothing, and the call is made again the full way, which raises the error or
-handles the case.
+gradient's ctypes entry, which checks as much natively, writeability included). What one
+of these checks refuses returns ``None`` having touched nothing, and the call is made
+again the full way, which raises the error or handles the case.
 """
 import ctypes
 

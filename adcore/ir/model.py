@@ -270,6 +270,16 @@ class Function:
         for b in self.blocks:
             yield from b.instrs
 
+    def uses(self):
+        """``{id(value): [(instruction, operand position)]}`` for every argument and
+        instruction some instruction uses."""
+        out = {}
+        for i in self.instructions():
+            for k, o in enumerate(i.operands):
+                if o.defn is not None:
+                    out.setdefault(id(o.defn), []).append((i, k))
+        return out
+
 
 def _operand(value, defs):
     kind = value.value_kind.name

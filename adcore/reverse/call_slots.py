@@ -17,26 +17,20 @@ its shadow is a zeroed alloca of the reverse function's own frame.
 def write_only_parameters(func):
     """Positions of ``func``'s pointer parameters through which it only stores non-pointer
     or constant values (none of them is read, nor passed on)."""
-    uses = {a: [] for a in func.args if a.type == "ptr"}
-    for instr in func.instructions():
-        for k, o in enumerate(instr.operands):
-            if o.defn in uses:
-                uses[o.defn].append((instr, k))
-    return frozenset(a.index for a, found in uses.items() if all(_stores_through(i, k) for i, k in found))
+    uses = func.uses()
+    return frozenset(a.index for a in func.args if a.type == "ptr" and
+                     all(_stores_through(i, k) for i, k in uses.get(id(a), ())))
 
 
 def call_slots(gen):
     """The call slots (as above) of the function generator ``gen`` differentiates."""
     if gen.callees is None:
         return set()
-    uses = {i: [] for i in gen.func.entry.instrs if i.opcode == "alloca" and
-            all(o.is_const and o.ref == "1" for o in i.operands)}
-    for instr in gen.func.instructions():
-        for k, o in enumerate(instr.operands):
-            if o.defn in uses:
-                uses[o.defn].append((instr, k))
-    return {a for a, found in uses.items()
-            if found and all(_slot_use(gen, i, k) for i, k in found)}
+    uses = gen.func.uses()
+    allocas = [i for i in gen.func.entry.instrs if i.opcode == "alloca" and
+               all(o.is_const and o.ref == "1" for o in i.operands)]
+    return {a for a in allocas
+            if uses.get(id(a)) and all(_slot_use(gen, i, k) for i, k in uses[id(a)])}
 
 
 def _stores_through(instr, k):

@@ -137,15 +137,6 @@ def _loop_index(func, sched_data):
     return None
 
 
-def _uses(func):
-    users = {}
-    for i in func.instructions():
-        for k, o in enumerate(i.operands):
-            if o.defn is not None:
-                users.setdefault(id(o.defn), []).append((i, k))
-    return users
-
-
 def _accesses(users, data, index):
     """``(reads, writes, reads elsewhere, writes elsewhere)`` through array data pointer
     ``data``; "elsewhere": at an element other than ``data[index]``.  None when the pointer
@@ -230,7 +221,7 @@ def plan(chunk_primal, kernel):
     if effect is not None:          # its reverse runs the iterations again: printed twice, ...
         return LoopPlan(call, kernel, f"the loop body calls {numba_abi.python_name(effect.callee)}, which "
                                       f"must not run twice")
-    users = _uses(func)
+    users = func.uses()
     written, private, shared, rows, checks, bands, banded = [], [], [], [], [], [], []
     for k, (t, args) in enumerate(groups[1:], 1):
         if isinstance(t, nbtypes.Array):
