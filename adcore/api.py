@@ -11,7 +11,7 @@ import numpy as np
 from . import numba_abi, pipeline, plan
 from .annotations import Active, Annotation, Const, Duplicated, Mode
 from .backend import disk_cache
-from .calling import repeat_guard
+from .calling import repeat_builtin, repeat_guard
 from .calling.arguments import (
     annotate,
     check_plain_argument,
@@ -141,11 +141,26 @@ def _with_defaults(f, anns):
 
 def _remember(key, compiled, entry, args, everything, anns):
     """Keep the caller of repeat calls like this one (:mod:`adcore.calling.repeat_guard`), when
-    ``compiled`` can check them; it is forgotten with the compiled gradients (same limit)."""
-    call = repeat_guard.checked_caller(compiled, entry, args, everything,
-                                       [a.val for a in everything[len(anns):]])
+    ``compiled`` can check them; it is forgotten with the compiled gradients (same limit).
+    An ``autodiff`` caller that has served ``repeat_builtin.PROMOTE_AFTER`` calls gives way
+    to a native one (:mod:`adcore.calling.repeat_builtin`) where the arguments allow."""
+    defaults = [a.val for a in everything[len(anns):]]
+
+    def promote():
+        kept = repeat_builtin.repeat_builtin(compiled.entry, compiled.shadowed, compiled.has_primal,
+                                             args[len(args) - len(anns):], len(args) - len(anns))
+        if kept is not None and not defaults and _repeat.get(key) is not None:
+            _repeat[key] = (kept.call, repeat_builtin.after_builtin(kept, call))
+
+    call = repeat_guard.checked_caller(compiled, entry, args, everything, defaults,
+                                       promote if entry == "autodiff" else None)
     if call is not None:
-        _repeat[key] = call
+        _repeat[key] = (call, _refused)
+
+
+def _refused(args, got):
+    """What a Python repeat caller's refusal leaves: the full way (None)."""
+    return None
 
 
 # -- public API --------------------------------------------------------------------------
@@ -167,11 +182,14 @@ def autodiff(mode, f, *args, dret=None):
             raise ActivityError("dret seeds reverse mode; forward mode takes tangents of the arguments")
         from .forward.api import autodiff_forward  # builds on this module: imported when first used
         return autodiff_forward(mode, f, *args)
-    key = repeat_guard.call_key(("autodiff", mode.with_primal, *sorted(plan.disabled())), f, args) if dret is None else None
-    call = _repeat.get(key) if key is not None else None
-    got = call(args) if call is not None else None
-    if got is not None:
-        return got if mode.with_primal else got[0]
+    key = repeat_guard.call_key(("autodiff", mode.with_primal, plan.disabled()), f, args) if dret is None else None
+    hit = _repeat.get(key)
+    if hit is not None:
+        got = hit[0](args)
+        if type(got) is not tuple:
+            got = hit[1](args, got)
+        if got is not None:
+            return got if mode.with_primal else got[0]
     given = args
     ret_activity, args = _split_return_activity(args)
     anns = annotate(args)
@@ -192,9 +210,9 @@ def gradient(mode, f, *args):
     Duplicated with fresh zero shadows, ``Const`` stays constant.  Returns one entry per
     argument (float, array or ``None``); with ``ReverseWithPrimal``, ``(grads, value)``."""
     _check_mode(mode)
-    key = repeat_guard.call_key(("gradient", mode.with_primal, *sorted(plan.disabled())), f, args)
-    call = _repeat.get(key)
-    got = call(args) if call is not None else None
+    key = repeat_guard.call_key(("gradient", mode.with_primal, plan.disabled()), f, args)
+    hit = _repeat.get(key)
+    got = hit[0](args) if hit is not None else None
     if got is not None:
         return got if mode.with_primal else got[0]
     anns = []

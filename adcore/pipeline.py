@@ -299,7 +299,8 @@ def differentiate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type=
         irs = (primal_.ir, adjoint_ir, compiled.ir)
         stub_spec = (stub_types, layout.result, same_layout)
         if kinds:            # Python calls the entry; the stub is made when njit code needs it
-            call = ctypes_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds, same_layout)
+            call = ctypes_entry.EntryCall(native.entry_address(symbol), flat, fields, kinds, same_layout,
+                                          ctypes_entry.integer_ranges(stub_types))
             stub = None
         else:
             with stage("stub"):

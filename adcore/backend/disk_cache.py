@@ -313,7 +313,7 @@ def load(digest, argtypes, seed_type):
             native.entry_address(meta["symbol"]) is None:
         return None
     call = ctypes_entry.EntryCall(native.entry_address(meta["symbol"]), meta["flat"], meta["fields"],
-                                  meta["kinds"], same_layout)
+                                  meta["kinds"], same_layout, ctypes_entry.integer_ranges(stub_types))
 
     def irs():
         try:

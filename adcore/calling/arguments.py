@@ -142,6 +142,8 @@ def type_key(v):
         return (v.dtype.char, v.ndim, layout, flags.writeable, flags.aligned)
     if isinstance(v, tuple):
         return (type(v), *map(type_key, v))
+    if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
+        return (int, v < 2 ** 64 and v > 0)          # Numba types it uint64, or refuses it
     return type(v)
 
 

@@ -1,15 +1,18 @@
 """A compiled gradient, and calling it on annotated arguments."""
+import ctypes
 import itertools
 
 import numpy as np
 
 from ..annotations import Active, Duplicated
 from .arguments import mirrored, share_memory
+from .ctypes_entry import EntryCall
 from .njit_stub import make_stub, stub_call
 from ..errors import ActivityError, UnsupportedError
 from ..timings import compiling, stage
 
-_last = {"cached_bytes": 0}
+# the bytes cached by the most recent gradient call: a cell native repeat calls store into too
+last_cached_cell = ctypes.c_int64(0)
 
 # Calls of a gradient made through its ctypes entry before its njit stub is built: by then
 # the slower calls have cost about what the stub's Numba compile costs (ski rental: never
@@ -19,7 +22,7 @@ PROMOTE_AFTER = 5000
 
 def last_cached_bytes():
     """Bytes the reverse pass kept on its value stack in the most recent gradient call."""
-    return _last["cached_bytes"]
+    return last_cached_cell.value
 
 
 class CompiledGradient:
@@ -49,6 +52,7 @@ class CompiledGradient:
         self.pyname, self.symbol, self.has_primal = pyname, symbol, has_primal
         self.shadowed, self.written, self.distinct = shadowed, written, distinct
         self.irs, self.call = irs, call
+        self.entry = call if isinstance(call, EntryCall) else None    # kept when the stub replaces it
         self.stub_spec = stub_spec
         self._native = native
         self._njit_call = None
@@ -131,7 +135,7 @@ class CompiledGradient:
                                    "it is not C-contiguous (return np.ascontiguousarray of it)")
         for user, tmp in copies:
             user[...] = tmp
-        _last["cached_bytes"] = int(out[-1])
+        last_cached_cell.value = int(out[-1])
         offset = 1 if self.has_primal else 0
         derivs, j = [], offset
         for a in anns:

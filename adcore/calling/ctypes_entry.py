@@ -25,6 +25,23 @@ _CONTIGUOUS = {"C": abi.NPY_ARRAY_C_CONTIGUOUS, "F": abi.NPY_ARRAY_F_CONTIGUOUS,
 _REQUIRED = ((abi.NPY_ARRAY_WRITEABLE, "writeable "), (abi.NPY_ARRAY_C_CONTIGUOUS, "C-contiguous "),
              (abi.NPY_ARRAY_F_CONTIGUOUS, "Fortran-contiguous "))
 
+# ctypes converts a Python int modulo 2**bits: the entry's call checks the range first
+OUT_OF_RANGE = "the range of the type compiled"
+
+
+def integer_ranges(numba_types):
+    """``{k: (least, greatest)}`` of the integer arguments among ``numba_types``."""
+    return {k: (int(t.minval), int(t.maxval)) for k, t in enumerate(numba_types)
+            if isinstance(t, nbtypes.Integer)}
+
+
+def _signed_ranges(flat, kinds):
+    """The ranges of integer parameters taken to be signed (known only by LLVM type)."""
+    bits = {f"i{b}": b for b in (8, 16, 32, 64)}
+    return {k: (-2 ** (bits[g[0]] - 1), 2 ** (bits[g[0]] - 1) - 1)
+            for k, (g, kind) in enumerate(zip(flat, kinds)) if kind is None and g[0] in bits}
+
+
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
            "i16": ctypes.c_int16, "i8": ctypes.c_int8, "i1": ctypes.c_bool,
            "double": ctypes.c_double, "float": ctypes.c_float}
@@ -127,31 +144,39 @@ class EntryCall:
     :func:`entry_ir`): arrays as objects, scalars as ``flat`` says.  ``fields`` are the
     LLVM types of the result struct; for each ``(i, j, what)`` in ``same_layout``, arrays
     ``i`` and ``j`` must have the same shape and strides (else :class:`ActivityError`; the
-    entry checks it, made with the same ``same_layout``).
+    entry checks it, made with the same ``same_layout``); an integer argument ``k`` must
+    lie in ``ranges[k]`` (:func:`integer_ranges`; by default, the range of its LLVM type
+    taken as signed), else a TypeError.
     Returns the result tuple; re-raises an exception the function raised; a TypeError for
     an argument of another type than the function was compiled for.  The call is one
     generated Python function (no loops over the arguments) and a ctypes call that keeps
     the GIL (the entry runs no Python)."""
 
-    def __init__(self, address, flat, fields, kinds, same_layout=()):
+    def __init__(self, address, flat, fields, kinds, same_layout=(), ranges=None):
         params = [ctypes.py_object if kind is not None else _CTYPES[group[0]]
                   for group, kind in zip(flat, kinds)]
         function = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, *params)(address)
         result = type("Result", (ctypes.Structure,),
                       {"_fields_": [(f"f{k}", _CTYPES[t]) for k, t in enumerate(fields)]})
         self.kinds, self.same_layout = kinds, same_layout
+        self.address, self.flat, self.fields = address, flat, fields
         names = [f"a{k}" for k in range(len(flat))]
         arrays = [names[k] for k, kind in enumerate(kinds) if kind is not None]
         lines = [f"def call({', '.join(names)}):"]
         if arrays:
             lines.append("    " + unless([f"isinstance({a}, ndarray)" for a in arrays],
                                        f"raise not_arrays(({', '.join(names)},))"))
+        ranged = sorted((_signed_ranges(flat, kinds) if ranges is None else ranges).items())
+        if ranged:                    # ctypes would wrap an integer out of range silently
+            lines.append("    " + unless([f"{lo} <= a{k} <= {hi}" for k, (lo, hi) in ranged],
+                                       f"raise out_of_range(({', '.join(names)},))"))
         lines += ["    out, exc = Result(), c_void_p()",
                   f"    status = function(byref(out), byref(exc){''.join(', ' + x for x in names)})",
                   "    if status:",
                   f"        raise error(status, exc.value, ({', '.join(names)},))",
                   f"    return ({''.join(f'out.f{k}, ' for k in range(len(fields)))})"]
-        scope = dict(ndarray=np.ndarray, Result=result,
+        self.ranged = ranged
+        scope = dict(ndarray=np.ndarray, Result=result, out_of_range=self._out_of_range,
                      c_void_p=ctypes.c_void_p, byref=ctypes.byref, function=function,
                      error=self._error, not_arrays=self._not_arrays)
         exec("\n".join(lines) + "\n", scope)
@@ -163,6 +188,10 @@ class EntryCall:
     def _not_arrays(self, args):
         k = next(k for k, kind in enumerate(self.kinds) if kind is not None and not isinstance(args[k], np.ndarray))
         return TypeError(f"argument {k} must be a numpy array, got {type(args[k]).__name__}")
+
+    def _out_of_range(self, args):
+        k, (lo, hi) = next((k, r) for k, r in self.ranged if not r[0] <= args[k] <= r[1])
+        return TypeError(f"argument {k} must be an integer from {lo} to {hi}, {OUT_OF_RANGE}; got {args[k]}")
 
     def _error(self, status, excinfo, args):
         if 0 <= abi.STATUS_WRONG_LAYOUT - status < len(self.same_layout):

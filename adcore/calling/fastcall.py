@@ -283,7 +283,7 @@ def _numba_caller(address, argtypes, restype, slots, zero, watched, busy):
         f"  store i32 {REFUSED}, ptr @status",
         "  br label %none",
         "args.ok:"] + e.lines)
-    return NumbaCaller(*_compile(ir, name, box), len(slots) + len(watched))
+    return NumbaCaller(*_compile(ir, name, [box]), len(slots) + len(watched))
 
 
 def _passed(e, context, slots, argtypes, zero):
@@ -374,7 +374,7 @@ def row_copier(columns):
     e.lines += ["none:"] + _returned(None)
     name = f"adcore_rows_{next(_names)}"
     ir = _builtin_module(name, ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"], e.lines)
-    builtin, method, _, _ = _compile(ir, name, "Py_IncRef")
+    builtin, method, _, _ = _compile(ir, name)
     return builtin, method
 
 
@@ -402,11 +402,11 @@ def _free(busy):
             "  %free = and i1 %count, %idle"]
 
 
-def _compile(ir, name, box):
+def _compile(ir, name, symbols=()):
     """``(builtin, its method struct, address of its status, of its excinfo)`` of function
-    ``name`` in ``ir``."""
+    ``name`` in ``ir``, which calls CPython's ``Py_IncRef`` and functions ``symbols``."""
     global _engine
-    for symbol in (box, "Py_IncRef"):
+    for symbol in ("Py_IncRef", *symbols):
         if not llvm.address_of_symbol(symbol):
             llvm.add_symbol(symbol, _c_address(getattr(ctypes.pythonapi, symbol)))
     module = llvm.parse_assembly(ir)

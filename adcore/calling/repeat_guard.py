@@ -19,14 +19,15 @@ import numpy as np
 
 from ..annotations import Active, Annotation, Duplicated
 from .arguments import _overlaps_itself, is_float_scalar
-from .compiled import _last, _like_strides
+from .compiled import _like_strides, last_cached_cell
 from ..errors import ActivityError
 from .guard_builder import GuardBuilder
-from .ctypes_entry import EntryCall
+from .ctypes_entry import OUT_OF_RANGE, EntryCall
 from .njit_stub import WRONG_LAYOUT
+from . import repeat_builtin
 
 _DISPATCH = "No matching definition for argument type(s)"      # Numba's dispatch refusal
-_ENTRY = ("must be a numpy array, got", "in native byte order, as compiled")   # the entry's type checks
+_ENTRY = ("must be a numpy array, got", "in native byte order, as compiled", OUT_OF_RANGE)   # the entry's type checks
 
 
 def call_key(entry, f, args):
@@ -36,12 +37,13 @@ def call_key(entry, f, args):
     return (entry, f, args[0] if args and type(args[0]) is type else None, *map(type, args))
 
 
-def checked_caller(compiled, entry, args, everything, defaults):
+def checked_caller(compiled, entry, args, everything, defaults, promote=None):
     """The caller of calls like ``entry(mode, f, *args)`` (annotated ``everything``, the
     kernel's ``defaults`` last) when ``compiled`` can check them natively: a gradient
     compiled for arrays that share no memory, with its njit stub built or its ctypes entry, and each given
     shadow laid out as its array (no copies); else None.  (Calls seeded by a returned
-    array do not come here.)"""
+    array do not come here.)  ``promote()``, when given, runs once the caller has served
+    ``repeat_builtin.PROMOTE_AFTER`` calls."""
     anns = everything[:len(everything) - len(defaults)]
     if not compiled.distinct or compiled.from_disk and not isinstance(compiled.call, EntryCall) or any(
             isinstance(a, Duplicated) and a.dval.strides != a.val.strides for a in anns):
@@ -49,7 +51,7 @@ def checked_caller(compiled, entry, args, everything, defaults):
     if entry == "gradient" and any(_fresh(a) and not (a.flags.c_contiguous or a.flags.f_contiguous)
                                    for a in args):
         return None                 # a fresh shadow laid out unlike its array: the full way copies
-    return caller(compiled, entry, args[len(args) - len(anns):], len(args) - len(anns), defaults)
+    return caller(compiled, entry, args[len(args) - len(anns):], len(args) - len(anns), defaults, promote)
 
 
 def _fresh(a):
@@ -57,12 +59,13 @@ def _fresh(a):
     return isinstance(a, np.ndarray) and a.dtype.kind == "f"
 
 
-def caller(compiled, entry, args, skip, defaults):
+def caller(compiled, entry, args, skip, defaults, promote=None):
     """The generated ``call(args) -> (derivatives, value)``, or ``None`` having touched
     nothing, for calls like ``entry(mode, f, *args)`` whose first ``skip`` arguments (a
     return activity) come before ``args``, and whose gradient ``compiled`` takes the
-    kernel's ``defaults`` after them."""
-    g = GuardBuilder({"defaults": defaults, "zeros_like": np.zeros_like, "like_strides": _like_strides})
+    kernel's ``defaults`` after them; ``promote`` as for :func:`checked_caller`."""
+    g = GuardBuilder({"defaults": defaults, "zeros_like": np.zeros_like, "like_strides": _like_strides,
+                      "calls": [repeat_builtin.PROMOTE_AFTER], "promote": promote})
     g.statement(f"[{''.join(f'a{k}, ' for k in range(len(args)))}] = args[{skip}:]")
     values, shadows, whole = _bind_arguments(g, entry, args)
     values += [f"defaults[{i}]" for i in range(len(defaults))]
@@ -72,8 +75,9 @@ def caller(compiled, entry, args, skip, defaults):
     checked = [i for i, x in enumerate(arrays) if x in whole]
     g.distinct_memory(arrays, lambda xs: _disjoint(xs, checked))
     scratch = [shadows.get(k) or f"like_strides({values[k]}, None)" for k in compiled.shadowed]
-    return g.compile("call", ("args",), _tail(compiled, entry, args, values + scratch, shadows), **{
-        "native": compiled.call.call if compiled.from_disk else compiled.native, "last": _last,
+    counted = ["calls[0] -= 1", "if not calls[0]:", "    promote()"] if promote else []
+    return g.compile("call", ("args",), counted + _tail(compiled, entry, args, values + scratch, shadows), **{
+        "native": compiled.call.call if compiled.from_disk else compiled.native, "last": last_cached_cell,
         "ArgumentError": ctypes.ArgumentError, "ActivityError": ActivityError,
         "ENTRY": _ENTRY, "DISPATCH": _DISPATCH, "LAYOUT": WRONG_LAYOUT})
 
@@ -109,7 +113,7 @@ def _tail(compiled, entry, args, passed, shadows):
     """The statements calling the gradient (``native``: its njit stub, or its ctypes
     entry before the stub exists) on the ``passed`` names and returning the derivatives
     and value; a call the gradient refuses returns ``None``."""
-    refusals = "ENTRY[0] in str(err) or ENTRY[1] in str(err)" if compiled.from_disk else "DISPATCH in str(err)"
+    refusals = "any(m in str(err) for m in ENTRY)" if compiled.from_disk else "DISPATCH in str(err)"
     results, j = [], 1 if compiled.has_primal else 0
     for k, a in enumerate(args):
         if isinstance(a, Active) or entry == "gradient" and is_float_scalar(a):
@@ -123,7 +127,7 @@ def _tail(compiled, entry, args, passed, shadows):
             f"    if type(err) is ArgumentError or {refusals} or LAYOUT in str(err):",
             "        return None",
             "    raise",
-            "last['cached_bytes'] = out[-1]",
+            "last.value = out[-1]",
             f"return ({''.join(r + ', ' for r in results)}), {'out[0]' if compiled.has_primal else 'None'}"]
 
 
