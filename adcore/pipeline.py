@@ -160,13 +160,15 @@ def _check_return(pyname, restype, ret_activity, seed_type):
     return returns_array
 
 
-def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds=()):
+def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds=(), arrays_change=False):
     """Stage ``analyse``, with the scratch-shadow fixed point: returns ``(spec, analyses,
     scratch)``, ``scratch`` the Const array arguments given internal shadows (those a
     pointer may reach together with shadowed memory, and those that receive derivatives).
     ``callees``: the functions differentiated as calls (:class:`adcore.reverse.callees.Callees`), else
     ``rule_of`` (default: the custom rules) finds the calls a generator handles itself;
-    ``seeds`` are values that carry derivatives besides the Active arguments."""
+    ``seeds`` are values that carry derivatives besides the Active arguments;
+    ``arrays_change``: the arrays' memory may change between the forward and the reverse
+    pass (every value the reverse needs from it is kept)."""
     func, args = primal_.func, primal_.func.args
     cfg, pointers = ControlFlow(func), PointerBases(func)
     remove_negative_index_tests(func, cfg, array_sizes(layout.groups, layout.arrays))
@@ -186,7 +188,8 @@ def analyse(primal_, layout, symbol, distinct, callees=None, rule_of=None, seeds
                                 (rule_of, is_differentiable_call, is_pure_call), callees)
             more = {by_pointer[p] for p in activity.unshadowed_writes} - scratch
         if not more:
-            clobbers = Clobbers(func, pointers, rule_of, is_pure_call, data_args, distinct)
+            clobbers = Clobbers(func, pointers, rule_of, is_pure_call, data_args, distinct,
+                                outside=data_args if arrays_change else ())
             return spec, Analyses(cfg, pointers, memory, activity, clobbers, rule_of), scratch
         scratch |= more
 
@@ -264,8 +267,9 @@ def _generate(dispatcher, anns, argtypes, ret_activity, distinct, seed_type, nam
             adjoint_ir = gradient_module(primal_.module, generator)
     except UnsupportedError as err:
         raise in_user_words(err, primal_.func, primal_.kernel) from None
-    taped = {instr.callee for instr in generator.loop_tapes}
-    generator.parallel_loops = [loop.describe(loop.call.symbol in taped) for loop in loops]
+    taped = {instr.callee: keep for instr, (_, _, keep) in generator.loop_tapes.items()}
+    generator.parallel_loops = [loop.describe(loop.call.symbol in taped, taped.get(loop.call.symbol, False))
+                                for loop in loops]
     return primal_, layout, generator, adjoint_ir, scratch
 
 

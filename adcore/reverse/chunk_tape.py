@@ -52,10 +52,12 @@ class TapedChunk:
     (their last two arguments: the address of the piece's frame stacks, and ``pool``'s);
     ``rev`` returns the adjoints of the float scalar arguments (a tuple) or None.  ``pool``
     holds the pieces' value-stack buffers between calls (``POOL_SLOTS`` addresses), kept
-    for the life of the process."""
+    for the life of the process.  ``reread`` are the array arguments whose memory ``rev``
+    reads (the others' values it needs are on the tape: the kernel may overwrite them
+    between the halves without a copy)."""
 
-    def __init__(self, aug, rev, floats):
-        self.aug, self.rev, self.floats = aug, rev, floats
+    def __init__(self, aug, rev, floats, reread):
+        self.aug, self.rev, self.floats, self.reread = aug, rev, floats, frozenset(reread)
         self.pool = np.zeros(POOL_SLOTS, np.int64)
 
 
@@ -95,10 +97,12 @@ class SlottedChunk:
                       kernel.context, kernel.variables, kernel.environment)
 
 
-def taped_chunk(chunk_kernel, anns, argtypes, shadowed):
+def taped_chunk(chunk_kernel, anns, argtypes, shadowed, keep=False):
     """The :class:`TapedChunk` of ``chunk_kernel`` (an :class:`adcore.reverse.parallel_loops.ChunkKernel`)
     for annotations ``anns`` (``shadowed``: the array arguments that are Duplicated), or
-    None when the split is not made (module docstring)."""
+    None when the split is not made (module docstring).  ``keep``: every value the reverse
+    needs from the arrays goes on the tape (the kernel may overwrite them before the
+    reverse runs), else the reverse may read arrays again that the chunk does not write."""
     from .. import pipeline
     try:
         primal_ = pipeline.primal(SlottedChunk(chunk_kernel), argtypes, "loops")
@@ -106,7 +110,7 @@ def taped_chunk(chunk_kernel, anns, argtypes, shadowed):
         ctx = primal_.kernel.context
         symbol = f"adcore_chunk_{next(_counter)}"
         callees = Callees(primal_.module, custom_rules.lookup(), ctx, symbol, primal_.locations)
-        spec, analyses, scratch = pipeline.analyse(primal_, layout, symbol, True, callees)
+        spec, analyses, scratch = pipeline.analyse(primal_, layout, symbol, True, callees, arrays_change=keep)
         if scratch or list(layout.duplicated) != list(shadowed):
             return None
         floats = [primal_.func.args[i].type for i in spec.active]
@@ -126,14 +130,16 @@ def taped_chunk(chunk_kernel, anns, argtypes, shadowed):
         text += "\ndeclare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
     text += _wrappers(symbol, flat, adjoint_type, floats, str(ctx.get_value_type(restype)))
     stub_types = list(argtypes) + [argtypes[k] for k in shadowed] + [nbtypes.int64, nbtypes.int64]
-    stubs = []
+    stubs, starts = [], numba_abi.argument_starts(ctx, argtypes)[0]
     for half, result in (("aug", nbtypes.none), ("rev", restype)):
         wrapper = f"{symbol}.{half}.w"
         compiled = native.compile_ir(text, wrapper, chunk_kernel.__name__, custom_rules.linkable)
         if half == "aug" and _reads_parameters(compiled.ir, wrapper, range(len(flat_args), len(flat))):
             return None
         stubs.append(njit_stub.stub_call(wrapper, stub_types, result))
-    return TapedChunk(*stubs, floats=len(float_types))
+    reread = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array) and
+              _reads_parameters(compiled.ir, wrapper, [starts[k] - 2 + numba_abi.DATA])]
+    return TapedChunk(*stubs, floats=len(float_types), reread=reread)
 
 
 def _keeps_pointers(text, symbol):

@@ -118,7 +118,7 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         self.ret_blocks = []         # (block, status operand)
         self.returned_shadow = {}    # byte offset in the return slot -> alloca of a shadow pointer
         self.before = {}             # call -> synthetic code the forward pass runs before it
-        self.loop_tapes = {}         # parallel loop's call -> (its tape's address, shadowed arrays)
+        self.loop_tapes = {}         # parallel loop's call -> (its tape's address, shadowed arrays, keep)
         plan = plan_function(self)
         self.snapshots, self.values, self.replays = plan.snapshots, plan.values, plan.replays
         self.hinted_latches, self.loop_hints = plan.hinted_latches, plan.loop_hints

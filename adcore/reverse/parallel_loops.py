@@ -44,6 +44,7 @@ import textwrap
 
 import numba
 import numpy as np
+from numba import prange
 from numba.core import types as nbtypes
 from numba.np.numpy_support import as_dtype
 
@@ -98,13 +99,17 @@ class LoopPlan:
     def parallel(self):
         return self.reason is None
 
-    def describe(self, taped=False):
-        """One line for the plan report; ``taped``: the chunks keep their values on tapes."""
+    def describe(self, taped=False, keep=False):
+        """One line for the plan report; ``taped``: the chunks keep their values on tapes
+        (``keep``: the values they read from arrays too)."""
         where = f"parallel loop at line {self.call.line}"
         if not self.parallel:
             return f"{where}: reverse runs serially ({self.reason})"
-        how = "each chunk keeps its values on a tape of its own" if taped else \
-            "each chunk's iterations run again before their reverse"
+        how = "each chunk's iterations run again before their reverse"
+        if taped:
+            how = "each chunk keeps its values on a tape of its own" + (
+                ", the values it reads from arrays included (the kernel overwrites an array it "
+                "reads after the loop)" if keep else "")
         return (f"{where}: reverse runs on Numba's threads; arrays accessed only at the loop "
                 f"index or reduced (shared shadows): {len(self.written) + len(self.shared)}, "
                 f"read in a band of rows (a shared shadow, every other piece at once): "
@@ -437,8 +442,8 @@ def forward_call(gen, instr, rule):
         params = ", ".join(o.type for o in instr.operands)
         gen.e.declare(symbol, f"declare i32 @{symbol}({params})")
         return gen.copy_text(instr).replace(f"@{instr.callee}(", f"@{symbol}(", 1)
-    address, shadowed = tape
-    symbol, _ = native_symbol(taped_forward_function(rule.loop, shadowed),
+    address, shadowed, keep = tape
+    symbol, _ = native_symbol(taped_forward_function(rule.loop, shadowed, keep),
                               list(rule.argtypes) + [nbtypes.int64])
     gen.e.declare(symbol, f"declare i32 @{symbol}({', '.join(o.type for o in instr.operands)}, i64)")
     args = ", ".join(f"{o.type} {o.ref}" for o in instr.operands)
@@ -469,16 +474,16 @@ def tape_bytes():
     return 8 * _HEAD + _MAX_CHUNKS * FRAME_BYTES
 
 
-def taped(loop, shadowed):
+def taped(loop, shadowed, keep=False):
     """``loop``'s chunk function split at a tape of its own for the arrays ``shadowed``
-    (:func:`adcore.reverse.chunk_tape.taped_chunk`), or None: then its reverse runs each chunk's
-    iterations again.  ``ADCORE_CHUNK_TAPES=0`` turns tapes off."""
-    key = (loop.call.symbol, tuple(shadowed))
+    (:func:`adcore.reverse.chunk_tape.taped_chunk`, ``keep`` as there), or None: then its
+    reverse runs each chunk's iterations again.  ``ADCORE_CHUNK_TAPES=0`` turns tapes off."""
+    key = (loop.call.symbol, tuple(shadowed), keep)
     if key not in _tapes:
         from .chunk_tape import taped_chunk
         _tapes[key] = None if os.environ.get("ADCORE_CHUNK_TAPES", "1") == "0" else \
             taped_chunk(loop.kernel, _annotations(loop.call.argtypes, shadowed), loop.call.argtypes,
-                        tuple(shadowed))
+                        tuple(shadowed), keep)
     return _tapes[key]
 
 
@@ -492,12 +497,13 @@ _SLOTTED = """
 """
 
 
-def taped_forward_function(loop, shadowed):
+def taped_forward_function(loop, shadowed, keep=False):
     """The njit function running ``loop``'s chunks on Numba's threads as
-    :func:`forward_function`, each chunk through its augmented forward onto its own tape
-    ``forward(args..., tape)``, and noting in the tape's head which thread ran it and the
-    bytes the chunks' value stacks kept."""
-    key = (loop.call.symbol, tuple(shadowed))
+    :func:`forward_function`, each chunk through its augmented forward (of
+    ``taped(loop, shadowed, keep)``) onto its own tape ``forward(args..., tape)``, and
+    noting in the tape's head which thread ran it and the bytes the chunks' value stacks
+    kept."""
+    key = (loop.call.symbol, tuple(shadowed), keep)
     if key not in _taped_forwards:
         names = [f"a{k}" for k in range(len(loop.call.argtypes))]
         passed = ", ".join(names[1:] + [f"a{k}" for k in shadowed])
@@ -511,14 +517,14 @@ def taped_forward_function(loop, shadowed):
                               "        head[3 + c] = slot\n"
                               "        if first <= last:\n"
                               f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
-                              f"{taped(loop, shadowed).pool.ctypes.data})\n") +
+                              f"{taped(loop, shadowed, keep).pool.ctypes.data})\n") +
                   "    kept = 0\n"
                   "    for c in range(chunks):\n"
                   f"        stack = carray(tape + {8 * _HEAD} + c * {FRAME_BYTES}, 2, np.int64)\n"
                   "        kept += stack[1] - stack[0]\n"
                   f"    head[{_BYTES}] = kept\n")
         scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id, **_launch_helpers(),
-                 "aug": taped(loop, shadowed).aug}
+                 "aug": taped(loop, shadowed, keep).aug}
         exec(source, scope)
         numba_abi.start_threads()
         _taped_forwards[key] = numba.njit(parallel=True)(scope["forward"])
@@ -554,19 +560,24 @@ def thread_rows(workers, d):
     return flat[start:start + workers * row].reshape(workers, row)
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def add_private_rows(d, p):
     """``d`` plus the sum of ``p``'s rows (the threads' private shadows of ``d``, from
-    :func:`thread_rows`: each row holds ``d``'s elements in C order), added row after row.
+    :func:`thread_rows`: each row holds ``d``'s elements in C order), the rows added in
+    order for each element, the elements shared among the threads by ``d``'s first index.
     Compiled once into Numba's disk cache: the array methods it stands for (``sum`` over an
     axis) cost a second of compiles at every process's first parallel gradient."""
-    k = 0
-    for index in np.ndindex(d.shape):
-        total = p[0, k]
-        for t in range(1, p.shape[0]):
-            total += p[t, k]
-        d[index] += total
-        k += 1
+    if d.size == 0:
+        return
+    inner = d.size // d.shape[0]
+    for i in prange(d.shape[0]):
+        k = i * inner
+        for index in np.ndindex(d.shape[1:]):
+            total = p[0, k]
+            for t in range(1, p.shape[0]):
+                total += p[t, k]
+            d[(i,) + index] += total
+            k += 1
 
 
 def _launch_helpers():
@@ -632,19 +643,19 @@ def _build_reverse(loop, shadowed):
     return numba.njit(parallel=True)(scope["reverse"])
 
 
-def taped_reverse_function(loop, shadowed):
+def taped_reverse_function(loop, shadowed, keep=False):
     """The njit reverse of ``loop``'s chunk call reading the chunks' tapes (the rule's
     reverse as :func:`reverse_function`, with the tape's address last), every chunk on
     whichever thread takes it: a chunk reads its reduction slot's adjoint from a copy of its
     own (a sum's slot adjoint leaves a chunk's reverse as it came in), adds into the
     running thread's private shadows, and is given the slot number its forward used."""
-    key = ("taped", loop.call.symbol, tuple(shadowed))
+    key = ("taped", loop.call.symbol, tuple(shadowed), keep)
     if key not in _reverses:
-        _reverses[key] = _build_taped_reverse(loop, tuple(shadowed))
+        _reverses[key] = _build_taped_reverse(loop, tuple(shadowed), keep)
     return _reverses[key]
 
 
-def _build_taped_reverse(loop, shadowed):
+def _build_taped_reverse(loop, shadowed, keep):
     argtypes = loop.call.argtypes
     names = [f"a{k}" for k in range(len(argtypes))]
     arrays = [k for k, t in enumerate(argtypes) if isinstance(t, nbtypes.Array)]
@@ -665,13 +676,13 @@ def _build_taped_reverse(loop, shadowed):
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
     body = ["        slot = head[3 + c]", _SLOTTED.strip("\n"), "        if first <= last:",
             f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
-            f"{taped(loop, shadowed).pool.ctypes.data})"]
+            f"{taped(loop, shadowed, keep).pool.ctypes.data})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
     lines += [f"    add_private_rows(d{k}, p{k})" for k in private]
     lines.append(f"    return ({', '.join(f'r{k}.sum()' for k in floats)},)" if floats else "    return None")
     scope = {"np": np, "numba": numba, "carray": carray, "thread_id": numba_abi.thread_id,
-             "rev": taped(loop, shadowed).rev, **_launch_helpers()}
+             "rev": taped(loop, shadowed, keep).rev, **_launch_helpers()}
     exec("\n".join(lines), scope)
     numba_abi.start_threads()
     return numba.njit(parallel=True)(scope["reverse"])

@@ -11,10 +11,10 @@ from ..rules import custom as custom_rules
 
 def reverse_rule_call(gen, instr, rule):
     """Call the rule's reverse with the call's arguments and their shadows."""
-    copied = {}
+    keep = rule.loop is not None and _keeps_overwritten(gen, instr, rule)
+    copied, unread = {}, _unread_loop_operands(gen, instr, rule, keep)
     for k, o in enumerate(instr.operands):
-        if o.type == "ptr" and k not in rule.outputs and reads_array(gen.memory.pointers, o) \
-                and gen.clobbers.clobbered_after(instr, o):
+        if k not in unread and _overwritten_input(gen, instr, rule, k, o):
             if not (rule.is_external and rule.extents is not None or _loop_array_size(gen, instr, rule, k)):
                 raise gen.unsupported(instr, f"argument {k} of '{instr.callee}' is overwritten after "
                                               f"the call, but its custom rule reads it in the reverse pass")
@@ -26,11 +26,61 @@ def reverse_rule_call(gen, instr, rule):
             _copy_loop_operands(gen, instr, rule, copied)
     extra = ()
     if rule.loop is not None:
-        rule, extra = _parallel_loop_rule(gen, instr, rule)
+        rule, extra = _parallel_loop_rule(gen, instr, rule, keep)
     if rule.is_external:
         _external(gen, instr, rule, copied)
     else:
         _njit(gen, instr, rule, copied, extra)
+
+
+def _overwritten_input(gen, instr, rule, k, o):
+    """Whether operand ``k`` (``o``) points into an array the call reads and the kernel
+    writes after it."""
+    return o.type == "ptr" and k not in rule.outputs and reads_array(gen.memory.pointers, o) \
+        and gen.clobbers.clobbered_after(instr, o)
+
+
+def _keeps_overwritten(gen, instr, rule):
+    """Whether a parallel loop's chunks should keep on their tapes every value they read
+    from arrays (``parallel_loops.taped(..., keep=True)``): the kernel overwrites an array
+    after the loop whose memory the chunks' reverse would read again (the forward pass
+    would copy it, on one thread), and with ``keep`` their reverse reads none of those."""
+    from . import parallel_loops
+    shadowed = _shadowed(gen, instr, rule)
+    chunk = parallel_loops.taped(rule.loop, shadowed)
+    if chunk is None:
+        return False
+    starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
+    overwritten = {j for j, t in enumerate(rule.argtypes) if isinstance(t, nbtypes.Array) and
+                   _overwritten_input(gen, instr, rule, starts[j] + numba_abi.DATA,
+                                      instr.operands[starts[j] + numba_abi.DATA])}
+    if not overwritten & chunk.reread:
+        return False
+    kept = parallel_loops.taped(rule.loop, shadowed, keep=True)
+    return kept is not None and not overwritten & kept.reread
+
+
+def _unread_loop_operands(gen, instr, rule, keep):
+    """For a parallel loop whose chunks keep tapes (``keep`` as :func:`_keeps_overwritten`
+    chose): the positions of the data operands of the arrays whose memory the chunks'
+    reverse does not read (what it needs of them is on the tapes), which the forward pass
+    need not copy when the kernel overwrites them."""
+    if rule.loop is None:
+        return set()
+    from . import parallel_loops
+    chunk = parallel_loops.taped(rule.loop, _shadowed(gen, instr, rule), keep)
+    if chunk is None:
+        return set()
+    starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
+    return {starts[k] + numba_abi.DATA for k, t in enumerate(rule.argtypes)
+            if isinstance(t, nbtypes.Array) and k not in chunk.reread}
+
+
+def _shadowed(gen, instr, rule):
+    """The array arguments of a parallel loop's chunk call that have shadows here."""
+    starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
+    return [k for k, (t, pos) in enumerate(zip(rule.argtypes, starts))
+            if isinstance(t, nbtypes.Array) and gen.memory.is_shadowed(instr.operands[pos + numba_abi.DATA])]
 
 
 def _loop_array_size(gen, instr, rule, k):
@@ -101,18 +151,16 @@ def _copy_operands(gen, instr, rule, positions):
     return gen.before_call(instr, lines, copies)
 
 
-
-def _parallel_loop_rule(gen, instr, rule):
+def _parallel_loop_rule(gen, instr, rule, keep):
     """``(rule, extra arguments)``: ``rule`` with the reverse of its parallel loop for the
     arrays that have shadows here; where the loop's chunks keep tapes, the forward pass
     allocates the tape (from the gradient's arena, freed at its end) and the reverse is
-    given its address."""
+    given its address (``keep``: the chunks keep every value they read, see
+    :func:`_keeps_overwritten`)."""
     from . import parallel_loops
     from ..rules.custom import BoundRule
-    starts, _ = numba_abi.argument_starts(gen.context, rule.argtypes)
-    shadowed = [k for k, (t, pos) in enumerate(zip(rule.argtypes, starts))
-                if isinstance(t, nbtypes.Array) and gen.memory.is_shadowed(instr.operands[pos + numba_abi.DATA])]
-    if parallel_loops.taped(rule.loop, shadowed) is None:
+    shadowed = _shadowed(gen, instr, rule)
+    if parallel_loops.taped(rule.loop, shadowed, keep) is None:
         return BoundRule(rule.symbol, parallel_loops.reverse_function(rule.loop, shadowed), rule.outputs,
                          rule.argtypes, rule.restype), ()
     e = gen.e
@@ -121,8 +169,8 @@ def _parallel_loop_rule(gen, instr, rule):
              f"{address} = ptrtoint ptr {tape} to i64"]
     kept = gen.before_call(instr, lines, {"tape": tape})["tape"]
     gen.stack_types.add("ptr")
-    gen.loop_tapes[instr] = (address, shadowed)
-    reverse = parallel_loops.taped_reverse_function(rule.loop, shadowed)
+    gen.loop_tapes[instr] = (address, shadowed, keep)
+    reverse = parallel_loops.taped_reverse_function(rule.loop, shadowed, keep)
     at = e(f"ptrtoint ptr {gen.values.materialise(kept)} to i64")
     return BoundRule(rule.symbol, reverse, rule.outputs, rule.argtypes, rule.restype), \
         [(f"i64 {at}", nbtypes.int64)]

@@ -17,7 +17,7 @@ from numba import prange
 
 import adcore
 from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse, ReverseWithPrimal
-
+from adcore.reverse import parallel_loops
 from bench.parallel import lennard_jones, stencil as stencil_rows   # writes v[i, j]: in its row
 from fdcheck import check, fd_gradient
 
@@ -201,10 +201,10 @@ ARGUMENTS = {
 # why) the kernel's loops are differentiated serially
 ON_THREADS = ["independent", "rows", "cached_inner", "array_expression", "lennard_jones",
               "float32_sum", "gather", "two_inputs", "stencil", "overwritten_after", "moving_range",
-              "stencil_rows", "rows_overlap", "stencil_band", "wide_band", "wide_band_long", "pairwise"]
+              "stencil_rows", "rows_overlap", "stencil_band", "wide_band", "wide_band_long", "pairwise",
+              "overwritten_after_strided"]
 RUN_AGAIN = {"pairwise"}    # its reverse needs the addresses of the temporaries it allocates: no tape
-SERIALLY = {"scatter": "read and written", "in_place": "read and written",
-            "overwritten_after_strided": "overwritten after the loop"}
+SERIALLY = {"scatter": "read and written", "in_place": "read and written"}
 
 
 def _copied(args):
@@ -386,6 +386,56 @@ def test_generated_row_bands_agree_with_serial_and_differences(unary, up, down, 
     np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
 
 
+def _generated_steps(unary, index, copy_loop):
+    """Time steps: a parallel loop reads ``u`` (at ``index``) into ``v``, the next loop
+    (``copy_loop``: prange or range) overwrites ``u`` with ``v``."""
+    term = UNARY[unary].format(f"u[{INDEX[index]}]")
+    src = (f"def kernel(u, v, idx, steps):\n"
+           f"    n = u.shape[0]\n"
+           f"    for _ in range(steps):\n"
+           f"        for i in prange(1, n):\n"
+           f"            v[i] = {term} + 0.5 * u[i]\n"
+           f"        v[0] = 0.5 * u[0]\n"                   # (not fused with the next loop)
+           f"        for i in {copy_loop}(n):\n"
+           f"            u[i] = v[i]\n"
+           f"    return np.sum(u * u)\n")
+    return _both_builds(src)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(unary=st.sampled_from(sorted(UNARY)), index=st.sampled_from(sorted(INDEX)),
+       copy_loop=st.sampled_from(["prange", "range"]), n=st.integers(1, 40), steps=st.integers(0, 3),
+       seed=st.integers(0, 99))
+def test_generated_time_steps_agree_with_serial_and_differences(unary, index, copy_loop, n, steps, seed):
+    """An array a parallel loop reads and the kernel overwrites after it: the chunks keep
+    the values they read on their tapes (no copy of the array) or the kernel copies it."""
+    key = ("steps", unary, index, copy_loop)
+    if key not in _KERNELS:
+        _KERNELS[key] = _generated_steps(unary, index, copy_loop)
+    par, ser = _KERNELS[key]
+    r = np.random.default_rng(seed)
+    u, idx = r.random(n) - 0.5, r.integers(0, n, n)
+    args = (u, Const(np.zeros(n)), Const(idx), Const(steps))
+    got = adcore.gradient(Reverse, par, *_copied(args))
+    expected = adcore.gradient(Reverse, ser, *_copied(args))
+    _assert_same(got, expected, 1e-12)
+    fd = fd_gradient(ser, [u, np.zeros(n), idx, steps], {})
+    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_reading_an_array_overwritten_after_it_keeps_what_it_reads():
+    """The plan report says so, and the reverse reads no copy: the forward pass copies
+    nothing (the chunks' tapes hold the values, counted in the bytes cached)."""
+    par, _ = _generated_steps("sin", "own", "prange")
+    u = rng.random(64)
+    compiled = adcore.compile_gradient(Reverse, par, Duplicated(u, np.zeros(64)), Const(np.zeros(64)),
+                                       Const(np.zeros(64, np.int64)), Const(2))
+    assert "the values it reads from arrays included" in compiled.parallel_loops[0], compiled.parallel_loops
+    threaded = [line for line in compiled.parallel_loops if "reverse runs on Numba's threads" in line]
+    # each threaded loop's range (refilled at each step) is copied; u is not
+    assert compiled.adjoint_ir.count("call ptr @ad.copy.operand(") == len(threaded) == 2
+
+
 def test_callee_with_parallel_loops_is_refused_with_its_reason():
     @numba.njit(parallel=True)
     def callee(x):
@@ -483,6 +533,21 @@ def test_arrays_read_at_neighbouring_rows_share_one_shadow():
     assert len(steps) == 2, compiled.parallel_loops
     assert all("read in a band of rows (a shared shadow, every other piece at once): 1" in line
                and "added after the loop): 0" in line for line in steps)
+
+
+def test_without_tapes_an_overwritten_array_is_copied_or_its_loop_runs_serially(monkeypatch):
+    """With chunk tapes off the forward pass copies a contiguous array the kernel
+    overwrites after the loop, for the loop's reverse to read; a strided one is not copied,
+    and its loop runs serially, saying why.  Both give the serial gradient."""
+    monkeypatch.setenv("ADCORE_CHUNK_TAPES", "0")
+    monkeypatch.setattr(parallel_loops, "_tapes", {})
+    kernel = numba.njit(parallel=True)(overwritten_after)          # nothing compiled for it yet
+    for x, how in [(rng.random(11), "iterations run again"), (rng.random(22)[::2], "overwritten after the loop")]:
+        args = (x, Const(np.zeros(11)))
+        compiled = adcore.compile_gradient(Reverse, kernel, *_annotated(args))
+        assert how in compiled.parallel_loops[0], compiled.parallel_loops
+        got = adcore.gradient(Reverse, kernel, *_copied(args))
+        _assert_same(got, adcore.gradient(Reverse, SERIAL["overwritten_after"], *_copied(args)), 1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(SERIALLY))
