@@ -250,6 +250,25 @@ eps = 1e-6
 fd = [(fib.py_func(x + eps * e, 10) - fib.py_func(x - eps * e, 10)) / (2 * eps) for e in np.eye(2)]
 np.testing.assert_allclose(dx, fd, rtol=1e-7)
 """, None),
+    "autodiff_called_past_its_native_caller_first": ("""
+import numba
+import numpy as np
+import adcore
+from adcore import Active, Duplicated, Reverse
+
+@numba.njit
+def f(a, x, n):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += a * x[i] ** n
+    return s
+
+x, dx = np.array([0.5, 1.5, -2.0]), np.zeros(3)
+for _ in range(250):             # the repeat calls' builtin is compiled at the 201st
+    da = adcore.autodiff(Reverse, f, Active(0.7), Duplicated(x, dx), 3)[0]
+np.testing.assert_allclose(dx, 250 * 0.7 * 3 * x ** 2, rtol=1e-12)
+np.testing.assert_allclose(da, np.sum(x ** 3), rtol=1e-12)
+""", None),
     "mutual_recursion_after_the_primal": (MUTUAL + """
 assert is_even(0.3, 5) == is_even.py_func(0.3, 5)
 np.testing.assert_allclose(adcore.gradient(Reverse, is_even, 0.3, 5)[0], fd(0.3), rtol=1e-7)
