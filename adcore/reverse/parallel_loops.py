@@ -19,9 +19,13 @@ A loop is run this way only when that is exactly the serial gradient (:func:`pla
 
 * every array the chunk writes it writes only at the loop index ``out[i]`` (so chunks
   write disjoint elements, and their shadows too) and does not read;
-* an array it reads is not written by the loop, nor after it by the kernel (adcore's check
-  of custom-rule operands); its shadow receives only additions: a shared shadow where
-  every read is at the loop index; a shared shadow too where every read is in a band of
+* an array it reads is not written by the loop; where the kernel overwrites it after the
+  loop, the chunks keep on their tapes the values of it their reverse needs
+  (:func:`taped` with ``keep``), or, where they cannot, the kernel copies it just before
+  the loop (adcore's check of custom-rule operands); its shadow receives only additions: a
+  shared shadow where every read is at the loop index or in the loop index's row
+  (``x[i, j]``, checked at each call as a write in its row is); a shared shadow too where
+  every read is in a band of
   rows around the loop index's row (``u[i - 1, j] + u[i + 1, j]``,
   :mod:`adcore.reverse.row_spans`), the reverses of every other piece of the loop run at
   once, then the others; else one private zeroed shadow per thread, added up after the
@@ -249,8 +253,12 @@ def plan(chunk_primal, kernel):
             elif writes:
                 written.append(k)
             elif reads and t.dtype in (nbtypes.float32, nbtypes.float64):
-                band = band_checks(func, groups, args[data], index) if far_reads else None
-                if band is not None:
+                in_rows = row_checks(func, groups, args[data], index, "load") if far_reads else None
+                band = band_checks(func, groups, args[data], index) if far_reads and in_rows is None else None
+                if in_rows is not None:         # read only in the loop index's row: x[i, j]
+                    shared.append(k)
+                    checks += in_rows
+                elif band is not None:
                     bands.append(k)
                     banded += band
                 else:

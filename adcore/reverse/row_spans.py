@@ -15,7 +15,8 @@ negative index (``x < 0 ? n : 0``, zero over the loop's range), touches bytes
 
 * stores (:func:`row_checks`) stay in row ``i`` when ``0 <= min(c)`` and
   ``max(c) + size <= B``: distinct iterations write disjoint bytes, and so do their
-  reverses in the shadow;
+  reverses in the shadow; loads that stay in the row (``x[i, j]``) likewise add into
+  disjoint bytes of their shadow;
 * loads (:func:`band_checks`) reach at most ``max(c) + size - min(c)`` bytes from their
   row's start: two pieces of the loop at least ``w`` iterations apart touch disjoint bytes
   when that band is at most ``(w + 1) * B``, so the reverses of every other piece (pieces
@@ -27,6 +28,8 @@ first index), ``n`` (its length) and ``chunks`` (its number of pieces), which th
 launchers test at each call; where a test fails the pieces run one after another in the
 serial order (exactly the serial loop).
 """
+from typing import NamedTuple
+
 from numba.core import types as nbtypes
 
 from .. import numba_abi
@@ -47,17 +50,19 @@ _ALWAYS = {
 }
 
 
-def row_checks(func, groups, data, index):
+def row_checks(func, groups, data, index, opcode="store"):
     """``[Python expression]`` that, true at a call, prove every store through array data
     pointer ``data`` of ``func`` (a chunk function, its arguments in ``groups`` as
-    ``[(Numba type, LLVM arguments)]``) writes inside the row of loop index ``index``; None
-    when some store is not of that form."""
-    spans = _spans(func, groups, data, index, "store")
-    if spans is None:
+    ``[(Numba type, LLVM arguments)]``) touches only the row of loop index ``index``; None
+    when some store is not of that form.  For ``opcode`` ``"load"``, the same for the loads,
+    when none is at a fixed offset from the row's start (``x[i, j]``; ``x[i - 1, j]`` is
+    a band, :func:`band_checks`)."""
+    spans = _spans(func, groups, data, index, opcode)
+    if spans is None or opcode == "load" and any(s.offset != "0" for s in spans):
         return None
     checks = []
-    for row, low, end, span_checks in spans:
-        checks += span_checks + [f"{low} >= 0", f"{end} <= {row}"]
+    for s in spans:
+        checks += s.checks + [f"{s.low} >= 0", f"{s.end} <= {s.row}"]
     return list(dict.fromkeys(checks))
 
 
@@ -68,16 +73,16 @@ def band_checks(func, groups, data, index):
     spans = _spans(func, groups, data, index, "load")
     if not spans:
         return None
-    checks = [c for _, _, _, span_checks in spans for c in span_checks]
-    row = spans[0][0]
-    lows, ends = ", ".join(s[1] for s in spans), ", ".join(s[2] for s in spans)
-    band = f"({spans[0][2]}) - ({spans[0][1]})" if len(spans) == 1 else f"max({ends}) - min({lows})"
+    checks = [c for s in spans for c in s.checks]
+    row = spans[0].row
+    lows, ends = ", ".join(s.low for s in spans), ", ".join(s.end for s in spans)
+    band = f"({spans[0].end}) - ({spans[0].low})" if len(spans) == 1 else f"max({ends}) - min({lows})"
     return list(dict.fromkeys(checks + [f"{band} <= (n // chunks + 1) * ({row})"]))
 
 
 def _spans(func, groups, data, index, opcode):
-    """``[(bytes of a row, lowest offset, end offset, checks)]`` of every ``opcode`` access
-    through ``data``, all in rows of one size; None when some access is not linear."""
+    """The :class:`Span` of every ``opcode`` access through ``data``, all in rows of one
+    size; None when some access is not linear."""
     terms = _Terms(ControlFlow(func), groups, index)
     spans = []
     for pointer, size in _accesses(func, data, opcode):
@@ -85,7 +90,7 @@ def _spans(func, groups, data, index, opcode):
         if span is None:
             return None
         spans.append(span)
-    return spans if len({s[0] for s in spans}) <= 1 else None
+    return spans if len({s.row for s in spans}) <= 1 else None
 
 
 def _accesses(func, data, opcode):
@@ -101,6 +106,18 @@ def _accesses(func, data, opcode):
     return found
 
 
+class Span(NamedTuple):
+    """What an access touches, relative to the start of the loop index's row: ``row`` (the
+    bytes of a row), ``low`` and ``end`` (its lowest offset and the end of its highest
+    access) under ``checks``, and ``offset``, the part of the offset fixed for the call
+    ("0" when it has none): Python expressions over the launcher's values."""
+    row: str
+    low: str
+    end: str
+    checks: list
+    offset: str
+
+
 def _plus(a, b):
     return b if a is None else f"{a} + {b}"
 
@@ -114,9 +131,7 @@ class _Terms:
         self.fields = {id(arg): (k, t, f) for k, (t, args) in enumerate(groups) for f, arg in enumerate(args)}
 
     def span(self, pointer, data, size):
-        """``(bytes of a row, lowest offset, end offset, checks)`` of an access of ``size``
-        bytes through ``pointer``, relative to the start of the loop index's row, and the
-        conditions they hold under; or None."""
+        """The :class:`Span` of an access of ``size`` bytes through ``pointer``, or None."""
         form = {}
         while pointer is not data:
             if getattr(pointer, "opcode", None) != "getelementptr" or len(pointer.operands) != 2 \
@@ -129,14 +144,14 @@ class _Terms:
         if size is None or row is None:
             return None
         checks = [f"{row} > 0"]
-        low = high = form.pop(1, "0")
+        low = high = offset = form.pop(1, "0")
         for leaf, scale in form.items():
             values = self.counter_span(leaf, checks) or self.select_span(leaf, checks)
             if values is None:
                 return None
             first, last = (f"{scale} * ({v})" for v in values)
             low, high = f"{low} + min({first}, {last})", f"{high} + max({first}, {last})"
-        return row, low, f"{high} + {size}", checks
+        return Span(row, low, f"{high} + {size}", checks, offset)
 
     def add(self, form, op, scale):
         """Add ``scale`` (an expression) times the linear form of operand ``op`` into

@@ -526,13 +526,14 @@ def test_a_gradient_failing_after_a_parallel_loop_releases_the_pieces_tapes():
 
 
 def test_arrays_read_at_neighbouring_rows_share_one_shadow():
-    """The stencil reads ``u`` at rows i - 1 and i + 1 (and ``v`` in its row): no private
-    shadow per thread, the reverses of every other piece run at once."""
+    """The stencil reads ``u`` at rows i - 1 and i + 1: no private shadow per thread, the
+    reverses of every other piece run at once; its copy loop reads ``v`` in its row: a
+    shared shadow, every piece at once."""
     compiled = adcore.compile_gradient(Reverse, PARALLEL["stencil_rows"], *_annotated(ARGUMENTS["stencil_band"]()))
     steps = [line for line in compiled.parallel_loops if "written in the loop index's row" in line]
     assert len(steps) == 2, compiled.parallel_loops
-    assert all("read in a band of rows (a shared shadow, every other piece at once): 1" in line
-               and "added after the loop): 0" in line for line in steps)
+    assert all("added after the loop): 0" in line for line in steps)
+    assert "every other piece at once): 1" in steps[0] and "every other piece at once): 0" in steps[1], steps
 
 
 def test_without_tapes_an_overwritten_array_is_copied_or_its_loop_runs_serially(monkeypatch):
@@ -548,6 +549,25 @@ def test_without_tapes_an_overwritten_array_is_copied_or_its_loop_runs_serially(
         assert how in compiled.parallel_loops[0], compiled.parallel_loops
         got = adcore.gradient(Reverse, kernel, *_copied(args))
         _assert_same(got, adcore.gradient(Reverse, SERIAL["overwritten_after"], *_copied(args)), 1e-12)
+
+
+def test_arrays_read_in_the_loop_index_row_share_one_shadow():
+    """``x[i, j]`` with ``j`` over the row: each piece adds into its own rows of the
+    shadow, one shared shadow, every piece at once (no private copies, no two halves)."""
+    @numba.njit(parallel=True)
+    def weighted(x, w):
+        s = 0.0
+        for i in prange(x.shape[0]):
+            for j in range(x.shape[1]):
+                s += math.exp(x[i, j]) * w[i, j]
+        return s
+
+    x, w = rng.random((40, 7)), rng.random((40, 7))
+    line = adcore.compile_gradient(Reverse, weighted, Duplicated(x, np.zeros_like(x)), Const(w)).parallel_loops[0]
+    assert "reduced (shared shadows): 3" in line and "band of rows (a shared shadow, every other piece " \
+        "at once): 0" in line and "added after the loop): 0" in line, line
+    got = adcore.gradient(Reverse, weighted, x, Const(w))[0]
+    np.testing.assert_allclose(got, np.exp(x) * w, rtol=1e-13)
 
 
 @pytest.mark.parametrize("name", sorted(SERIALLY))
