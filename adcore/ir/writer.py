@@ -175,6 +175,22 @@ INTRINSICS = {"sin", "cos", "exp", "exp2", "log", "log2", "log10", "sqrt", "fabs
               "copysign", "floor", "ceil", "trunc", "minnum", "maxnum", "fma"}
 
 
+def intrinsic_suffix(type_):
+    """The suffix of LLVM's math intrinsics on ``type_`` (``f64``, ``v4f32``...)."""
+    shape = vector_shape(type_)
+    element = shape[1] if shape else type_
+    suffix = "f64" if element == "double" else "f32"
+    return f"v{shape[0]}{suffix}" if shape else suffix
+
+
+def math_symbol(name, type_, arity=1):
+    """``(symbol, declaration)`` of math function ``name`` on ``type_``: an LLVM
+    intrinsic when one exists, else libm's (``sin``, ``sinf``)."""
+    symbol = f"llvm.{name}.{intrinsic_suffix(type_)}" if name in INTRINSICS else \
+        name if type_ == "double" else name + "f"
+    return symbol, f"declare {type_} @{symbol}({', '.join([type_] * arity)})"
+
+
 class Expr:
     """Typed arithmetic on IR values, used by the derivative rules.
 
@@ -183,11 +199,8 @@ class Expr:
 
     def __init__(self, emitter, type_):
         self.e, self.t = emitter, type_
-        shape = vector_shape(type_)
-        element = shape[1] if shape else type_
-        self.s = ("f64" if element == "double" else "f32") if not shape else \
-            f"v{shape[0]}{'f64' if element == 'double' else 'f32'}"
-        self.vector = shape is not None
+        self.s = intrinsic_suffix(type_)
+        self.vector = vector_shape(type_) is not None
 
     def c(self, value):
         return float_const(self.t, value)
@@ -240,13 +253,9 @@ class Expr:
 
     def call(self, name, *args):
         """Call math function ``name`` (an LLVM intrinsic when one exists, else libm)."""
-        if name in INTRINSICS:
-            symbol = f"llvm.{name}.{self.s}"
-        elif self.vector:
+        if self.vector and name not in INTRINSICS:
             raise UnsupportedError(f"{name} on {self.t}", None, "no vector form of this function")
-        else:
-            symbol = name if self.t == "double" else name + "f"
-        params = ", ".join([self.t] * len(args))
-        self.e.declare(symbol, f"declare {self.t} @{symbol}({params})")
+        symbol, declaration = math_symbol(name, self.t, len(args))
+        self.e.declare(symbol, declaration)
         typed = ", ".join(f"{self.t} {a}" for a in args)
         return self.e(f"call {self.t} @{symbol}({typed})")

@@ -22,6 +22,9 @@ PASSES = {
                "reverse rules read (off: each value decided alone, by the bytes it saves)",
     "stored_copies": "a value stored at a[i] in a loop is loaded back from a[i] in the reverse "
                      "pass (off: it is kept)",
+    "kept_derivatives": "sin and cos in a loop whose operand would be kept: the forward pass "
+                        "computes and keeps the derivative (cos, sin) instead (off: the operand "
+                        "is kept and the reverse pass computes the derivative)",
     "snapshots": "scratch arrays a loop overwrites are copied once per iteration (off: each "
                  "load of them the reverse pass needs is kept)",
     "replays": "scratch arrays the reverse pass can refill are refilled instead of copied "

@@ -30,15 +30,16 @@ DEPTH_WEIGHT = 1024          # a byte kept per iteration of a loop nested one le
 INF = 1 << 62
 
 
-def needed_values(func, act, rule_of, is_callee):
+def needed_values(func, act, rule_of, is_callee, derivatives):
     """The values the rule table's reverse rules of ``func``'s active instructions read
-    (their operands' and results' definitions)."""
+    (their operands' and results' definitions; for the calls in ``derivatives``, the
+    derivative the forward pass keeps)."""
     needed = set()
     for instr in func.instructions():
         if instr not in act.active or instr.opcode in ("phi", "load", "store", "ret") \
                 or is_memory_intrinsic(instr) or rule_of(instr) is not None or is_callee(instr):
             continue
-        needed |= _read_by_rule(instr, act)
+        needed |= read_by_rule(instr, act, derivatives.get(instr))
     return needed
 
 
@@ -53,11 +54,13 @@ class _Read:
         return self.op.ref
 
 
-def _read_by_rule(instr, act):
+def read_by_rule(instr, act, derivative=None):
+    """The values ``instr``'s rule reads in the reverse pass (a dry run; all of its operands
+    and its result where the dry run cannot drive the rule)."""
     reads = set()
     try:
         for _ in contributions(instr, Expr(Emitter(()), instr.type), lambda o: _Read(o, reads),
-                               "%ad.dry.dy", act.active):
+                               "%ad.dry.dy", act.active, derivative):
             pass
     except Exception:        # no rule, or one the dry run cannot drive: all may be read
         reads |= {o.defn for o in instr.operands} | {instr}

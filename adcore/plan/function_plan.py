@@ -32,7 +32,8 @@ def plan_function(gen):
         snapshots = Snapshots(func, analyses.cfg, analyses.pointers, analyses.clobbers,
                               analyses.activity.active, extents, spec.distinct_arrays)
     values = Values(analyses.cfg, analyses.clobbers, gen.e, gen.alloca, snapshots.loop_of)
-    values.needed = lambda: needed_values(func, analyses.activity, analyses.rule_of, gen.is_callee)
+    values.needed = lambda: needed_values(func, analyses.activity, analyses.rule_of, gen.is_callee,
+                                          gen.derivative_def)
     values.rewritten = frozenset(data for data, _, _ in snapshots.bases())
     values.changed_store = lambda store: not spec.keep_primal and gen.returns_primal(store)
     replays = {}

@@ -33,6 +33,7 @@ from ..ir.model import Operand, Synthetic, label, vector_shape
 from ..ir.writer import SUM, Emitter, GeneratorBase, adjoint_zero, function_text
 from ..errors import UnsupportedError
 from ..plan.function_plan import plan_function
+from ..plan.kept_derivatives import kept_derivatives
 from ..plan.pushes import Pushes
 from ..rules.scalar import Lane
 from . import value_stack as runtime
@@ -122,6 +123,7 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
         plan = plan_function(self)
         self.snapshots, self.values, self.replays = plan.snapshots, plan.values, plan.replays
         self.hinted_latches, self.loop_hints = plan.hinted_latches, plan.loop_hints
+        self.derivative_def = kept_derivatives(self)     # call -> its kept derivative's instruction
         self.shadow_def = shadow_pointers(self)
         self.call_slots = call_slots(self) if spec.split else set()
         for slot in self.call_slots:          # the shadow lives in the reverse's own frame
@@ -145,7 +147,8 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
 
     def defs(self, block):
         """The values ``block`` defines in forward order: phis first, each shadow pointer
-        right after its primal pointer, operand copies right before their call."""
+        right after its primal pointer, a kept derivative right after its call, operand
+        copies right before their call."""
         phis = block.phis
         out = phis + [self.shadow_def[p] for p in phis if p in self.shadow_def]
         for instr in block.instrs[len(phis):]:
@@ -155,6 +158,8 @@ class AdjointGenerator(ForwardPass, ReversePass, FunctionExits, GeneratorBase):
             out.append(instr)
             if instr in self.shadow_def:
                 out.append(self.shadow_def[instr])
+            if instr in self.derivative_def:
+                out.append(self.derivative_def[instr])
         return out
 
     # -- calls differentiated as calls -------------------------------------------------

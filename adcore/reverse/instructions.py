@@ -62,8 +62,8 @@ def reverse_instruction(gen, instr):
         old = gen.e(f"load {t}, ptr {sp}{align}")
         gen.e.line(f"store {t} {gen.e(f'fadd {SUM} {t} {old}, {dy}')}, ptr {sp}{align}")
         return
-    for operand, contribution in contributions(instr, Expr(gen.e, instr.type),
-                                               lambda o: Lazy(gen.values, o), dy, act.active):
+    for operand, contribution in contributions(instr, Expr(gen.e, instr.type), lambda o: Lazy(gen.values, o),
+                                               dy, act.active, gen.derivative_def.get(instr)):
         gen.accumulate(operand, contribution)
 
 def reverse_memory_intrinsic(gen, instr):

@@ -321,11 +321,27 @@ def rule_for(instr):
     return RULES[instr.opcode]
 
 
-def contributions(instr, X, wrap, dy, active):
+# Math functions whose derivative is another math call of the same cost: the forward pass
+# may compute it next to the call (vectorised with it) and keep it for the reverse pass
+# (:mod:`adcore.plan.kept_derivatives`): (that call, f'(x) from its value d)
+DERIVATIVE_CALLS = {
+    "sin": ("cos", lambda X, d: d),                                          # cos x
+    "cos": ("sin", lambda X, d: X.neg(d)),                                   # -sin x
+}
+
+
+def contributions(instr, X, wrap, dy, active, derivative=None):
     """``(operand definition, adjoint contribution)`` from ``instr``'s rule for each of its
     operands in ``active``; the rule sees ``wrap(op)`` for each operand and for the result
     (the reverse pass wraps them to materialise on use, :mod:`adcore.plan.cache_cut` to note the
-    reads of a dry run)."""
+    reads of a dry run).  ``derivative``: the instruction computing the call of
+    ``DERIVATIVE_CALLS`` that gives ``instr``'s derivative, kept by the forward pass."""
+    if derivative is not None:
+        x = instr.operands[0]
+        if x.defn in active:
+            d = wrap(Operand(derivative.ref, derivative.type, derivative))
+            yield x.defn, X.scale(dy, DERIVATIVE_CALLS[math_name(instr.callee)][1](X, d))
+        return
     ops = [wrap(o) for o in instr.operands]
     result = wrap(Operand(instr.ref, instr.type, instr))
     for o, thunk in zip(instr.operands, rule_for(instr)(X, ops, result, dy)):

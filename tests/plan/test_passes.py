@@ -52,6 +52,18 @@ def scaled_then_summed(x, y, a):
     return s
 
 
+@numba.njit
+def running_sines(x, a):
+    """sin of a value carried from one iteration to the next (a phi: kept for the reverse
+    pass), whose derivative cos the forward pass keeps instead (kept_derivatives)."""
+    t = a[0]
+    s = 0.0
+    for i in range(x.shape[0]):
+        t = 0.5 * t + x[i]
+        s += math.sin(t) * x[i]
+    return s
+
+
 def _points_args(rng):
     return [rng.standard_normal((6, 3)), rng.standard_normal((3, 3)), rng.standard_normal(3)]
 
@@ -65,7 +77,8 @@ APPLIES_TO = {"recompute": (points, _points_args), "min_cut": (points, _points_a
               "snapshots": (points, _points_args), "replays": (points, _points_args),
               "stored_copies": (scaled_then_summed, _scaled_args),
               "loop_order": (scaled_then_summed, _scaled_args),
-              "read_modify_write": (scaled_then_summed, _scaled_args)}
+              "read_modify_write": (scaled_then_summed, _scaled_args),
+              "kept_derivatives": (running_sines, lambda rng: [rng.standard_normal(7), rng.standard_normal(1)])}
 
 
 def _gradient(kernel, values, passes=None, seed=0):
