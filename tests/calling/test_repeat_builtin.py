@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import adcore
 from adcore import Active, ActivityError, Const, Duplicated, Reverse, ReverseWithPrimal, api, plan
 from adcore.calling import repeat_builtin, repeat_guard
+from calling.test_repeat_guard import raises_after_writing
 from fdcheck import fd_gradient
 
 
@@ -26,14 +27,6 @@ def mixed(a, x, w, n, flag, m):
     if flag:
         s *= 2.0
     return s
-
-
-@numba.njit
-def raises_after_writing(x, count, limit):
-    count[0] += 1
-    if x[0] > limit:
-        raise TypeError("x above limit")
-    return x[0] * x[0]
 
 
 @pytest.fixture(autouse=True)

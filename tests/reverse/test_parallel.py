@@ -331,14 +331,18 @@ def _generated(unary, index, combine):
 _KERNELS = {}
 
 
+def _builds(key, make):
+    """The two builds of generated kernel ``key``, made once by ``make()``."""
+    if key not in _KERNELS:
+        _KERNELS[key] = make()
+    return _KERNELS[key]
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(unary=st.sampled_from(sorted(UNARY)), index=st.sampled_from(sorted(INDEX)),
        combine=st.sampled_from(sorted(COMBINE)), n=st.integers(1, 9), seed=st.integers(0, 99))
 def test_generated_parallel_loops_agree_with_serial_and_differences(unary, index, combine, n, seed):
-    key = (unary, index, combine)
-    if key not in _KERNELS:
-        _KERNELS[key] = _generated(*key)
-    par, ser = _KERNELS[key]
+    par, ser = _builds((unary, index, combine), lambda: _generated(unary, index, combine))
     r = np.random.default_rng(seed)
     x, w = r.random(n), r.random(1) + 0.5
     idx = r.integers(0, n, n)
@@ -373,10 +377,7 @@ def _generated_rows(unary, up, down, column):
 def test_generated_row_bands_agree_with_serial_and_differences(unary, up, down, column, m, seed):
     """Short loops fail the band check (pieces too narrow) and run serially, long ones run
     every other piece at once: both must give the serial gradient."""
-    key = ("rows", unary, up, down, column)
-    if key not in _KERNELS:
-        _KERNELS[key] = _generated_rows(unary, up, down, column)
-    par, ser = _KERNELS[key]
+    par, ser = _builds(("rows", unary, up, down, column), lambda: _generated_rows(unary, up, down, column))
     r = np.random.default_rng(seed)
     u, out = r.random((m, 4)), np.zeros((m, 4))
     got = adcore.gradient(Reverse, par, u.copy(), Const(out.copy()))
@@ -409,10 +410,7 @@ def _generated_steps(unary, index, copy_loop):
 def test_generated_time_steps_agree_with_serial_and_differences(unary, index, copy_loop, n, steps, seed):
     """An array a parallel loop reads and the kernel overwrites after it: the chunks keep
     the values they read on their tapes (no copy of the array) or the kernel copies it."""
-    key = ("steps", unary, index, copy_loop)
-    if key not in _KERNELS:
-        _KERNELS[key] = _generated_steps(unary, index, copy_loop)
-    par, ser = _KERNELS[key]
+    par, ser = _builds(("steps", unary, index, copy_loop), lambda: _generated_steps(unary, index, copy_loop))
     r = np.random.default_rng(seed)
     u, idx = r.random(n) - 0.5, r.integers(0, n, n)
     args = (u, Const(np.zeros(n)), Const(idx), Const(steps))
