@@ -34,11 +34,16 @@ from numba.core import types as nbtypes
 
 from .. import numba_abi
 from ..analysis.cfg import ControlFlow
-from ..analysis.exit_values import ENDS, exit_test
+from ..analysis.exit_values import ENDS, exit_test, step_constant
 from ..ir.model import Arg
 from .value_stack import SIZES
 
 _TRANSPARENT = ("sext", "zext")
+# icmp predicates as Python comparisons of int64 values ("ugt x, c" with 0 <= c < 2**63:
+# x as unsigned above c, that is x negative or above c)
+_PYTHON_COMPARE = {"slt": "({x}) < ({y})", "sle": "({x}) <= ({y})", "sgt": "({x}) > ({y})",
+                   "sge": "({x}) >= ({y})", "eq": "({x}) == ({y})", "ne": "({x}) != ({y})",
+                   "ugt": "(({x}) < 0 or ({x}) > ({y}))"}
 
 # For ``select (x P C), a, b``: the condition under which ``x P C`` holds for every ``x`` in
 # ``[low, high]`` (True) and under which it fails for every one (False).
@@ -89,7 +94,7 @@ def _spans(func, groups, data, index, opcode):
         span = terms.span(pointer, data, size)
         if span is None:
             return None
-        spans.append(span)
+        spans.append(span._replace(checks=terms.fixed_checks + span.checks))
     return spans if len({s.row for s in spans}) <= 1 else None
 
 
@@ -129,6 +134,8 @@ class _Terms:
     def __init__(self, cfg, groups, index):
         self.cfg, self.index = cfg, index
         self.fields = {id(arg): (k, t, f) for k, (t, args) in enumerate(groups) for f, arg in enumerate(args)}
+        self.schedule = groups[0][1][numba_abi.DATA]
+        self.fixed_checks = []          # what the schedule items' expressions hold under
 
     def span(self, pointer, data, size):
         """The :class:`Span` of an access of ``size`` bytes through ``pointer``, or None."""
@@ -185,7 +192,7 @@ class _Terms:
             return None
         outside = next((p for p in loop.header.preds if p not in loop.blocks), None)
         test = exit_test(loop, outside) if outside is not None else None
-        if test is None or test.counter is not phi or test.step not in (1, -1):
+        if test is None or test.step not in (1, -1):
             return None
         start, bound = self.expression(test.start), self.expression(test.bound)
         if start is None or bound is None:
@@ -196,7 +203,17 @@ class _Terms:
         if pick is not None:
             end = f"{'max' if pick.endswith('max') else 'min'}({first}, {end})"
         last = f"({end}) - {test.step}" if test.on_next else end
-        span = (start, last) if test.step > 0 else (last, start)
+        if test.counter is not phi:       # Numba's range: the test counts the trips down
+            latch = phi.operands[phi.incoming.index(loop.latches[0])] if loop.latches[0] in phi.incoming else None
+            step = step_constant(latch.defn, phi) if latch is not None and latch.defn is not None else None
+            phi_start = self.expression(phi.operands[phi.incoming.index(outside)]) if outside in phi.incoming else None
+            if step is None or step[1] is not None or step[0] not in (1, -1) or phi_start is None:
+                return None
+            trips = f"(({last}) - ({start})) // {test.step}"
+            start, last, test_step = phi_start, f"({phi_start}) + {trips} * {step[0]}", step[0]
+        else:
+            test_step = test.step
+        span = (start, last) if test_step > 0 else (last, start)
         checks.append(f"{span[0]} <= {span[1]}")
         return span
 
@@ -231,6 +248,10 @@ class _Terms:
         """:meth:`expression` of the value instruction or argument ``d`` defines."""
         if isinstance(d, Arg):
             return self.argument(d)
+        if d.opcode == "load":
+            return self.scheduled(d)
+        if d.opcode == "select":
+            return self.selected(d)
         if d.opcode in _TRANSPARENT:
             return self.expression(d.operands[0])
         if d.opcode in ("add", "sub", "mul"):
@@ -238,6 +259,33 @@ class _Terms:
             sign = {"add": "+", "sub": "-", "mul": "*"}[d.opcode]
             return None if a is None or b is None else f"({a} {sign} {b})"
         return None
+
+    def scheduled(self, load):
+        """``a0[k]`` for a load of item ``k > 0`` of the loop's schedule: an inner
+        dimension's first or last index (a parfor over several dimensions splits only the
+        outermost), under the check that it is not the outermost's last index
+        (``a0.shape[0] // 2``, which differs from piece to piece); else None."""
+        pointer, k = load.operands[0].defn, 0
+        if getattr(pointer, "opcode", None) == "getelementptr" and len(pointer.operands) == 2 \
+                and pointer.element_type in SIZES and pointer.operands[1].is_const:
+            k = int(pointer.operands[1].ref) * SIZES[pointer.element_type]
+            pointer, k = pointer.operands[0].defn, k // 8 if k % 8 == 0 else -1
+        if pointer is not self.schedule or k <= 0 or load.type != "i64":
+            return None
+        self.fixed_checks.append(f"a0.shape[0] // 2 != {k}")
+        return f"a0[{k}]"
+
+    def selected(self, select):
+        """``(a if x P y else b)`` for ``select (icmp P x, y), a, b`` of values fixed for the
+        call (Numba's ``max(0, n)`` of a range's length); else None."""
+        test = select.operands[0].defn
+        if getattr(test, "opcode", None) != "icmp" or test.predicate not in _PYTHON_COMPARE or \
+                test.predicate == "ugt" and not (test.operands[1].is_const and int(test.operands[1].ref) >= 0):
+            return None
+        x, y, a, b = (self.expression(o) for o in (*test.operands, *select.operands[1:]))
+        if None in (x, y, a, b):
+            return None
+        return f"(({a}) if {_PYTHON_COMPARE[test.predicate].format(x=x, y=y)} else ({b}))"
 
     def argument(self, arg):
         """``a<k>`` for an integer argument, ``a<k>.shape[d]`` / ``.strides[d]`` / ``.size``

@@ -568,6 +568,44 @@ def test_arrays_read_in_the_loop_index_row_share_one_shadow():
     np.testing.assert_allclose(got, np.exp(x) * w, rtol=1e-13)
 
 
+ARRAY_EXPRESSIONS = {"exp_times": "np.exp(A) * B", "tanh_sum": "np.tanh(A + B) * A",
+                     "sin_square": "np.sin(A) ** 2 + B * B"}
+
+
+def _array_expression(name):
+    src = (f"def kernel(A, B):\n"
+           f"    C = {ARRAY_EXPRESSIONS[name]}\n"
+           f"    return np.sum(C * C)\n")
+    return _both_builds(src)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(ARRAY_EXPRESSIONS)), m=st.integers(1, 40), p=st.integers(1, 7),
+       order=st.sampled_from("CF"), seed=st.integers(0, 99))
+def test_array_expressions_over_2d_arrays_agree_with_serial_and_differences(name, m, p, order, seed):
+    """A parallel array expression over 2-D arrays is one parfor over both dimensions; its
+    pieces split the first, and the arrays read at each element share one shadow where a
+    check at each call shows each row of the parfor reaches only its own row (C order;
+    Fortran-ordered arrays fail it and the pieces run one after another)."""
+    par, ser = _builds(("expression", name), lambda: _array_expression(name))
+    r = np.random.default_rng(seed)
+    A, B = (np.asarray(r.uniform(-1, 1, (m, p)), order=order) for _ in range(2))
+    got = adcore.gradient(Reverse, par, A, B)
+    _assert_same(got, adcore.gradient(Reverse, ser, A, B), 1e-12)
+    fd = fd_gradient(ser, [A, B], {})
+    for g, f in zip(got, fd):
+        np.testing.assert_allclose(g, f, rtol=1e-5, atol=1e-6)
+
+
+def test_an_array_expression_over_2d_arrays_shares_its_shadows():
+    par, _ = _builds(("expression", "exp_times"), lambda: _array_expression("exp_times"))
+    A, B = rng.random((30, 5)), rng.random((30, 5))
+    loops = adcore.compile_gradient(Reverse, par, Duplicated(A, np.zeros_like(A)),
+                                    Duplicated(B, np.zeros_like(B))).parallel_loops
+    assert any("reverse runs on Numba's threads" in line and "added after the loop): 0" in line
+               and "(shared shadows): 3" in line for line in loops), loops
+
+
 @pytest.mark.parametrize("name", sorted(SERIALLY))
 def test_loops_that_cannot_run_their_reverse_on_threads_say_why(name):
     compiled = adcore.compile_gradient(Reverse, PARALLEL[name], *_annotated(ARGUMENTS[name]()))
