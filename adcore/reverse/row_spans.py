@@ -94,7 +94,7 @@ def _spans(func, groups, data, index, opcode):
         span = terms.span(pointer, data, size)
         if span is None:
             return None
-        spans.append(span._replace(checks=terms.fixed_checks + span.checks))
+        spans.append(span)
     return spans if len({s.row for s in spans}) <= 1 else None
 
 
@@ -158,7 +158,7 @@ class _Terms:
                 return None
             first, last = (f"{scale} * ({v})" for v in values)
             low, high = f"{low} + min({first}, {last})", f"{high} + max({first}, {last})"
-        return Span(row, low, f"{high} + {size}", checks, offset)
+        return Span(row, low, f"{high} + {size}", self.fixed_checks + checks, offset)
 
     def add(self, form, op, scale):
         """Add ``scale`` (an expression) times the linear form of operand ``op`` into
