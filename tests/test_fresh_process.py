@@ -305,6 +305,23 @@ np.testing.assert_allclose(hv, (2 * 0.7 * np.cos(0.7 * x) - 0.49 * x * np.sin(0.
 report = str(adcore.cache_report(g, x, Const(w)))
 assert "reverse runs on Numba's threads" in report, report
 """, None),
+    "parallel_array_expression_over_2d_arrays_first": ("""
+import numba
+import numpy as np
+import adcore
+from adcore import Reverse
+
+@numba.njit(parallel=True)
+def f(A, B):
+    C = np.exp(A) * B
+    return np.sum(C * C)
+
+A, B = np.linspace(-1, 1, 60).reshape(12, 5), np.linspace(0.5, 2, 60).reshape(12, 5)
+dA, dB = adcore.gradient(Reverse, f, A, B)        # its shadows shared between the threads
+C = np.exp(A) * B
+np.testing.assert_allclose(dA, 2 * C * C, rtol=1e-13)
+np.testing.assert_allclose(dB, 2 * C * np.exp(A), rtol=1e-13)
+""", None),
     "print_in_a_callee_compiled_before": ("""
 import numba
 import numpy as np
