@@ -147,9 +147,11 @@ def _remember(key, compiled, entry, args, everything, anns):
     defaults = [a.val for a in everything[len(anns):]]
 
     def promote():
+        if defaults or _repeat.get(key) is None:
+            return
         kept = repeat_builtin.repeat_builtin(compiled.entry, compiled.shadowed, compiled.has_primal,
                                              args[len(args) - len(anns):], len(args) - len(anns))
-        if kept is not None and not defaults and _repeat.get(key) is not None:
+        if kept is not None:
             _repeat[key] = (kept.call, repeat_builtin.after_builtin(kept, call))
 
     call = repeat_guard.checked_caller(compiled, entry, args, everything, defaults,

@@ -20,8 +20,8 @@ running no Python:
 
 Anything not as compiled returns ``None`` having touched nothing (the Python guard, then
 the full checks, take the call); a failure of the kernel returns the address of Numba's
-exception info as an ``int`` (0 when there is none), which :func:`failed` turns into the
-kernel's exception.
+exception info as an ``int`` (0 when there is none), which :func:`after_builtin` turns into
+the kernel's exception.
 """
 import ctypes
 
@@ -62,7 +62,7 @@ def after_builtin(kept, guard):
     kernel's exception when it failed, else the Python ``guard``'s call (or its None)."""
     def after(args, got):
         if got is not None:
-            raise failed(got)
+            raise kernel_exception(got)
         return guard(args)
     after.kept = kept          # the builtin's method struct lives as long as the caller
     return after
@@ -95,12 +95,6 @@ class _Kept:
 
     def __init__(self, builtin, method, entry):
         self.call, self._method, self._entry = builtin, method, entry
-
-
-def failed(excinfo):
-    """The exception of a kernel that failed in the builtin (``excinfo``: what it
-    returned)."""
-    return kernel_exception(excinfo)
 
 
 def _builtin_ir(entry, shadowed, has_primal, args, skip):

@@ -140,6 +140,34 @@ def overwritten_after(x, out):
     return out.sum()
 
 
+def expression_2d(A, B):
+    """A parallel array expression over 2-D arrays: one parfor over both dimensions, its
+    arrays read at each element (shared shadows, pieces of rows)."""
+    C = np.exp(A) * B
+    return np.sum(C * C)
+
+
+def read_in_row(x, w):
+    """``x[i, j]`` and ``w[i, j]`` read only in the loop index's row: shared shadows."""
+    s = 0.0
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            s += math.exp(x[i, j]) * w[i, j]
+    return s
+
+
+def time_steps(u, v, steps):
+    """A loop reads ``u``, the next overwrites it: the pieces keep what they read of it."""
+    n = u.shape[0]
+    for _ in range(steps):
+        for i in prange(1, n):
+            v[i] = math.sin(u[i]) + 0.5 * u[i - 1]
+        v[0] = 0.5 * u[0]
+        for i in prange(n):
+            u[i] = v[i]
+    return np.sum(u * u)
+
+
 def two_inputs(x, y, out):
     for i in prange(x.shape[0]):
         out[i] = x[i] * math.exp(y[i])
@@ -160,7 +188,8 @@ def moving_range(x, out):
 
 
 SOURCES = [moving_range, independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
-           pairwise, scatter, stencil, rows_overlap, wide_band, float32_sum, gather, in_place, overwritten_after, two_inputs]
+           pairwise, scatter, stencil, rows_overlap, wide_band, float32_sum, gather, in_place, overwritten_after, two_inputs,
+           expression_2d, read_in_row, time_steps]
 PARALLEL = {f.__name__: numba.njit(parallel=True)(f) for f in SOURCES}
 SERIAL = {f.__name__: numba.njit(f) for f in SOURCES}
 PARALLEL["stencil_rows"], SERIAL["stencil_rows"] = numba.njit(parallel=True)(stencil_rows), numba.njit(stencil_rows)
@@ -195,6 +224,9 @@ ARGUMENTS = {
     "overwritten_after_strided": lambda: (rng.random(22)[::2], Const(np.zeros(11))),
     "two_inputs": lambda: (rng.random(9), rng.random(9), Const(np.zeros(9))),
     "moving_range": lambda: (rng.random(8), Const(np.zeros(8))),
+    "expression_2d": lambda: (rng.random((70, 5)), rng.random((70, 5))),
+    "read_in_row": lambda: (rng.random((70, 5)), rng.random((70, 5))),
+    "time_steps": lambda: (rng.random(300) - 0.5, Const(np.zeros(300)), Const(3)),
 }
 
 # where the reverse pass of every parallel loop runs on Numba's threads, and where (and
