@@ -44,7 +44,10 @@ from .value_stack import FRAME_BYTES, FRAME_STACKS, STACK_BYTES
 _counter = itertools.count()
 
 
-POOL_SLOTS = 64          # value-stack buffers a parallel loop's pieces keep between calls
+# Value-stack buffers a parallel loop's pieces keep between calls: enough for every piece of
+# every call of the loop in one gradient (a stencil's 10 steps of 16 pieces hold 160 at once);
+# a buffer past the pool is freed, and its fresh memory page-faults on the next call.
+POOL_SLOTS = 1024
 
 
 class TapedChunk:

@@ -103,6 +103,14 @@ class LoopPlan:
     def parallel(self):
         return self.reason is None
 
+    @property
+    def contiguous(self):
+        """Whether each thread runs one block of neighbouring ranges of the loop: where its
+        iterations write rows or read bands of rows, the rows stay in one core's cache
+        from the forward to the reverse (measured on a 2-D stencil: 6-8% faster at 2
+        threads than ranges handed out in turn)."""
+        return bool(self.rows or self.bands)
+
     def describe(self, taped=False, keep=False):
         """One line for the plan report; ``taped``: the chunks keep their values on tapes
         (``keep``: the values they read from arrays too)."""
@@ -356,9 +364,8 @@ def check_distinct(loops, primal_, pointers):
 _forwards = {}           # chunk symbol -> njit forward
 
 
-# A loop's range in ``per`` chunks per thread, handed out in turn (thread t, holding a
-# contiguous block of chunk numbers, runs ranges t, t + threads, ...), so that loops whose
-# iterations grow or shrink (a triangle of pairs) share the work evenly.
+# A loop's range in ``per`` chunks per thread; thread t holds a contiguous block of chunk
+# numbers (Numba's static schedule), which run ranges as :func:`_piece` says.
 _SPLIT = """
     lo = np.int64(a0[0])
     hi = np.int64(a0[a0.shape[0] // 2])
@@ -368,12 +375,24 @@ _SPLIT = """
     per = max(1, min(8, n // threads))
     chunks = threads * per
 """
-_CHUNK = """
-        r = (c % per) * threads + c // per
-        first = lo + (n * r) // chunks
-        last = lo + (n * (r + 1)) // chunks - 1
-        s = piece_schedule(a0, first, last, 0)[:a0.shape[0]]
-"""
+
+
+def _rank(loop, chunk="c"):
+    """The range number of chunk ``chunk``: with :attr:`LoopPlan.contiguous` the chunk's own
+    (each thread runs one block of neighbouring ranges), else ranges handed out in turn
+    (thread t runs ranges t, t + threads, ...: loops whose iterations grow or shrink, a
+    triangle of pairs, share the work evenly)."""
+    return chunk if loop.contiguous else f"({chunk} % per) * threads + {chunk} // per"
+
+
+def _piece(loop, slot="0"):
+    """The lines giving chunk ``c`` its range ``first .. last`` and ``s``, the schedule of
+    that range followed by the reduction slot ``slot`` its iterations use
+    (:func:`adcore.reverse.chunk_tape.slotted_module`)."""
+    return (f"        r = {_rank(loop)}\n"
+            "        first = lo + (n * r) // chunks\n"
+            "        last = lo + (n * (r + 1)) // chunks - 1\n"
+            f"        s = piece_schedule(a0, first, last, {slot})[:a0.shape[0]]\n")
 
 
 @numba.njit(cache=True)
@@ -398,13 +417,13 @@ def thread_shadow(rows, d, t):
     return rows[t, :d.size].reshape(d.shape)
 
 
-def _chunk_loop(checks, body, backwards=False, phases=False):
+def _chunk_loop(loop, checks, body, backwards=False, phases=False):
     """The lines running ``body`` (lines indented 8 spaces, for chunk ``c``) for every
-    chunk on Numba's threads (``phases``: first the chunks of even rank in range order,
-    then those of odd rank), only where ``checks`` (:mod:`adcore.reverse.row_spans`) hold
-    at the call, else for one chunk after another in the order of their ranges (backwards
-    for a reverse): exactly the serial loop."""
-    rank = "c = (q % threads) * per + q // threads\n"
+    chunk of ``loop`` on Numba's threads (``phases``: first the chunks of even range number
+    in range order, then those of odd), only where ``checks``
+    (:mod:`adcore.reverse.row_spans`) hold at the call, else for one chunk after another
+    in the order of their ranges (backwards for a reverse): exactly the serial loop."""
+    rank = "c = q\n" if loop.contiguous else "c = (q % threads) * per + q // threads\n"
     parallel = "    for c in numba.prange(chunks):\n" + body if not phases else (
         "    for phase in range(2):\n        for h in numba.prange((chunks + 1 - phase) // 2):\n"
         "            q = 2 * h + phase\n            " + rank + textwrap.indent(body, "    "))
@@ -419,7 +438,7 @@ def _reverse_chunk_loop(loop, shadowed, body):
     """:func:`_chunk_loop` for a reverse: in two phases where an array read in a band of
     rows has a shadow, under the row and band checks."""
     bands = any(k in shadowed for k in loop.bands)
-    return _chunk_loop(loop.checks + (loop.band_checks if bands else ()), body, True, bands)
+    return _chunk_loop(loop, loop.checks + (loop.band_checks if bands else ()), body, True, bands)
 
 
 def forward_function(loop):
@@ -431,7 +450,7 @@ def forward_function(loop):
         rest = ", ".join(f"a{k}" for k in range(1, len(loop.call.argtypes)))
         source = (f"def forward({names}):" + _SPLIT +
                   "    if n <= 0:\n        return\n" +
-                  _chunk_loop(loop.checks, _CHUNK.lstrip("\n") + f"        if first <= last:\n            run((s, {rest}))\n"))
+                  _chunk_loop(loop, loop.checks, _piece(loop) + f"        if first <= last:\n            run((s, {rest}))\n"))
         scope = {"np": np, "numba": numba, "run": numba_abi.chunk_runner(loop.call), **_launch_helpers()}
         exec(source, scope)
         numba_abi.start_threads()
@@ -495,16 +514,6 @@ def taped(loop, shadowed, keep=False):
     return _tapes[key]
 
 
-# A chunk's range, as _CHUNK, in a schedule followed by the reduction slot its iterations use
-# (chunk_tape.slotted_module): the thread that runs its forward.
-_SLOTTED = """
-        r = (c % per) * threads + c // per
-        first = lo + (n * r) // chunks
-        last = lo + (n * (r + 1)) // chunks - 1
-        s = piece_schedule(a0, first, last, slot)[:a0.shape[0]]
-"""
-
-
 def taped_forward_function(loop, shadowed, keep=False):
     """The njit function running ``loop``'s chunks on Numba's threads as
     :func:`forward_function`, each chunk through its augmented forward (of
@@ -521,7 +530,7 @@ def taped_forward_function(loop, shadowed, keep=False):
                   "    head[1] = per\n"
                   "    head[2] = threads\n"
                   "    if n <= 0:\n        return\n" +
-                  _chunk_loop(loop.checks, "        slot = thread_id()\n" + _SLOTTED.lstrip("\n") +
+                  _chunk_loop(loop, loop.checks, "        slot = thread_id()\n" + _piece(loop, "slot") +
                               "        head[3 + c] = slot\n"
                               "        if first <= last:\n"
                               f"            aug(s, {passed}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
@@ -638,7 +647,7 @@ def _build_reverse(loop, shadowed):
     lines += [_private_shadow(k) for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
     call_shadows = [_thread_shadow(k) if k in private else f"d{k}" for k in shadowed]
-    body = [_CHUNK.strip("\n"), "        if first <= last:",
+    body = [_piece(loop).rstrip("\n"), "        if first <= last:",
             f"            out = grad(s, {', '.join(names[1:] + call_shadows)})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]
     lines.append(_reverse_chunk_loop(loop, shadowed, "\n".join(body) + "\n").rstrip("\n"))
@@ -682,7 +691,7 @@ def _build_taped_reverse(loop, shadowed, keep):
              "    workers = numba.get_num_threads()"]
     lines += [_private_shadow(k) for k in private]
     lines += [f"    r{k} = np.zeros(chunks)" for k in floats]
-    body = ["        slot = head[3 + c]", _SLOTTED.strip("\n"), "        if first <= last:",
+    body = ["        slot = head[3 + c]", _piece(loop, "slot").rstrip("\n"), "        if first <= last:",
             f"            out = rev(s, {', '.join(names[1:] + shadows)}, tape + {8 * _HEAD} + c * {FRAME_BYTES}, "
             f"{taped(loop, shadowed, keep).pool.ctypes.data})"]
     body += [f"            r{k}[c] = out[{j}]" for j, k in enumerate(floats)]

@@ -19,6 +19,10 @@ look:
   br i1 %more, label %try, label %exit
 try:
   %slot = getelementptr ptr, ptr %slots, i64 %k
+  %seen = load atomic ptr, ptr %slot monotonic, align 8
+  %empty = icmp eq ptr %seen, null
+  br i1 %empty, label %next, label %claim
+claim:
   %r = atomicrmw xchg ptr %slot, ptr null acquire
   %none = icmp eq ptr %r, null
   br i1 %none, label %next, label %take
