@@ -11,7 +11,10 @@ with ``B`` (the bytes of a row, ``a.shape[1] * 8``), ``k`` and each ``t`` fixed 
 call, and each ``x`` the counter of an inner loop (running between a start and an end
 fixed for the call, :mod:`adcore.analysis.exit_values`) or Numba's wrap-around of a
 negative index (``x < 0 ? n : 0``, zero over the loop's range), touches bytes
-``[i * B + min(c), i * B + max(c) + size)``.  Then
+``[i * B + min(c), i * B + max(c) + size)``.  A wrap-around of the loop index plus a value
+fixed for the call (``u[k - p]`` on a flat grid, read under a test that keeps ``k - p``
+nonnegative, which the analysis does not follow) may be taken by the loop's first
+iterations: the access is then a :class:`Wrap` as well.  Then
 
 * stores (:func:`row_checks`) stay in row ``i`` when ``0 <= min(c)`` and
   ``max(c) + size <= B``: distinct iterations write disjoint bytes, and so do their
@@ -20,7 +23,9 @@ negative index (``x < 0 ? n : 0``, zero over the loop's range), touches bytes
 * loads (:func:`band_checks`) reach at most ``max(c) + size - min(c)`` bytes from their
   row's start: two pieces of the loop at least ``w`` iterations apart touch disjoint bytes
   when that band is at most ``(w + 1) * B``, so the reverses of every other piece (pieces
-  of ``n // chunks`` iterations or more) can add into one shared shadow at once.
+  of ``n // chunks`` iterations or more) can add into one shared shadow at once; where an
+  access may wrap around, when every iteration that wraps is in the first piece and what it
+  wraps to lies past the bands of the other pieces that run with it (those of even rank).
 
 The bounds are only known at the call: both return Python expressions over the chunk
 function's arguments (``a2.shape[1]``, ``a3``) and the launcher's ``lo`` (the loop's
@@ -55,6 +60,11 @@ _ALWAYS = {
 }
 
 
+# For a wrap-around ``select (x P C), a, b`` of the loop index plus a value fixed for the call
+# (keyed by P and whether the zero is ``a``): the other side is taken for ``x < C + below``.
+_WRAPS_BELOW = {("slt", False): 0, ("sle", False): 1, ("sgt", True): 1, ("sge", True): 0}
+
+
 def row_checks(func, groups, data, index, opcode="store"):
     """``[Python expression]`` that, true at a call, prove every store through array data
     pointer ``data`` of ``func`` (a chunk function, its arguments in ``groups`` as
@@ -67,7 +77,7 @@ def row_checks(func, groups, data, index, opcode="store"):
         return None
     checks = []
     for s in spans:
-        checks += s.checks + [f"{s.low} >= 0", f"{s.end} <= {s.row}"]
+        checks += s.checks + [w.never for w in s.wraps] + [f"{s.low} >= 0", f"{s.end} <= {s.row}"]
     return list(dict.fromkeys(checks))
 
 
@@ -82,6 +92,10 @@ def band_checks(func, groups, data, index):
     row = spans[0].row
     lows, ends = ", ".join(s.low for s in spans), ", ".join(s.end for s in spans)
     band = f"({spans[0].end}) - ({spans[0].low})" if len(spans) == 1 else f"max({ends}) - min({lows})"
+    top = f"(lo + (n * ((chunks - 1) // 2 * 2 + 1)) // chunks - 1) * ({row}) + max({ends}, 0)"
+    for s in spans:       # the first piece's wrapped accesses, past the other even pieces' bands
+        checks += [f"({w.never}) or (lo + n // chunks >= {w.first_kept} and {w.shift} >= 0 and "
+                   f"lo * ({row}) + {s.low} + {w.shift} >= {top})" for w in s.wraps]
     return list(dict.fromkeys(checks + [f"{band} <= (n // chunks + 1) * ({row})"]))
 
 
@@ -111,16 +125,28 @@ def _accesses(func, data, opcode):
     return found
 
 
+class Wrap(NamedTuple):
+    """Numba's wrap-around of ``i + c`` (``i`` the loop index, ``c`` fixed for the call) in
+    an access: ``never`` holds when no iteration of the loop wraps; else the iterations
+    before ``first_kept`` add ``shift`` bytes to the offset (Python expressions)."""
+    never: str
+    first_kept: str
+    shift: str
+
+
 class Span(NamedTuple):
     """What an access touches, relative to the start of the loop index's row: ``row`` (the
     bytes of a row), ``low`` and ``end`` (its lowest offset and the end of its highest
-    access) under ``checks``, and ``offset``, the part of the offset fixed for the call
-    ("0" when it has none): Python expressions over the launcher's values."""
+    access) under ``checks``, where the access is not wrapped around (``wraps``: the
+    :class:`Wrap` of the loop index it may take), and ``offset``, the part of the offset
+    fixed for the call ("0" when it has none): Python expressions over the launcher's
+    values."""
     row: str
     low: str
     end: str
     checks: list
     offset: str
+    wraps: tuple = ()
 
 
 def _plus(a, b):
@@ -150,15 +176,15 @@ class _Terms:
         row = form.pop(self.index, None)
         if size is None or row is None:
             return None
-        checks = [f"{row} > 0"]
+        checks, wraps = [f"{row} > 0"], []
         low = high = offset = form.pop(1, "0")
         for leaf, scale in form.items():
-            values = self.counter_span(leaf, checks) or self.select_span(leaf, checks)
+            values = self.counter_span(leaf, checks) or self.select_span(leaf, checks, scale, wraps)
             if values is None:
                 return None
             first, last = (f"{scale} * ({v})" for v in values)
             low, high = f"{low} + min({first}, {last})", f"{high} + max({first}, {last})"
-        return Span(row, low, f"{high} + {size}", self.fixed_checks + checks, offset)
+        return Span(row, low, f"{high} + {size}", self.fixed_checks + checks, offset, tuple(wraps))
 
     def add(self, form, op, scale):
         """Add ``scale`` (an expression) times the linear form of operand ``op`` into
@@ -217,10 +243,12 @@ class _Terms:
         checks.append(f"{span[0]} <= {span[1]}")
         return span
 
-    def select_span(self, leaf, checks):
-        """``(0, 0)`` for ``select (x P C), a, b`` with ``x`` the loop index or an inner
-        counter and the side taken for every ``x`` of its range a zero (Numba's wrap-around
-        of a negative index), adding the check that it is; else None."""
+    def select_span(self, leaf, checks, scale, wraps):
+        """``(0, 0)`` for ``select (x P C), a, b`` with ``x`` an inner counter, the loop index
+        or the loop index plus a value fixed for the call, and the side taken for every
+        ``x`` of its range a zero (Numba's wrap-around of a negative index), adding the
+        check that it is (``x < C ? a : 0`` or ``x >= C ? 0 : b`` of the loop index: to
+        ``wraps``, the :class:`Wrap` of ``scale`` times ``a`` or ``b``); else None."""
         if getattr(leaf, "opcode", None) != "select":
             return None
         test, zero = leaf.operands[0].defn, [o.is_const and o.ref == "0" for o in leaf.operands[1:]]
@@ -229,13 +257,27 @@ class _Terms:
         x = test.operands[0].defn
         while getattr(x, "opcode", None) in _TRANSPARENT:
             x = x.operands[0].defn
-        c = self.expression(test.operands[1])
-        span = ("lo", "(lo + n - 1)") if x is self.index else self.counter_span(x, checks)
+        c, shift = self.expression(test.operands[1]), self.index_shift(test.operands[0])
+        span = (f"lo + {shift}", f"(lo + n - 1 + {shift})") if shift is not None else self.counter_span(x, checks)
         rule = _ALWAYS.get((test.predicate, zero[0]))
         if span is None or c is None or rule is None:
             return None
-        checks.append(rule.format(low=span[0], high=span[1], c=c))
+        never = rule.format(low=span[0], high=span[1], c=c)
+        below = _WRAPS_BELOW.get((test.predicate, zero[0]))     # x below C + below: wrapped
+        wrapped = self.expression(leaf.operands[1 + zero[0]])
+        if shift is not None and below is not None and wrapped is not None and zero[0] != zero[1]:
+            wraps.append(Wrap(never, f"({c}) - ({shift}) + {below}", f"{scale} * ({wrapped})"))
+        else:
+            checks.append(never)
         return "0", "0"
+
+    def index_shift(self, op):
+        """``c`` (an expression) when operand ``op`` is the loop index plus ``c``, a value
+        fixed for the call; else None."""
+        form = {}
+        if not self.add(form, op, "1") or set(form) - {self.index, 1} or form.get(self.index) != "1":
+            return None
+        return form.get(1, "0")
 
     def expression(self, op):
         """A Python expression of operand ``op``'s value over the launcher's arguments

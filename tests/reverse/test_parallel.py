@@ -18,7 +18,7 @@ from numba import prange
 import adcore
 from adcore import BatchDuplicated, Const, Duplicated, Forward, Reverse, ReverseWithPrimal
 from adcore.reverse import parallel_loops
-from bench.parallel import lennard_jones, stencil as stencil_rows   # writes v[i, j]: in its row
+from bench.parallel import flat_stencil, lennard_jones, stencil as stencil_rows   # writes v[i, j]: in its row
 from fdcheck import check, fd_gradient
 
 
@@ -187,12 +187,27 @@ def moving_range(x, out):
     return t
 
 
-SOURCES = [moving_range, independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
+def copy_range(x, out):
+    """A copy at the loop index: Numba's chunk function is one memcpy of the piece's range."""
+    for i in prange(x.shape[0]):
+        out[i] = x[i]
+    return np.sum(out * out * x)
+
+
+def shifted_copy(x, out):
+    """A copy from one element along: not the piece's own range of ``x``."""
+    for i in prange(x.shape[0] - 1):
+        out[i] = x[i + 1]
+    return np.sum(out * out * x)
+
+
+SOURCES = [copy_range, shifted_copy, moving_range, independent, nested_serial, rows, cached_inner, array_expression, lennard_jones,
            pairwise, scatter, stencil, rows_overlap, wide_band, float32_sum, gather, in_place, overwritten_after, two_inputs,
            expression_2d, read_in_row, time_steps]
 PARALLEL = {f.__name__: numba.njit(parallel=True)(f) for f in SOURCES}
 SERIAL = {f.__name__: numba.njit(f) for f in SOURCES}
 PARALLEL["stencil_rows"], SERIAL["stencil_rows"] = numba.njit(parallel=True)(stencil_rows), numba.njit(stencil_rows)
+PARALLEL["flat_stencil"], SERIAL["flat_stencil"] = numba.njit(parallel=True)(flat_stencil), numba.njit(flat_stencil)
 for alias, name in [("stencil_band", "stencil_rows"), ("wide_band_long", "wide_band")]:
     PARALLEL[alias], SERIAL[alias] = PARALLEL[name], SERIAL[name]
 PARALLEL["overwritten_after_strided"] = PARALLEL["overwritten_after"]
@@ -227,6 +242,9 @@ ARGUMENTS = {
     "expression_2d": lambda: (rng.random((70, 5)), rng.random((70, 5))),
     "read_in_row": lambda: (rng.random((70, 5)), rng.random((70, 5))),
     "time_steps": lambda: (rng.random(300) - 0.5, Const(np.zeros(300)), Const(3)),
+    "flat_stencil": lambda: (rng.random(320), Const(np.zeros(320)), Const(4), Const(2)),
+    "copy_range": lambda: (rng.random(40), Const(np.zeros(40))),
+    "shifted_copy": lambda: (rng.random(40), Const(np.zeros(40))),
 }
 
 # where the reverse pass of every parallel loop runs on Numba's threads, and where (and
@@ -234,7 +252,7 @@ ARGUMENTS = {
 ON_THREADS = ["independent", "rows", "cached_inner", "array_expression", "lennard_jones",
               "float32_sum", "gather", "two_inputs", "stencil", "overwritten_after", "moving_range",
               "stencil_rows", "rows_overlap", "stencil_band", "wide_band", "wide_band_long", "pairwise",
-              "overwritten_after_strided"]
+              "overwritten_after_strided", "copy_range", "flat_stencil"]
 RUN_AGAIN = {"pairwise"}    # its reverse needs the addresses of the temporaries it allocates: no tape
 SERIALLY = {"scatter": "read and written", "in_place": "read and written"}
 
@@ -265,7 +283,7 @@ def test_parallel_gradient_equals_serial_gradient(name):
 @pytest.mark.parametrize("name", ["independent", "nested_serial", "rows", "cached_inner",
                                   "lennard_jones", "pairwise", "stencil", "gather", "in_place",
                                   "overwritten_after", "moving_range", "stencil_rows", "stencil_band",
-                                  "wide_band"])
+                                  "wide_band", "copy_range", "shifted_copy", "flat_stencil"])
 def test_parallel_gradient_matches_finite_differences(name):
     values = [a.val if isinstance(a, Const) else a for a in ARGUMENTS[name]()]
     check(PARALLEL[name], *values, rtol=1e-5, atol=1e-6)
@@ -453,6 +471,61 @@ def test_generated_time_steps_agree_with_serial_and_differences(unary, index, co
     np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
 
 
+def _generated_flat(unary, up, down, side, guarded):
+    """A loop over a grid of rows of ``p`` stored flat, reading ``u`` ``up`` rows above,
+    ``down`` rows below and ``side`` columns aside (``u[k - up * p + side]``), under a test
+    that keeps the reads on the grid (``guarded``), or not: then the first iterations' reads
+    wrap around to the grid's end, as Numba's negative indices do."""
+    above = UNARY[unary].format(f"u[k - {up} * p + {side}]")
+    if guarded:
+        read = f"{above} * u[k + {down} * p] + u[k]"
+        test = f"{up} <= k // p < n // p - {down} and 1 <= k % p < p - 1"
+    else:
+        read, test = f"{above} + u[k]", "True"
+    src = (f"def kernel(u, out, p):\n"
+           f"    n = u.shape[0]\n"
+           f"    for k in prange(n):\n"
+           f"        if {test}:\n"
+           f"            out[k] = {read}\n"
+           f"        else:\n"
+           f"            out[k] = 0.5 * u[k]\n"
+           f"    return np.sum(out * out)\n")
+    return _both_builds(src)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(unary=st.sampled_from(sorted(UNARY)), up=st.integers(0, 2), down=st.integers(0, 2),
+       side=st.integers(-1, 1), guarded=st.booleans(), rows=st.sampled_from([1, 3, 12, 70]),
+       p=st.sampled_from([3, 4, 7]), seed=st.integers(0, 99))
+def test_generated_flat_grid_reads_agree_with_serial_and_differences(unary, up, down, side, guarded, rows, p,
+                                                                      seed):
+    """Reads a whole number of rows away on a flat grid are a band around the loop index:
+    one shared shadow where the pieces are long enough and what the first piece's reads
+    wrap around to lies past the other pieces that run with it, else the pieces one after
+    another: both must give the serial gradient."""
+    if not guarded:      # reads on the grid or wrapped around once, never past its end
+        side, rows = side if up else min(side, 0), max(rows, up + 1)
+    par, ser = _builds(("flat", unary, up, down, side, guarded),
+                       lambda: _generated_flat(unary, up, down, side, guarded))
+    r = np.random.default_rng(seed)
+    u, out = r.random(rows * p) + 0.1, np.zeros(rows * p)
+    got = adcore.gradient(Reverse, par, u.copy(), Const(out.copy()), Const(p))
+    expected = adcore.gradient(Reverse, ser, u.copy(), Const(out.copy()), Const(p))
+    _assert_same(got, expected, 1e-12)
+    fd = fd_gradient(ser, [u, out, p], {})
+    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+
+
+def test_reads_rows_away_on_a_flat_grid_share_one_shadow():
+    """The flat stencil's first loop reads ``u[k - p]`` .. ``u[k + p]`` under a test that
+    keeps them on the grid: ``u`` is read in a band (one shared shadow, every other piece
+    at once), not given a private shadow per thread."""
+    compiled = adcore.compile_gradient(Reverse, PARALLEL["flat_stencil"], *_annotated(ARGUMENTS["flat_stencil"]()))
+    first = compiled.parallel_loops[0]
+    assert "read in a band of rows (a shared shadow, every other piece at once): 1" in first, first
+    assert "read elsewhere (a private shadow per thread, added after the loop): 0" in first, first
+
+
 def test_a_loop_reading_an_array_overwritten_after_it_keeps_what_it_reads():
     """The plan report says so, and the reverse reads no copy: the forward pass copies
     nothing (the chunks' tapes hold the values, counted in the bytes cached)."""
@@ -462,8 +535,9 @@ def test_a_loop_reading_an_array_overwritten_after_it_keeps_what_it_reads():
                                        Const(np.zeros(64, np.int64)), Const(2))
     assert "the values it reads from arrays included" in compiled.parallel_loops[0], compiled.parallel_loops
     threaded = [line for line in compiled.parallel_loops if "reverse runs on Numba's threads" in line]
-    # each threaded loop's range (refilled at each step) is copied; u is not
-    assert compiled.adjoint_ir.count("call ptr @ad.copy.operand(") == len(threaded) == 2
+    # each threaded loop's range (refilled at each step) is copied; u is not (the three loops:
+    # the step, the copy, a memcpy of its range in Numba's chunk function, and the sum)
+    assert compiled.adjoint_ir.count("call ptr @ad.copy.operand(") == len(threaded) == 3
 
 
 def test_callee_with_parallel_loops_is_refused_with_its_reason():

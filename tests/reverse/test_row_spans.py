@@ -27,10 +27,10 @@ def _plan(kernel, *args):
     return parallel_loops.plan(pipeline.primal(chunk, call.argtypes), chunk)
 
 
-def _holds(checks, loop, rows, columns, chunks):
+def _holds(checks, loop, rows, columns, chunks, lo=16):
     scope = {f"a{k}": np.empty((rows, columns)) for k, t in enumerate(loop.call.argtypes)
              if isinstance(t, nbtypes.Array) and t.ndim == 2}
-    scope.update(lo=16, n=rows - 16, chunks=chunks)
+    scope.update(lo=lo, n=rows - lo, chunks=chunks)
     return all(eval(check, scope) for check in checks)
 
 
@@ -52,7 +52,15 @@ def test_pieces_two_apart_read_disjoint_rows_only_when_pieces_are_wide_enough(ro
     assert _holds(LOOP.band_checks, LOOP, rows, 5, chunks) is disjoint
 
 
-def test_a_loop_starting_before_its_band_fits_is_refused_the_band():
-    """``u[i - 16]`` wraps around for ``i < 16``: the band holds only from ``lo >= 16``."""
-    scope_lo = [c for c in LOOP.band_checks if "lo" in c]
-    assert scope_lo and not all(eval(c, {"lo": 15}) for c in scope_lo)
+@pytest.mark.parametrize("rows, chunks, disjoint", [
+    (16 * 16, 16, True),      # only the first piece wraps, onto the last piece's rows: not run with it
+    (16 * 17, 16, True),
+    (15 * 17, 15, False),     # an odd number of pieces: the last piece runs with the first
+    (16 * 15, 16, False),     # pieces of 15 rows: the band reaches two pieces
+])
+def test_a_loop_from_row_0_wraps_around_only_in_its_first_piece_past_the_pieces_run_with_it(rows, chunks,
+                                                                                           disjoint):
+    """From ``lo = 0``, ``u[i - 16]`` wraps around for ``i < 16`` to the last 16 rows: the
+    reverse's even pieces run at once only when the wrapping iterations are all in the
+    first piece and the rows they wrap to lie past the bands of the other even pieces."""
+    assert _holds(LOOP.band_checks, LOOP, rows, 5, chunks, lo=0) is disjoint

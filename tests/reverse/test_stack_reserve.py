@@ -78,12 +78,13 @@ def test_the_pieces_of_parallel_loops_keep_their_buffers_between_calls():
     least 8 pieces) keeps its value-stack buffer for the next call: none is freed and drawn
     anew as fresh memory, and the gradients stay those of the serial build."""
     from adcore.reverse import parallel_loops
+    pooled = numba.njit(parallel=True)(time_steps)       # loops of its own: tapes of its own
     rng = np.random.default_rng(4)
     u, steps = rng.random(400), 12
     before = set(parallel_loops._tapes)
     expected = adcore.gradient(Reverse, SERIAL, u.copy(), Const(np.zeros(400)), Const(steps))[0]
     for _ in range(3):
-        got = adcore.gradient(Reverse, PARALLEL, u.copy(), Const(np.zeros(400)), Const(steps))[0]
+        got = adcore.gradient(Reverse, pooled, u.copy(), Const(np.zeros(400)), Const(steps))[0]
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
         pools = [t.pool for k, t in parallel_loops._tapes.items() if k not in before and t is not None]
         assert max(np.count_nonzero(p) for p in pools) >= steps * 8
