@@ -322,6 +322,35 @@ C = np.exp(A) * B
 np.testing.assert_allclose(dA, 2 * C * C, rtol=1e-13)
 np.testing.assert_allclose(dB, 2 * C * np.exp(A), rtol=1e-13)
 """, None),
+    "flat_grid_time_steps_first": ("""
+import numba
+import numpy as np
+from numba import prange
+import adcore
+from adcore import Const, Reverse
+
+@numba.njit(parallel=True)
+def f(u, v, p, steps):
+    n = u.shape[0]
+    for _ in range(steps):
+        for k in prange(n):
+            if p <= k < n - p:
+                v[k] = 0.5 * (u[k - p] + u[k + p])     # a band of rows on a flat grid
+            else:
+                v[k] = u[k]
+        for k in prange(n):
+            u[k] = v[k]                                # a memcpy of each piece's range
+    return np.sum(u * np.arange(n))
+
+n, p, steps = 160, 4, 3
+u = np.linspace(0.1, 1.0, n)
+(du,) = adcore.gradient(Reverse, f, u, Const(np.zeros(n)), Const(p), Const(steps))[:1]
+M = np.eye(n)                                          # one step as a matrix: the closed form
+M[p:n - p] = 0.0
+for k in range(p, n - p):
+    M[k, k - p] = M[k, k + p] = 0.5
+np.testing.assert_allclose(du, np.linalg.matrix_power(M, steps).T @ np.arange(n), rtol=1e-13, atol=1e-13)
+""", None),
     "print_in_a_callee_compiled_before": ("""
 import numba
 import numpy as np
