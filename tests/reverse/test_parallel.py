@@ -493,7 +493,7 @@ def _generated_flat(unary, up, down, side, guarded):
     return _both_builds(src)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(unary=st.sampled_from(sorted(UNARY)), up=st.integers(0, 2), down=st.integers(0, 2),
        side=st.integers(-1, 1), guarded=st.booleans(), rows=st.sampled_from([1, 3, 12, 70]),
        p=st.sampled_from([3, 4, 7]), seed=st.integers(0, 99))

@@ -20,8 +20,7 @@ import test_parallel as T
 for name in ["independent", "gather", "lennard_jones", "rows", "array_expression", "stencil",
              "moving_range", "float32_sum", "cached_inner", "stencil_rows", "rows_overlap",
              "stencil_band", "wide_band", "wide_band_long", "pairwise", "overwritten_after",
-             "overwritten_after_strided", "expression_2d", "read_in_row", "time_steps", "flat_stencil",
-             "copy_range"]:
+             "overwritten_after_strided", "expression_2d", "read_in_row", "time_steps", "flat_stencil"]:
     args = T.ARGUMENTS[name]()
     expected = adcore.gradient(Reverse, T.SERIAL[name], *T._copied(args))
     for threads in {threads}:
