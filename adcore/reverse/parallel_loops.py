@@ -239,7 +239,8 @@ def plan(chunk_primal, kernel):
     if index is None:
         copied = copied_range(func, copies)
         if copied is None:
-            return LoopPlan(call, kernel, "its loop counter was not found")
+            return LoopPlan(call, kernel, "Numba's compiled body of the loop has no loop over its range "
+                                          "and is not a copy of that range")
         return LoopPlan(call, kernel, None, written=[copied[0]], shared=[copied[1]])
     effect = next((i for i in func.instructions() if i.opcode == "call" and not _repeatable(i)), None)
     if effect is not None:          # its reverse runs the iterations again: printed twice, ...
