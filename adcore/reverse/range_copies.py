@@ -42,6 +42,7 @@ def copied_range(func, copies):
                i.opcode == "store" and i.operands[1].defn is not func.args[0]]
     return copies.get(effects[0]) if len(effects) == 1 else None
 
+
 def _schedule_loads(func, sched):
     """The loads of the schedule's items 0 and 1 (a one-dimensional loop's first and last
     index), in that order, when those are all the schedule's loads."""

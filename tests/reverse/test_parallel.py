@@ -381,6 +381,17 @@ def _generated(unary, index, combine):
 _KERNELS = {}
 
 
+def _agrees_with_serial_and_differences(par, ser, u, *consts):
+    """The parallel build's gradient in ``u`` (the other arguments constant) equals the
+    serial build's and central differences of the serial build."""
+    args = (u, *(Const(c) for c in consts))
+    got = adcore.gradient(Reverse, par, *_copied(args))
+    expected = adcore.gradient(Reverse, ser, *_copied(args))
+    _assert_same(got, expected, 1e-12)
+    fd = fd_gradient(ser, [u, *consts], {})
+    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+
+
 def _builds(key, make):
     """The two builds of generated kernel ``key``, made once by ``make()``."""
     if key not in _KERNELS:
@@ -429,12 +440,7 @@ def test_generated_row_bands_agree_with_serial_and_differences(unary, up, down, 
     every other piece at once: both must give the serial gradient."""
     par, ser = _builds(("rows", unary, up, down, column), lambda: _generated_rows(unary, up, down, column))
     r = np.random.default_rng(seed)
-    u, out = r.random((m, 4)), np.zeros((m, 4))
-    got = adcore.gradient(Reverse, par, u.copy(), Const(out.copy()))
-    expected = adcore.gradient(Reverse, ser, u.copy(), Const(out.copy()))
-    _assert_same(got, expected, 1e-12)
-    fd = fd_gradient(ser, [u, out], {})
-    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+    _agrees_with_serial_and_differences(par, ser, r.random((m, 4)), np.zeros((m, 4)))
 
 
 def _generated_steps(unary, index, copy_loop):
@@ -462,13 +468,7 @@ def test_generated_time_steps_agree_with_serial_and_differences(unary, index, co
     the values they read on their tapes (no copy of the array) or the kernel copies it."""
     par, ser = _builds(("steps", unary, index, copy_loop), lambda: _generated_steps(unary, index, copy_loop))
     r = np.random.default_rng(seed)
-    u, idx = r.random(n) - 0.5, r.integers(0, n, n)
-    args = (u, Const(np.zeros(n)), Const(idx), Const(steps))
-    got = adcore.gradient(Reverse, par, *_copied(args))
-    expected = adcore.gradient(Reverse, ser, *_copied(args))
-    _assert_same(got, expected, 1e-12)
-    fd = fd_gradient(ser, [u, np.zeros(n), idx, steps], {})
-    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+    _agrees_with_serial_and_differences(par, ser, r.random(n) - 0.5, np.zeros(n), r.integers(0, n, n), steps)
 
 
 def _generated_flat(unary, up, down, side, guarded):
@@ -508,12 +508,7 @@ def test_generated_flat_grid_reads_agree_with_serial_and_differences(unary, up, 
     par, ser = _builds(("flat", unary, up, down, side, guarded),
                        lambda: _generated_flat(unary, up, down, side, guarded))
     r = np.random.default_rng(seed)
-    u, out = r.random(rows * p) + 0.1, np.zeros(rows * p)
-    got = adcore.gradient(Reverse, par, u.copy(), Const(out.copy()), Const(p))
-    expected = adcore.gradient(Reverse, ser, u.copy(), Const(out.copy()), Const(p))
-    _assert_same(got, expected, 1e-12)
-    fd = fd_gradient(ser, [u, out, p], {})
-    np.testing.assert_allclose(got[0], fd[0], rtol=1e-5, atol=1e-5)
+    _agrees_with_serial_and_differences(par, ser, r.random(rows * p) + 0.1, np.zeros(rows * p), p)
 
 
 def test_reads_rows_away_on_a_flat_grid_share_one_shadow():
